@@ -1,0 +1,39 @@
+"""Reward of the built-in arithmetic demo task (``trl_ext.demo``).
+
+The demo prompts look like ``"17+25="`` and the model should answer ``"42"`` followed by EOS. The reward is 1.0
+when the first integer of the completion equals the example's ``answer`` column, 0.0 otherwise (including empty or
+garbled output). It is a rule-based, verifiable reward in the sense of DAPO (arXiv 2503.14476, section 2.4), with
+the 0/1 scale instead of +1/-1 (the group normalization of GRPO-family advantages makes the two equivalent).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rewards.text import completion_text
+
+__all__ = ["arithmetic_reward", "completion_text", "parse_first_int"]
+
+_INT = re.compile(r"-?\d+")
+
+
+def parse_first_int(text: str) -> int | None:
+    """The first integer in ``text`` (leading spaces allowed), or None."""
+    match = _INT.search(text)
+    return int(match.group()) if match else None
+
+
+def arithmetic_reward(prompts: list, completions: list, answer: list, **kwargs: Any) -> list[float]:
+    """1.0 when the completion's first integer equals ``answer``, else 0.0. Never raises on model output."""
+    rewards = []
+    for completion, target in zip(completions, answer, strict=True):
+        try:  # int() refuses over 4300 digits (CVE-2020-10735 guard): a digit flood is garbled output, not a crash
+            value = parse_first_int(completion_text(completion).strip())
+            rewards.append(1.0 if value is not None and value == int(target) else 0.0)
+        except (TypeError, ValueError):
+            rewards.append(0.0)
+    return rewards
+
+
+arithmetic_reward.__name__ = "arithmetic_reward"

@@ -1,0 +1,28 @@
+"""Helpers shared by the tests (importable as ``helpers``)."""
+
+from __future__ import annotations
+
+
+def tiny_args(config_class_or_preset, tmp_path, **overrides):
+    """Small, fast, CPU-only settings for any preset (name or config class)."""
+    from trl_ext import get_preset
+
+    settings = dict(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=4,
+        max_steps=2,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
+    settings.update(overrides)
+    if isinstance(config_class_or_preset, str):
+        return get_preset(config_class_or_preset, **settings)
+    return config_class_or_preset(**settings)

@@ -1,0 +1,118 @@
+"""Which groups carry a learning signal: the pure-function core of DAPO's dynamic sampling.
+
+DAPO (arXiv 2503.14476, Eq. 11) keeps only groups with ``0 < |{o_i : is_equivalent(a, o_i)}| < G``: groups whose
+rewards are not all equal. A group whose rewards are all equal has a zero group-normalized advantage for every
+completion, so it contributes nothing to the policy gradient and only dilutes the batch. For general (non-binary)
+rewards the same rule reads "the rewards of the group are not all equal", judged with a tolerance rather than exact
+float equality. Unscorable completions (reward NaN, TRL's ``None``) do not count; a group with fewer than two
+scorable completions cannot be compared and is uninformative.
+
+These functions are shared by the dynamic-sampling trainer mixin, the group-mined DPO pair builder and the
+pre-flight probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+DEFAULT_ATOL = 1e-6
+
+
+def _check_rewards(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D (one scalar per completion), got shape {tuple(rewards.shape)}.")
+    if num_generations < 1 or rewards.numel() % num_generations != 0:
+        raise ValueError(
+            f"{rewards.numel()} rewards cannot be split into groups of num_generations={num_generations}; the "
+            "generation batch must hold whole groups."
+        )
+    return rewards.detach().to(torch.float64).view(-1, num_generations)
+
+
+def group_reward_range(rewards: torch.Tensor, num_generations: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-group (nan-aware) max and min rewards and the number of scorable completions, as float tensors."""
+    grouped = _check_rewards(rewards, num_generations)
+    finite = torch.isfinite(grouped)
+    group_max = torch.where(finite, grouped, torch.full_like(grouped, -torch.inf)).amax(dim=1)
+    group_min = torch.where(finite, grouped, torch.full_like(grouped, torch.inf)).amin(dim=1)
+    return group_max, group_min
+
+
+def informative_groups(rewards: torch.Tensor, num_generations: int, atol: float = DEFAULT_ATOL) -> torch.Tensor:
+    """Boolean mask over groups: True where the group's scorable rewards span more than ``atol``.
+
+    ``rewards`` is the flat vector of all completions' rewards, groups contiguous (TRL's order: ``view(-1, G)``).
+    """
+    if atol < 0:
+        raise ValueError(f"atol must be >= 0, got {atol}.")
+    grouped = _check_rewards(rewards, num_generations)
+    num_scorable = torch.isfinite(grouped).sum(dim=1)
+    group_max, group_min = group_reward_range(rewards, num_generations)
+    return (num_scorable >= 2) & ((group_max - group_min) > atol)
+
+
+@dataclass
+class GroupStats:
+    """Counts over the groups of one batch (for logging and the probe)."""
+
+    num_groups: int
+    num_informative: int
+    num_all_max: int  # uninformative groups sitting at the top of the reward scale: too easy
+    num_all_min: int  # uninformative groups sitting at the bottom of the reward scale: too hard
+
+    @property
+    def informative_frac(self) -> float:
+        return self.num_informative / self.num_groups if self.num_groups else 0.0
+
+    @property
+    def all_max_frac(self) -> float:
+        return self.num_all_max / self.num_groups if self.num_groups else 0.0
+
+    @property
+    def all_min_frac(self) -> float:
+        return self.num_all_min / self.num_groups if self.num_groups else 0.0
+
+
+def group_stats(
+    rewards: torch.Tensor,
+    num_generations: int,
+    atol: float = DEFAULT_ATOL,
+    reward_max: float | None = None,
+    reward_min: float | None = None,
+) -> GroupStats:
+    """Informative / all-max ("too easy") / all-min ("too hard") group counts.
+
+    ``reward_max`` / ``reward_min`` are the top and bottom of the reward scale (e.g. 1 and 0 for a correctness
+    reward). When not given, the extremes observed in ``rewards`` are used; when every reward is the same value the
+    scale is unknown and such groups count as neither.
+    """
+    informative = informative_groups(rewards, num_generations, atol)
+    group_max, group_min = group_reward_range(rewards, num_generations)
+    finite = rewards[torch.isfinite(rewards)].double()
+    top = reward_max if reward_max is not None else (finite.max().item() if finite.numel() else None)
+    bottom = reward_min if reward_min is not None else (finite.min().item() if finite.numel() else None)
+    uninformative = ~informative & torch.isfinite(group_max)
+    if top is None or bottom is None or top - bottom <= atol:
+        all_max = torch.zeros_like(uninformative)
+        all_min = torch.zeros_like(uninformative)
+    else:
+        all_max = uninformative & (group_min >= top - atol)
+        all_min = uninformative & (group_max <= bottom + atol)
+    return GroupStats(
+        num_groups=int(informative.numel()),
+        num_informative=int(informative.sum()),
+        num_all_max=int(all_max.sum()),
+        num_all_min=int(all_min.sum()),
+    )
+
+
+def expected_rounds(informative_frac: float, max_rounds: int | None = None) -> float:
+    """Expected generation rounds per step for dynamic sampling when a fraction ``p = informative_frac`` of groups
+    is informative and each round generates a full batch: the batch fills after about ``1 / p`` rounds (geometric),
+    capped at ``max_rounds``."""
+    if informative_frac <= 0:
+        return float(max_rounds) if max_rounds else float("inf")
+    rounds = 1.0 / informative_frac
+    return min(rounds, float(max_rounds)) if max_rounds else rounds

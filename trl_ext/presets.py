@@ -1,0 +1,249 @@
+"""Algorithm presets: TRL ``GRPOConfig`` subclasses whose defaults are the papers' settings.
+
+An algorithm is a config first. Clip-higher, token-level loss, sequence-level ratios and loss aggregation are all
+fields of TRL's ``GRPOConfig``; the classes here only change defaults (each commented with its source), add the
+fields TRL lacks (dynamic sampling, overlong shaping switch, GSPO minibatches, GSPO-token switch) and reject
+contradictory settings at construction with a message that names the field and the fix.
+
+- ``GRPOFamilyConfig``: TRL's ``GRPOConfig`` plus dynamic sampling (off). The base of every preset.
+- ``DrGRPOConfig``: Dr. GRPO (arXiv 2503.20783): constant normalizer, no std scaling.
+- ``DAPOConfig``: DAPO (arXiv 2503.14476): clip-higher, token-level loss, no KL, dynamic sampling, soft overlong
+  punishment.
+- ``GSPOConfig``: GSPO (arXiv 2507.18071): sequence-level ratio, eps 3e-4/4e-4, sequence-mean aggregation,
+  4 minibatches per rollout; ``gspo_token=True`` selects GSPO-token.
+
+``get_preset(name, **overrides)`` builds any of them by name (``"grpo"``, ``"dr_grpo"``, ``"dapo"``, ``"gspo"``,
+``"gspo_token"``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from trl import GRPOConfig
+
+
+def _close_match(name: str, choices: list[str]) -> str:
+    match = difflib.get_close_matches(name, choices, n=1)
+    return f" Did you mean {match[0]!r}?" if match else ""
+
+
+@dataclass
+class GRPOFamilyConfig(GRPOConfig):
+    r"""TRL's ``GRPOConfig`` plus DAPO's dynamic sampling, which any preset of the family can switch on.
+
+    Parameters (in addition to ``trl.GRPOConfig``'s):
+        dynamic_sampling (`bool`, defaults to `False`):
+            DAPO section 3.2 / Eq. 11: drop groups whose rewards are all equal (zero advantage) and generate
+            completions for fresh training prompts until the generation batch holds as many informative groups as
+            it was meant to, or ``dynamic_sampling_max_rounds`` is reached.
+        dynamic_sampling_max_rounds (`int`, defaults to `4`):
+            Generation rounds per generation batch, the first included. When the limit is hit, the missing groups
+            are filled with uninformative ones whose loss mask is zeroed (they change nothing in the gradient), a
+            warning is printed once and ``dynamic_sampling/limit_hit`` is logged.
+        dynamic_sampling_atol (`float`, defaults to `1e-6`):
+            A group is uninformative when ``max(r) - min(r) <= atol`` over its scorable rewards.
+        dynamic_sampling_reward_range (`list[float]` or `None`, defaults to `None`):
+            ``[min, max]`` of the reward scale, used only to label uninformative groups as all-min ("too hard") or
+            all-max ("too easy") in the logs. ``None``: the extremes seen so far in training.
+    """
+
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={"help": "DAPO dynamic sampling: drop all-equal-reward groups and refill the batch with new prompts."},
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=4,
+        metadata={"help": "Maximum generation rounds per generation batch (first round included)."},
+    )
+    dynamic_sampling_atol: float = field(
+        default=1e-6,
+        metadata={"help": "Tolerance under which a group's reward range counts as 'all equal'."},
+    )
+    dynamic_sampling_reward_range: list[float] | None = field(
+        default=None,
+        metadata={"help": "[min, max] of the reward scale, to label uninformative groups too hard / too easy."},
+    )
+
+    def __post_init__(self) -> None:
+        self._validate_group()  # before TRL's checks, whose messages do not name the field
+        super().__post_init__()
+        self._validate_family()
+
+    def _validate_group(self) -> None:
+        if self.num_generations is not None and self.num_generations < 2:
+            raise ValueError(
+                f"num_generations={self.num_generations}: group methods normalize rewards within a group, which needs "
+                "at least 2 completions per prompt. Set num_generations >= 2 (DAPO uses 16)."
+            )
+        if self.epsilon is not None and self.epsilon_high is not None and self.epsilon_high < self.epsilon:
+            raise ValueError(
+                f"epsilon_high={self.epsilon_high} is below epsilon={self.epsilon}: clip-higher (DAPO section 3.1) "
+                "needs epsilon_high >= epsilon (DAPO: 0.2 / 0.28; GSPO: 3e-4 / 4e-4)."
+            )
+
+    def _validate_family(self) -> None:
+        if self.dynamic_sampling:
+            if self.dynamic_sampling_max_rounds < 1:
+                raise ValueError(
+                    f"dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds}: at least 1 round is needed. "
+                    "Set it to 2 or more for dynamic sampling to refill anything, or set dynamic_sampling=False."
+                )
+            if self.dynamic_sampling_atol < 0 or not math.isfinite(self.dynamic_sampling_atol):
+                raise ValueError(
+                    f"dynamic_sampling_atol={self.dynamic_sampling_atol} must be a finite number >= 0 (e.g. 1e-6)."
+                )
+            if self.generation_batch_size < self.num_generations:
+                raise ValueError(
+                    f"dynamic_sampling with a generation batch of {self.generation_batch_size} completions cannot hold "
+                    f"one group of num_generations={self.num_generations}. Raise per_device_train_batch_size, "
+                    "gradient_accumulation_steps or steps_per_generation so that the generation batch holds whole "
+                    "groups."
+                )
+        if self.dynamic_sampling_reward_range is not None:
+            low_high = list(self.dynamic_sampling_reward_range)
+            if len(low_high) != 2 or not low_high[0] < low_high[1]:
+                raise ValueError(
+                    f"dynamic_sampling_reward_range={self.dynamic_sampling_reward_range} must be [min, max] with "
+                    "min < max, e.g. [0.0, 1.0], or None to use the extremes seen in training."
+                )
+
+
+@dataclass
+class DrGRPOConfig(GRPOFamilyConfig):
+    """Dr. GRPO (arXiv 2503.20783): no 1/|o_i| length normalization and no division by std(r)."""
+
+    loss_type: str = field(default="dr_grpo", metadata={"help": "Dr. GRPO: sum over tokens / constant."})
+    scale_rewards: str = field(default="none", metadata={"help": "Dr. GRPO: do not divide advantages by std(r)."})
+
+
+@dataclass
+class DAPOConfig(GRPOFamilyConfig):
+    r"""DAPO (arXiv 2503.14476) defaults. Each default names its source.
+
+    Parameters (changed or added):
+        epsilon / epsilon_high: 0.2 / 0.28, clip-higher (section 3.1).
+        loss_type: ``"dapo"``, token-level policy-gradient loss (section 3.3, Eq. 12).
+        beta: 0.0, no KL term (section 2.3, "removing KL divergence").
+        num_generations: 16 (section 4.1, "16 responses per prompt").
+        dynamic_sampling: True (section 3.2).
+        soft_overlong_punishment (`bool`, defaults to `True`): Eq. 13, added to the rule reward by the trainer.
+        overlong_buffer_len (`int` or `None`, defaults to `None`): L_cache of Eq. 13; ``None`` means 20% of
+            ``max_completion_length`` (the paper: 4096 of 20480).
+        overlong_penalty_factor (`float`, defaults to `1.0`): weight of the overlong reward (paper: 1.0).
+    """
+
+    epsilon: float = field(default=0.2, metadata={"help": "DAPO 3.1: eps_low = 0.2."})
+    epsilon_high: float | None = field(default=0.28, metadata={"help": "DAPO 3.1: eps_high = 0.28 (clip-higher)."})
+    loss_type: str = field(default="dapo", metadata={"help": "DAPO 3.3: token-level loss."})
+    beta: float = field(default=0.0, metadata={"help": "DAPO 2.3: no KL penalty."})
+    num_generations: int | None = field(default=16, metadata={"help": "DAPO 4.1: 16 responses per prompt."})
+    dynamic_sampling: bool = field(default=True, metadata={"help": "DAPO 3.2: dynamic sampling."})
+    soft_overlong_punishment: bool = field(
+        default=True, metadata={"help": "DAPO 3.4, Eq. 13: soft overlong punishment added to the reward."}
+    )
+    overlong_buffer_len: int | None = field(
+        default=None, metadata={"help": "L_cache of Eq. 13; None = 20% of max_completion_length (4096 of 20480)."}
+    )
+    overlong_penalty_factor: float = field(default=1.0, metadata={"help": "Weight of the overlong reward (1.0)."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.soft_overlong_punishment:
+            if self.overlong_buffer_len is None:
+                self.overlong_buffer_len = max(1, int(0.2 * self.max_completion_length))
+            if not 0 < self.overlong_buffer_len <= self.max_completion_length:
+                raise ValueError(
+                    f"overlong_buffer_len={self.overlong_buffer_len} must be in (0, max_completion_length="
+                    f"{self.max_completion_length}]; DAPO uses 20% (4096 of 20480). Leave it None for that default."
+                )
+            if self.mask_truncated_completions:
+                raise ValueError(
+                    "soft_overlong_punishment=True with mask_truncated_completions=True: DAPO uses one or the other "
+                    "(overlong filtering masks truncated samples, soft punishment penalizes them; with the mask the "
+                    "penalty never reaches the loss). Set one of them to False."
+                )
+
+
+@dataclass
+class GSPOConfig(GRPOFamilyConfig):
+    r"""GSPO (arXiv 2507.18071) defaults.
+
+    Parameters (changed or added):
+        importance_sampling_level: ``"sequence"``: s_i = exp(mean_t log(pi/pi_old)) (Eq. 7).
+        epsilon / epsilon_high: 3e-4 / 4e-4 (section 5.1; the clip acts on s_i, a per-token geometric mean).
+        beta: 0.0 (the paper's objective has no KL term).
+        loss_type: ``"grpo"``: each sequence's loss is averaged over its tokens then over sequences, i.e.
+            (1/G) sum_i min(s_i A_i, clip(s_i) A_i) (Eq. 5). A token-summed aggregation ("dapo", "bnpo") would weigh
+            each sequence by its length (TRL issue #3823).
+        num_minibatches (`int`, defaults to `4`): optimizer steps per rollout batch (section 5.1: "each batch of
+            rollout data is partitioned into four minibatches"). Sets ``steps_per_generation`` to
+            ``num_minibatches * gradient_accumulation_steps`` unless given. With a single on-policy update s_i = 1
+            and GSPO equals GRPO.
+        gspo_token (`bool`, defaults to `False`): GSPO-token (Eq. 13-14) through TRL's
+            ``trl.experimental.gspo_token`` trainer (``importance_sampling_level="sequence_token"``).
+    """
+
+    importance_sampling_level: str = field(default="sequence", metadata={"help": "GSPO: sequence-level ratio."})
+    epsilon: float = field(default=3e-4, metadata={"help": "GSPO 5.1: left clip range 3e-4."})
+    epsilon_high: float | None = field(default=4e-4, metadata={"help": "GSPO 5.1: right clip range 4e-4."})
+    beta: float = field(default=0.0, metadata={"help": "GSPO: no KL term."})
+    loss_type: str = field(default="grpo", metadata={"help": "GSPO Eq. 5: mean over sequences."})
+    num_minibatches: int = field(default=4, metadata={"help": "GSPO 5.1: 4 minibatches per rollout batch."})
+    gspo_token: bool = field(default=False, metadata={"help": "Use the GSPO-token variant (Eq. 13)."})
+
+    def __post_init__(self) -> None:
+        if self.num_minibatches < 1:
+            raise ValueError(f"num_minibatches={self.num_minibatches} must be >= 1 (GSPO uses 4).")
+        if self.steps_per_generation is None and self.generation_batch_size is None:
+            self.steps_per_generation = self.num_minibatches * self.gradient_accumulation_steps
+        if self.gspo_token:
+            if self.importance_sampling_level == "sequence":
+                self.importance_sampling_level = "sequence_token"
+            elif self.importance_sampling_level != "sequence_token":
+                raise ValueError(
+                    f"gspo_token=True with importance_sampling_level={self.importance_sampling_level!r}: GSPO-token "
+                    "uses 'sequence_token'. Leave importance_sampling_level unset or set gspo_token=False."
+                )
+        super().__post_init__()
+        if self.importance_sampling_level in ("sequence", "sequence_token") and self.epsilon >= 0.01:
+            raise ValueError(
+                f"epsilon={self.epsilon} with importance_sampling_level={self.importance_sampling_level!r}: "
+                "a sequence ratio is a per-token geometric mean, so token-level clip ranges like 0.2 never clip. "
+                "Use GSPO's 3e-4 / 4e-4 (the defaults), or importance_sampling_level='token' for token-level eps."
+            )
+        if self.loss_type in ("dapo", "bnpo"):
+            raise ValueError(
+                f"loss_type={self.loss_type!r} sums over tokens, which weighs each GSPO sequence by its length "
+                "(TRL issue #3823). Use loss_type='grpo' (sequence mean, GSPO Eq. 5, the default)."
+            )
+
+
+PRESETS: dict[str, tuple[type[GRPOFamilyConfig], dict[str, Any]]] = {
+    "grpo": (GRPOFamilyConfig, {"loss_type": "grpo", "beta": 0.04}),  # DeepSeekMath: per-sequence mean, beta 0.04
+    "dr_grpo": (DrGRPOConfig, {}),
+    "dapo": (DAPOConfig, {}),
+    "gspo": (GSPOConfig, {}),
+    "gspo_token": (GSPOConfig, {"gspo_token": True}),
+}
+
+
+def preset_names() -> list[str]:
+    return sorted(PRESETS)
+
+
+def get_preset(name: str, **overrides: Any) -> GRPOFamilyConfig:
+    """Build the config of preset ``name`` with ``overrides`` applied (unknown fields raise, naming the field)."""
+    key = name.lower().replace("-", "_")
+    if key not in PRESETS:
+        raise ValueError(f"Unknown preset {name!r}. Known presets: {preset_names()}.{_close_match(key, list(PRESETS))}")
+    config_class, defaults = PRESETS[key]
+    known = {f.name for f in fields(config_class) if f.init}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        hints = "".join(_close_match(u, sorted(known)) for u in unknown)
+        raise ValueError(f"Unknown field(s) {unknown} for preset {name!r} ({config_class.__name__}).{hints}")
+    return config_class(**{**defaults, **overrides})
