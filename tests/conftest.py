@@ -25,8 +25,9 @@ def tiny_model(tokenizer):
 
     return build_model(
         tokenizer,
-        DemoModelConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                        num_key_value_heads=1),
+        DemoModelConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+        ),
     )
 
 

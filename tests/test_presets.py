@@ -7,8 +7,9 @@ from trl_ext import DAPOConfig, GSPOConfig, get_preset, preset_names
 
 
 def test_dapo_defaults_are_the_papers(tmp_path):
-    args = DAPOConfig(output_dir=str(tmp_path), max_completion_length=20480, use_cpu=True, bf16=False,
-                      per_device_train_batch_size=16)
+    args = DAPOConfig(
+        output_dir=str(tmp_path), max_completion_length=20480, use_cpu=True, bf16=False, per_device_train_batch_size=16
+    )
     assert (args.epsilon, args.epsilon_high, args.loss_type, args.beta) == (0.2, 0.28, "dapo", 0.0)
     assert args.num_generations == 16 and args.dynamic_sampling and args.soft_overlong_punishment
     assert args.overlong_buffer_len == 4096  # 20% of 20480, the paper's L_cache
@@ -16,13 +17,25 @@ def test_dapo_defaults_are_the_papers(tmp_path):
 
 
 def test_gspo_defaults_are_the_papers(tmp_path):
-    args = GSPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=8,
-                      num_generations=8, gradient_accumulation_steps=2)
+    args = GSPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=8,
+        num_generations=8,
+        gradient_accumulation_steps=2,
+    )
     assert args.importance_sampling_level == "sequence"
     assert (args.epsilon, args.epsilon_high, args.beta, args.loss_type) == (3e-4, 4e-4, 0.0, "grpo")
     assert args.steps_per_generation == 8  # 4 minibatches x 2 accumulation steps
-    token = GSPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=8,
-                       num_generations=8, gspo_token=True)
+    token = GSPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=8,
+        num_generations=8,
+        gspo_token=True,
+    )
     assert token.importance_sampling_level == "sequence_token"
 
 

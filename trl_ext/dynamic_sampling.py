@@ -179,7 +179,9 @@ class DynamicSamplingMixin:
         if self._ds_stream is not None and self.args.should_save:
             from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
             state = {"stream": self._ds_stream.state_dict(), "warned": self._ds_warned}
             state["reward_range"] = [self._ds_reward_low, self._ds_reward_high]
             with open(os.path.join(folder, STATE_FILE), "w") as f:

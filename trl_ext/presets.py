@@ -6,6 +6,7 @@ fields TRL lacks (dynamic sampling, overlong shaping switch, GSPO minibatches, G
 contradictory settings at construction with a message that names the field and the fix.
 
 - ``GRPOFamilyConfig``: TRL's ``GRPOConfig`` plus dynamic sampling (off). The base of every preset.
+- ``GRPOPaperConfig``: GRPO (DeepSeekMath, arXiv 2402.03300): per-sequence mean loss, KL beta 0.04.
 - ``DrGRPOConfig``: Dr. GRPO (arXiv 2503.20783): constant normalizer, no std scaling.
 - ``DAPOConfig``: DAPO (arXiv 2503.14476): clip-higher, token-level loss, no KL, dynamic sampling, soft overlong
   punishment.
@@ -53,7 +54,9 @@ class GRPOFamilyConfig(GRPOConfig):
 
     dynamic_sampling: bool = field(
         default=False,
-        metadata={"help": "DAPO dynamic sampling: drop all-equal-reward groups and refill the batch with new prompts."},
+        metadata={
+            "help": "DAPO dynamic sampling: drop all-equal-reward groups and refill the batch with new prompts."
+        },
     )
     dynamic_sampling_max_rounds: int = field(
         default=4,
@@ -110,6 +113,16 @@ class GRPOFamilyConfig(GRPOConfig):
                     f"dynamic_sampling_reward_range={self.dynamic_sampling_reward_range} must be [min, max] with "
                     "min < max, e.g. [0.0, 1.0], or None to use the extremes seen in training."
                 )
+
+
+@dataclass
+class GRPOPaperConfig(GRPOFamilyConfig):
+    """GRPO as DeepSeekMath (arXiv 2402.03300, Eq. 3) defines it: per-sequence mean loss (``loss_type="grpo"``) and a
+    k3 KL term in the loss with beta 0.04 (section 4.2). TRL's own ``GRPOConfig`` defaults differ (DAPO loss, no KL).
+    """
+
+    loss_type: str = field(default="grpo", metadata={"help": "GRPO Eq. 3: (1/|o_i|) sum_t, then mean over i."})
+    beta: float = field(default=0.04, metadata={"help": "DeepSeekMath 4.2: KL coefficient 0.04."})
 
 
 @dataclass
@@ -223,7 +236,7 @@ class GSPOConfig(GRPOFamilyConfig):
 
 
 PRESETS: dict[str, tuple[type[GRPOFamilyConfig], dict[str, Any]]] = {
-    "grpo": (GRPOFamilyConfig, {"loss_type": "grpo", "beta": 0.04}),  # DeepSeekMath: per-sequence mean, beta 0.04
+    "grpo": (GRPOPaperConfig, {}),
     "dr_grpo": (DrGRPOConfig, {}),
     "dapo": (DAPOConfig, {}),
     "gspo": (GSPOConfig, {}),
@@ -239,7 +252,9 @@ def get_preset(name: str, **overrides: Any) -> GRPOFamilyConfig:
     """Build the config of preset ``name`` with ``overrides`` applied (unknown fields raise, naming the field)."""
     key = name.lower().replace("-", "_")
     if key not in PRESETS:
-        raise ValueError(f"Unknown preset {name!r}. Known presets: {preset_names()}.{_close_match(key, list(PRESETS))}")
+        raise ValueError(
+            f"Unknown preset {name!r}. Known presets: {preset_names()}.{_close_match(key, list(PRESETS))}"
+        )
     config_class, defaults = PRESETS[key]
     known = {f.name for f in fields(config_class) if f.init}
     unknown = sorted(set(overrides) - known)

@@ -1,0 +1,23 @@
+"""DAPO (arXiv 2503.14476): clip-higher, token-level loss, dynamic sampling, soft overlong punishment.
+
+    python recipes/dapo.py                                        # built-in demo on CPU: warm start + RL
+    accelerate launch recipes/dapo.py                             # the same, through accelerate
+    accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/dapo.py \
+        --config recipes/configs/<model>/dapo/config_<variant>.yaml
+    python recipes/dapo.py --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name <dataset> \
+        --reward_funcs accuracy format --output_dir outputs/my-run
+
+With no model and no config, the defaults come from recipes/configs/demo/dapo.yaml (CLI flags override them). All
+logic lives in trl_ext.rl_recipe; this file only parses and calls.
+"""
+
+from trl_ext import DAPOConfig
+from trl_ext.rl_recipe import RLScriptArguments, parse, run
+
+
+def main(script_args: RLScriptArguments, training_args: DAPOConfig, model_args) -> dict:
+    return run(script_args, training_args, model_args, recipe="dapo")
+
+
+if __name__ == "__main__":
+    main(*parse(DAPOConfig, "dapo"))

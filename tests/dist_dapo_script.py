@@ -1,0 +1,83 @@
+"""Run by tests/test_multiprocess.py under ``torchrun --nproc_per_node 2``: DAPO with dynamic sampling filtering
+some groups on the demo task; each rank writes what it saw to ``<out>/rank<k>.json``.
+
+Not a test file itself (pytest does not collect it).
+"""
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from trl_ext import DAPOTrainer, get_preset
+from trl_ext.demo import DemoModelConfig, DemoTaskConfig, build_model, build_tokenizer, make_problems
+
+
+def even_answer_reward(completions, answer, **kwargs):
+    """Informative only for prompts with an even answer, so that dynamic sampling drops and refills groups."""
+    return [float(len(c) % 2) if int(a) % 2 == 0 else 0.0 for c, a in zip(completions, answer, strict=True)]
+
+
+def main(out: str) -> None:
+    tokenizer = build_tokenizer()
+    model = build_model(
+        tokenizer,
+        DemoModelConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+        ),
+    )
+    train, _ = make_problems(DemoTaskConfig(max_operand=9, num_train=60, num_eval=20))
+    # 6 rows per rank, groups of 4: the second group straddles the two ranks.
+    args = get_preset(
+        "dapo",
+        output_dir=out,
+        per_device_train_batch_size=6,
+        num_generations=4,
+        max_completion_length=4,
+        max_steps=3,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        soft_overlong_punishment=False,
+        dynamic_sampling_max_rounds=3,
+        temperature=1.5,
+    )
+    trainer = DAPOTrainer(model, [even_answer_reward], args=args, train_dataset=train, processing_class=tokenizer)
+    trainer.train()
+
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    params = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+    gathered = [torch.zeros_like(params) for _ in range(world)]
+    if world > 1:
+        dist.all_gather(gathered, params)
+    else:
+        gathered = [params]
+    logs = [
+        {k: v for k, v in h.items() if k.startswith("dynamic_sampling/") and "time" not in k}
+        for h in trainer.state.log_history
+        if "dynamic_sampling/rounds" in h
+    ]
+    rank = trainer.accelerator.process_index
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(
+            {
+                "rank": rank,
+                "world_size": world,
+                "accelerate_num_processes": trainer.accelerator.num_processes,
+                "global_step": trainer.state.global_step,
+                "weights_equal_across_ranks": all(torch.equal(gathered[0], g) for g in gathered),
+                "dynamic_sampling_logs": logs,
+            },
+            f,
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
