@@ -1,0 +1,344 @@
+"""Launcher and test harness of the code sandbox; runs as ``python -I -S -B _sandbox_child.py`` (stdlib only).
+
+Host side: :mod:`rewards.sandbox`. This file is the other side of its protocol:
+
+* stdin: one JSON object (``code``, ``tests``, ``limits``, ``plan``, ``nonce``, ``uid``, ``workdir``, ...).
+* stdout: the verdict channel of the runner (fd 3 inside), lines ``<nonce> <record> ...``, each written with a
+  leading newline so that junk the program writes to the same channel cannot glue itself to a record; the host
+  keeps only lines that start with the nonce.
+* stderr: the launcher's own channel (the program has no handle on it): ``sandbox_error`` and ``exit`` records.
+
+The launcher (this process, started in its own session by the host) applies the isolation ``plan`` chosen by the
+host's probe, then forks the *runner*:
+
+1. ``unshare`` new PID, network and mount namespaces (plus a user namespace when not root), so the runner is PID 1
+   of a namespace: when it exits or is killed, the kernel kills every process left inside, including grandchildren
+   that called ``setsid()``; the network namespace has only a loopback that is down (no network, not even
+   127.0.0.1); the mount namespace gets a fresh ``/proc`` and small private tmpfs over ``/tmp``, ``/var/tmp``,
+   ``/dev/shm`` and ``/run/lock`` (the working directory is ``/tmp/work``), and directories of the Python install
+   that the unprivileged uid cannot reach (pyenv under ``/root``) are bind-mounted read-only.
+2. resource limits: CPU time, address space, processes, file size, open files, no core dumps;
+3. when root, drop to an unprivileged uid/gid with no supplementary groups (``RLIMIT_NPROC`` is not enforced for
+   root), drop all capabilities, set ``no_new_privs`` (setuid binaries cannot regain privileges) and a parent-death
+   signal; fds 0-2 go to ``/dev/null`` and the verdict channel moves to fd 3.
+
+The runner compiles the solution, ``exec``s it as module ``solution``, then each test in turn, writing one record per
+test as soon as it finishes. A test passes only on an explicit pass record: exiting early (``sys.exit``,
+``os._exit``), closing stdout or printing fake verdicts does not produce one. The launcher waits with a wall-clock
+deadline, kills the runner (and with it the namespace) on overrun, and writes the exit record.
+"""
+
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+# Without a mount namespace the unprivileged uid may be unable to read the Python install (pyenv under /root):
+# these standard modules are imported before the uid drop so that typical solutions still run; others then fail.
+PRELOAD = (
+    "array bisect collections copy dataclasses datetime decimal enum fractions functools hashlib heapq itertools "
+    "json math operator queue random re socket statistics string textwrap time typing unicodedata"
+).split()
+VERDICT_FD = 3
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result, what):
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _unshare(flags):
+    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def _mount(source, target, fstype, flags, data=None):
+    enc = [None if x is None else x.encode() for x in (source, target, fstype, data)]
+    _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
+
+
+def _prctl(option, arg):
+    _check(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), 0, 0, 0), f"prctl {option}")
+
+
+def _drop_capabilities():
+    """capset(2) with empty effective, permitted and inheritable sets (version 3 header)."""
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    header, data = Header(0x20080522, 0), (Data * 2)()
+    _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+
+
+def _traversable_by_others(path):
+    try:
+        return bool(os.stat(path).st_mode & 0o001)
+    except OSError:
+        return False
+
+
+def _first_blocked_ancestor(path):
+    """The highest directory on ``path`` that "others" cannot traverse (``/root`` with mode 700), or None."""
+    parts = os.path.abspath(path).split(os.sep)[1:]
+    current = ""
+    for part in parts:
+        current += os.sep + part
+        if not _traversable_by_others(current):
+            return current
+    return None
+
+
+def _expose_python(paths):
+    """Bind-mount read-only the ``paths`` (Python's stdlib, site-packages) hidden under an untraversable directory.
+
+    The blocked directory itself is covered by an empty tmpfs, so the rest of it (``/root/.ssh`` ...) stays hidden.
+    """
+    paths = sorted({os.path.realpath(p) for p in paths if os.path.isdir(p)})
+    paths = [p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths)]
+    blocked = {}
+    for path in paths:
+        ancestor = _first_blocked_ancestor(path)
+        if ancestor is not None and ancestor != path:
+            blocked.setdefault(ancestor, []).append(path)
+    for index, (ancestor, inside) in enumerate(sorted(blocked.items())):
+        staged = []
+        for j, path in enumerate(inside):
+            stage = f"/tmp/.stage-{index}-{j}"
+            os.mkdir(stage, 0o700)
+            _mount(path, stage, None, MS_BIND | MS_REC)
+            staged.append((stage, path))
+        _mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+        for stage, path in staged:
+            os.makedirs(path, 0o755, exist_ok=True)
+            _mount(stage, path, None, MS_MOVE)
+            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+            os.rmdir(stage)
+
+
+def _set_limits(limits, nproc):
+    cpu = int(limits["cpu_seconds"])
+    settings = [
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_AS, (limits["memory_mb"] << 20,) * 2),
+        (resource.RLIMIT_FSIZE, (limits["max_file_mb"] << 20,) * 2),
+        (resource.RLIMIT_NOFILE, (limits["max_open_files"],) * 2),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ]
+    if nproc:
+        settings.append((resource.RLIMIT_NPROC, (nproc, nproc)))
+    for which, value in settings:
+        resource.setrlimit(which, value)
+
+
+def _emit(fd, nonce, *parts):
+    try:
+        os.write(fd, (" ".join([nonce, *[str(p) for p in parts]]) + "\n").encode())
+    except OSError:
+        pass
+
+
+def _runner(config, alive_read):
+    """Child of the launcher: isolate, drop privileges, then run the solution and its tests. Never returns."""
+    nonce, plan, limits = config["nonce"], config["plan"], config["limits"]
+    try:
+        if not plan["pid_ns"]:
+            os.setpgid(0, 0)
+        workdir = config["workdir"]
+        if plan["mount_ns"]:
+            _mount(None, "/", None, MS_REC | MS_PRIVATE)
+            if plan["pid_ns"]:
+                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            size = f"size={limits['tmpfs_mb']}m"
+            for path in PRIVATE_TMPFS:
+                if os.path.isdir(path):
+                    _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,{size}")
+            if config["uid"] is not None:
+                _expose_python(config["python_paths"])
+            workdir = "/tmp/work"
+            os.mkdir(workdir, 0o700)
+        if config["uid"] is not None:
+            os.chown(workdir, config["uid"], config["uid"])
+            if not plan["mount_ns"]:
+                for name in PRELOAD:
+                    try:
+                        __import__(name)
+                    except ImportError:
+                        pass
+        _set_limits(limits, config["nproc"])
+        if config["uid"] is not None:
+            os.setgroups([])
+            os.setgid(config["uid"])
+            os.setuid(config["uid"])
+            if os.getuid() == 0 or os.geteuid() == 0:
+                raise OSError("still root after setuid")
+        _drop_capabilities()
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if select.select([alive_read], [], [], 0)[0]:  # the launcher died before PDEATHSIG was armed
+            os._exit(1)
+        os.chdir(workdir)
+        os.dup2(1, VERDICT_FD, inheritable=False)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(VERDICT_FD + 1, 1 << 16)
+        sys.path[:] = [p for p in config["python_paths"] if p]
+        sys.argv[:] = ["solution"]
+        os.environ.clear()
+        os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8"})
+    except BaseException as error:
+        _emit(2, nonce, "sandbox_error", f"{type(error).__name__}:{error}".replace("\n", " ")[:300])
+        os._exit(1)
+    _harness(config["code"], config["tests"], nonce, VERDICT_FD)
+
+
+def _harness(code, tests, nonce, fd):
+    """Run the solution then each test; one verdict record per test, written as soon as it is known."""
+    write, exit_now = os.write, os._exit  # bound now: the solution may monkeypatch the os module
+    prefix = b"\n" + nonce.encode() + b" "
+
+    def emit(*parts):
+        try:
+            write(fd, prefix + " ".join(str(p) for p in parts).encode() + b"\n")
+        except BaseException:
+            pass
+
+    def error_name(error):
+        try:
+            return str(type(error).__name__)[:60].replace(" ", "_") or "?"
+        except BaseException:
+            return "?"
+
+    del nonce
+    import builtins
+
+    namespace = {"__name__": "solution", "__builtins__": builtins}
+    try:
+        compiled = compile(code, "<solution>", "exec")
+    except BaseException as error:
+        emit("syntax_error", error_name(error))
+        exit_now(0)
+    emit("started")
+    try:
+        exec(compiled, namespace)
+    except BaseException as error:
+        emit("solution_error", error_name(error))
+        exit_now(0)
+    for index, test in enumerate(tests):
+        try:
+            exec(compile(test, f"<test {index}>", "exec"), namespace)
+        except BaseException as error:
+            emit("test", index, "fail", error_name(error))
+        else:
+            emit("test", index, "pass")
+    emit("done")
+    exit_now(0)
+
+
+def _wait(pid, timeout):
+    """Wait for ``pid`` until ``timeout`` seconds; SIGKILL it on overrun. Returns (wait status, timed out)."""
+    deadline = time.monotonic() + timeout
+    pidfd = None
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pass
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return -9, True
+        if pidfd is not None:
+            select.select([pidfd], [], [], left)
+        else:
+            time.sleep(min(left, 0.005))
+    return os.waitstatus_to_exitcode(status), False
+
+
+def _sweep_uid(uid):
+    """Kill every process of ``uid`` (for hosts without PID namespaces): a process of that uid calls kill(-1)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            for _ in range(50):
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.002)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _write_id_maps(outer_uid, outer_gid):
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"{outer_uid} {outer_uid} 1")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"{outer_gid} {outer_gid} 1")
+
+
+def main():
+    config = json.loads(sys.stdin.buffer.read())
+    nonce, plan = config["nonce"], config["plan"]
+    # -I -S leaves exactly the standard library on sys.path; site-packages come only if the host asked for them
+    config["python_paths"] = [p for p in sys.path if p] + list(config.get("extra_paths", []))
+    try:
+        flags = (CLONE_NEWPID if plan["pid_ns"] else 0) | (CLONE_NEWNET if plan["net_ns"] else 0)
+        flags |= (CLONE_NEWNS if plan["mount_ns"] else 0) | (CLONE_NEWUSER if plan["user_ns"] else 0)
+        uid, gid = os.getuid(), os.getgid()
+        if flags:
+            _unshare(flags)
+        if plan["user_ns"]:
+            _write_id_maps(uid, gid)
+        alive_read, alive_write = os.pipe()
+        pid = os.fork()
+    except BaseException as error:
+        _emit(2, nonce, "sandbox_error", f"{type(error).__name__}:{error}".replace("\n", " ")[:300])
+        return
+    if pid == 0:
+        os.close(alive_write)
+        _runner(config, alive_read)
+    os.close(alive_read)
+    start = time.monotonic()
+    status, timed_out = _wait(pid, config["limits"]["timeout"])
+    elapsed = time.monotonic() - start
+    if not plan["pid_ns"]:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if plan["uid_sweep"] and config["uid"] is not None:
+            _sweep_uid(config["uid"])
+    _emit(2, nonce, "exit", status, int(timed_out), f"{elapsed:.4f}")
+
+
+if __name__ == "__main__":
+    main()

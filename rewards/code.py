@@ -1,0 +1,174 @@
+"""Code reward: run the completion's Python against the example's tests in the sandbox; reward the pass fraction.
+
+The unit-test reward of code RL (DeepSeek-R1, arXiv 2501.12948, section 2.2.2: "for LeetCode problems, a compiler
+can be used to generate feedback based on predefined test cases"), with partial credit as open-r1's ``code_reward``
+gives it. Each completion becomes one program run by :mod:`rewards.sandbox` (read its docstring for the threat
+model and its limits, and :func:`sandbox_report` for what is in force on this host).
+
+Dataset column (``tests`` by default, ``tests_column`` to rename), one value per example:
+
+* a **list of strings**: each is one test, run in order in the solution's namespace, e.g.
+  ``["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]`` (MBPP's ``test_list``). Non-assert lines are fine
+  (``"import math\\nassert math.isclose(area(1), math.pi)"``).
+* a **string** (a test program): every top-level ``assert`` ends one test, and the statements before it since the
+  previous assert (imports, helpers, set-up) belong to it; statements after the last assert join the last test. A
+  program without top-level asserts is one test, e.g. HumanEval's ``def check(candidate): ...`` followed by
+  ``check(add)`` (append that call yourself).
+* ``None``, empty, or a test program that is not valid Python: the example cannot be scored and gets ``None``.
+
+The code is the last fenced block (```` ```python ````, ```` ```py ```` or unlabeled) after any ``</think>``;
+``code_block="all"`` joins all such blocks; a completion without fences is used whole. The solution runs as module
+``solution`` (so an ``if __name__ == "__main__":`` block does not run), stdin is empty, stdout is discarded.
+
+Reward: passed / total tests; 0.0 for syntax errors, a solution that raises at import, an unfinished ``<think>`` or
+no code; ``None`` when the example cannot be scored or the sandbox itself failed (never silently 0). Timeouts keep
+the tests that passed before the limit. Logs ``code/timeout_frac``, ``code/error_frac`` (syntax or solution
+errors), ``code/sandbox_error_frac`` through ``log_metric`` and each program's status through ``log_extra``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rewards.extract import answer_region
+from rewards.sandbox import Limits, ProgramResult, SandboxPool, sandbox_report
+from rewards.text import column, completion_texts
+
+__all__ = ["CodeReward", "extract_code", "normalize_tests", "sandbox_report"]
+
+_FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_PYTHON_LABELS = {"", "python", "py", "python3", "py3"}
+
+
+def extract_code(text: str, code_block: str = "last") -> str | None:
+    """Python source of a completion: the last (or all) fenced Python blocks after ``</think>``, else the text.
+
+    Returns None when the completion has no answer region (``<think>`` never closed) or no code at all.
+    """
+    if code_block not in ("last", "all"):
+        raise ValueError(f"code_block must be 'last' or 'all', got {code_block!r}")
+    region = answer_region(text)
+    if region is None:
+        return None
+    blocks = [body for label, body in _FENCE.findall(region) if label.lower() in _PYTHON_LABELS]
+    if blocks:
+        code = blocks[-1] if code_block == "last" else "\n\n".join(blocks)
+    elif "```" in region:
+        return None  # fenced, but only in other languages
+    else:
+        code = region
+    return code if code.strip() else None
+
+
+def normalize_tests(tests: Any) -> list[str] | None:
+    """The tests of one example as a list of test sources, or None when they cannot be used (see module doc)."""
+    if tests is None:
+        return None
+    if isinstance(tests, (list, tuple)):
+        items = [str(test) for test in tests if test is not None and str(test).strip()]
+        return items or None
+    if not isinstance(tests, str) or not tests.strip():
+        return None
+    try:
+        tree = ast.parse(tests)
+    except (SyntaxError, ValueError):
+        return None
+    lines = tests.splitlines()
+    ends = [node.end_lineno for node in tree.body if isinstance(node, ast.Assert)]
+    if not ends:
+        return [tests]
+    chunks, start = [], 0
+    for end in ends:
+        chunks.append("\n".join(lines[start:end]))
+        start = end
+    tail = "\n".join(lines[start:])
+    if tail.strip():
+        chunks[-1] += "\n" + tail
+    return chunks
+
+
+class CodeReward:
+    """Fraction of the example's tests that the completion's code passes, run in the sandbox (see module doc).
+
+    Args:
+        tests_column: dataset column holding the tests.
+        timeout: wall-clock seconds per program (all its tests together); CPU time is capped at ``ceil(timeout)``.
+        memory_mb, max_processes, max_file_mb, max_open_files: per-program limits (:class:`rewards.sandbox.Limits`).
+        num_workers: programs run at once (default: usable CPU cores).
+        code_block: ``"last"`` or ``"all"`` fenced Python blocks.
+        site_packages: let programs import the trainer's site-packages (default: standard library only).
+    """
+
+    def __init__(
+        self,
+        tests_column: str = "tests",
+        timeout: float = 1.0,
+        memory_mb: int = 1024,
+        max_processes: int = 32,
+        max_file_mb: int = 16,
+        max_open_files: int = 64,
+        num_workers: int | None = None,
+        code_block: str = "last",
+        site_packages: bool = False,
+        name: str = "code",
+    ):
+        if code_block not in ("last", "all"):
+            raise ValueError(f"code_block must be 'last' or 'all', got {code_block!r}")
+        self.tests_column = tests_column
+        self.limits = Limits(
+            timeout=timeout,
+            memory_mb=memory_mb,
+            max_processes=max_processes,
+            max_file_mb=max_file_mb,
+            max_open_files=max_open_files,
+        )
+        self.code_block = code_block
+        self.site_packages = site_packages
+        self.__name__ = name
+        self.pool = SandboxPool(num_workers, self.limits, site_packages)  # probes the host now: fail at construction
+        self.last_results: list[ProgramResult | None] = []
+
+    def __call__(
+        self,
+        prompts: list | None = None,
+        completions: list | None = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        log_extra: Callable[[str, list], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        texts = completion_texts(completions or [])
+        tests_per_example = column(kwargs, self.tests_column, len(texts), self.__name__)
+        jobs: list[tuple[int, tuple[str, Sequence[str]]]] = []
+        rewards: list[float | None] = [None] * len(texts)
+        statuses = ["unscorable"] * len(texts)
+        for index, (text, raw_tests) in enumerate(zip(texts, tests_per_example, strict=True)):
+            tests = normalize_tests(raw_tests)
+            if tests is None:
+                continue
+            code = extract_code(text, self.code_block)
+            if code is None:
+                rewards[index], statuses[index] = 0.0, "no_code"
+                continue
+            jobs.append((index, (code, tests)))
+        results = self.pool.run([program for _, program in jobs])
+        self.last_results = [None] * len(texts)
+        for (index, _), result in zip(jobs, results, strict=True):
+            rewards[index], statuses[index] = result.pass_fraction, result.status
+            self.last_results[index] = result
+        if log_metric is not None and texts:
+            n = len(texts)
+            log_metric(f"{self.__name__}/timeout_frac", statuses.count("timeout") / n)
+            errors = statuses.count("syntax_error") + statuses.count("solution_error")
+            log_metric(f"{self.__name__}/error_frac", errors / n)
+            log_metric(f"{self.__name__}/sandbox_error_frac", statuses.count("sandbox_error") / n)
+        if log_extra is not None:
+            log_extra(f"{self.__name__}_status", statuses)
+        return rewards
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["last_results"] = []
+        return state

@@ -1,0 +1,208 @@
+"""Final-answer extraction from model text, the part math-verify leaves to the caller.
+
+``math_verify.parse`` turns an answer string into a SymPy object and ``math_verify.verify`` compares two of them;
+both are excellent at equivalence (fractions, decimals, percentages, LaTeX, units, sets). What they do not decide is
+*which* part of a long chain of thought is the final answer. This module does, with one strategy per convention:
+
+========================  =========================================================================================
+strategy                  takes
+========================  =========================================================================================
+``boxed``                 the last ``\\boxed{...}`` / ``\\fbox{...}`` (balanced braces), or all of them joined as a set
+``gsm8k``                 the rest of the line after the last ``#### `` (GSM8K's solution format)
+``answer_is``             the rest of the sentence after the last "the (final) answer is", "Answer:", "answer ="
+``last_number``           the last number (``-3``, ``1,000``, ``2.5``, ``3/4``, ``50%``)
+========================  =========================================================================================
+
+``auto`` tries them in that order and keeps the first that finds something. Text inside ``<think>...</think>`` is
+never searched: only the text after the last ``</think>``; a completion that opens ``<think>`` and never closes it has
+no answer (as in TRL's ``reasoning_accuracy_reward``). All scanning is linear-time, so a pathological completion
+cannot stall the trainer here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+STRATEGIES = ("boxed", "gsm8k", "answer_is", "last_number")
+AUTO_ORDER = STRATEGIES
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
+_ANSWER_IS = re.compile(r"(?i)\banswer(?:\s*\*\*)?\s*(?:is\b\s*:?|:|=)")
+_NUMBER = re.compile(
+    r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?(?:\s*/\s*\d+)?(?:\s*%)?(?!\w|\.\d)"
+)
+_LEADING_WORDS = re.compile(r"^(?:[A-Za-z']+,?\s+)+(?=[-+\d$\\(])")
+_SENTENCE_END = re.compile(r"\.(?=\s|$)|\n")
+_SCIENTIFIC = re.compile(r"^(-?\d+(?:\.\d+)?)[eE]([+-]?\d+)$")
+_CURRENCY = re.compile(r"^\\?\$\s*(?=[\d.,]+\s*[A-Za-z]*\s*$)")
+_MATH_DELIMITERS = ("$", "\\(", "\\[")
+
+
+def answer_region(text: str) -> str | None:
+    """The text after the last ``</think>``; the whole text if there is no think block; None if it never closes."""
+    close = text.rfind("</think>")
+    if close >= 0:
+        return text[close + len("</think>") :]
+    if "<think>" in text:
+        return None
+    return text
+
+
+def _closing_braces(text: str) -> dict[int, int]:
+    """Index of the matching ``}`` for every ``{`` that has one, in one pass (escaped braces are skipped)."""
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        char = text[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "{":
+            stack.append(i)
+        elif char == "}" and stack:
+            closing[stack.pop()] = i
+        i += 1
+    return closing
+
+
+def boxed_contents(text: str) -> list[str]:
+    """Contents of every ``\\boxed{...}`` / ``\\fbox{...}`` in order, braces balanced; ``\\boxed 5`` is allowed too.
+
+    An unbalanced ``\\boxed{`` (a truncated completion) contributes nothing. Linear in the length of ``text``.
+    """
+    found: list[str] = []
+    closing: dict[int, int] | None = None
+    for match in _BOXED.finditer(text):
+        start = match.end()
+        if start < len(text) and text[start] == "{":
+            if closing is None:
+                closing = _closing_braces(text)
+            end = closing.get(start)
+            if end is not None:
+                found.append(text[start + 1 : end].strip())
+        elif match.group().endswith((" ", "\t")):  # "\\boxed 5": one token
+            token = re.match(r"[^\s$]+", text[start:])
+            if token:
+                found.append(token.group())
+    return [content for content in found if content]
+
+
+def gsm8k_answer(text: str) -> str | None:
+    """The rest of the line after the last ``####`` (GSM8K solutions end with ``#### 72``)."""
+    mark = text.rfind("####")
+    if mark < 0:
+        return None
+    line = text[mark + 4 :].split("\n", 1)[0].strip()
+    return line or None
+
+
+def answer_is(text: str) -> str | None:
+    """The rest of the sentence after the last "answer is" / "Answer:" / "final answer =" (case-insensitive)."""
+    last = None
+    for last in _ANSWER_IS.finditer(text):  # noqa: B007 - we want the last match
+        pass
+    if last is None:
+        return None
+    rest = text[last.end() :].lstrip(" *:\t")
+    end = _SENTENCE_END.search(rest)
+    segment = rest[: end.start()] if end else rest
+    return _LEADING_WORDS.sub("", segment.strip()) or None
+
+
+def last_number(text: str) -> str | None:
+    """The last number in ``text``: integers, negatives, decimals, ``1,000``, ``3/4``, ``50%``."""
+    last = None
+    for last in _NUMBER.finditer(text):  # noqa: B007 - we want the last match
+        pass
+    return last.group().strip() if last else None
+
+
+def clean_answer(answer: str) -> str:
+    """Light clean-up before math-verify: markdown bold, trailing punctuation, ``$5`` currency, ``1.5e3``."""
+    answer = answer.strip().strip("*").strip()
+    answer = answer.rstrip(".,;:!").strip()
+    if answer.startswith("\\text{") and answer.endswith("}"):
+        answer = answer[len("\\text{") : -1].strip()
+    if answer.count("$") == 1 or (answer.startswith("\\$") and answer.count("$") == 1):
+        answer = _CURRENCY.sub("", answer)
+    scientific = _SCIENTIFIC.match(answer)
+    if scientific:
+        answer = f"{scientific.group(1)} \\times 10^{{{int(scientific.group(2))}}}"
+    return answer
+
+
+def as_latex(answer: str) -> str:
+    """``answer`` wrapped in ``$...$`` unless it already carries math delimiters, so math-verify reads it as LaTeX."""
+    if any(delimiter in answer for delimiter in _MATH_DELIMITERS):
+        return answer
+    return f"${answer}$"
+
+
+def extract_answer(
+    text: str, strategies: str | Sequence[str] = "auto", multiple_boxed: str = "last"
+) -> tuple[str | None, str | None]:
+    """The final answer of ``text`` as LaTeX ready for ``math_verify.parse``, and the strategy that found it.
+
+    Args:
+        text: completion text.
+        strategies: ``"auto"`` (boxed, gsm8k, answer_is, last_number in turn), one strategy name, or a list of them
+            tried in the given order.
+        multiple_boxed: ``"last"`` keeps the last boxed answer (a model that corrects itself is judged on its final
+            word, and boxing several guesses does not help it); ``"all"`` joins distinct boxed answers into one set
+            (for multi-answer problems, e.g. ``\\boxed{2}`` and ``\\boxed{-2}`` for "2, -2").
+
+    Returns:
+        ``(answer, strategy)``, or ``(None, None)`` when no strategy finds anything.
+    """
+    order = parse_strategies(strategies)
+    if multiple_boxed not in ("last", "all"):
+        raise ValueError(f"multiple_boxed must be 'last' or 'all', got {multiple_boxed!r}")
+    region = answer_region(text)
+    if region is None:
+        return None, None
+    for strategy in order:
+        if strategy == "boxed":
+            boxes = boxed_contents(region)
+            if not boxes:
+                continue
+            if multiple_boxed == "all":
+                distinct = list(dict.fromkeys(clean_answer(box) for box in boxes))
+                return as_latex(", ".join(distinct)), strategy
+            return as_latex(clean_answer(boxes[-1])), strategy
+        found = {"gsm8k": gsm8k_answer, "answer_is": answer_is, "last_number": last_number}[strategy](region)
+        if found:
+            cleaned = clean_answer(found)
+            if cleaned:
+                return as_latex(cleaned), strategy
+    return None, None
+
+
+def parse_strategies(strategies: str | Sequence[str]) -> tuple[str, ...]:
+    """Validate a strategy spec (``"auto"``, a name, or a list of names) into an ordered tuple."""
+    if isinstance(strategies, str):
+        order: tuple[str, ...] = AUTO_ORDER if strategies == "auto" else (strategies,)
+    else:
+        order = tuple(strategies)
+    unknown = [name for name in order if name not in STRATEGIES]
+    if unknown or not order:
+        raise ValueError(f"unknown extraction strategy {unknown or order!r}; choose 'auto' or from {list(STRATEGIES)}")
+    return order
+
+
+def gold_answer(solution: str) -> str:
+    """The reference answer of a dataset's solution column, as LaTeX for ``math_verify.parse``.
+
+    Full GSM8K solutions (``... #### 72``) and MATH solutions (``... \\boxed{...}``) give their final answer; a bare
+    answer (``"72"``, ``"\\frac{1}{2}"``) is used as is.
+    """
+    text = str(solution)
+    if "####" in text:
+        found = gsm8k_answer(text)
+        if found:
+            return as_latex(clean_answer(found))
+    boxes = boxed_contents(text)
+    if boxes:
+        return as_latex(clean_answer(boxes[-1]))
+    return as_latex(clean_answer(text))

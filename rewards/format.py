@@ -1,0 +1,110 @@
+"""Format rewards: ``<think>...</think>`` then an answer (strict and lenient), and a partial-credit process reward.
+
+The format reward is DeepSeek-R1's (arXiv 2501.12948, section 2.2.2: "the model [must] put its thinking process
+between '<think>' and '</think>' tags"); TRL ships it as ``trl.rewards.think_format_reward``. We add what practice
+needs around it:
+
+* **strict** (``format_strict``, the default of ``format``): the completion is exactly ``<think>\\n`` reasoning
+  ``\\n</think>\\n`` answer, one think block, non-empty reasoning and answer (open-r1's ``format_reward`` shape);
+  with ``answer_tags=True`` the answer must be ``<answer>\\n...\\n</answer>`` and end the completion.
+* **lenient** (``format_lenient``): whitespace and newlines are free and the opening ``<think>`` may be missing,
+  because chat templates of reasoning models (DeepSeek-R1, Qwen3) put ``<think>`` into the *prompt*; still exactly
+  one ``</think>``, no second ``<think>``, non-empty reasoning and a non-empty answer after it.
+* **process** (``process``): partial credit in four equal parts of 0.25 (practitioners add such process rewards to
+  the outcome reward; open-r1's ``tag_count_reward`` and ``reasoning_steps_reward`` are the two ingredients):
+  the think block is closed exactly once (at most one ``<think>``, before it); the reasoning (the text before
+  ``</think>``, or all of it when the block never closes) is non-empty; the reasoning shows clear steps
+  (``min(1, steps / min_steps)`` of the part; a step is a line starting ``Step k``, ``k.`` / ``k)``, ``-``/``*``,
+  or ``First,``/``Second,``/``Next,``/``Then,``/``Finally,``); and a final answer can be extracted after the block.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rewards.extract import extract_answer
+from rewards.text import completion_texts
+
+_STRICT = re.compile(r"<think>\n(?P<reasoning>.*?)\n</think>\n(?P<answer>.*)", re.DOTALL)
+_ANSWER_STRICT = re.compile(r"<answer>\n(?P<inner>.*?)\n</answer>\s*", re.DOTALL)
+_ANSWER_LENIENT = re.compile(r"<answer>(?P<inner>.*?)</answer>", re.DOTALL)
+_STEP = re.compile(
+    r"^\s*(?:step\s*\d+\b|\d+[.)]\s|[-*]\s|(?:first|second|third|next|then|finally)\b,?)", re.IGNORECASE | re.MULTILINE
+)
+
+
+def _strict_ok(text: str, answer_tags: bool) -> bool:
+    if text.count("<think>") != 1 or text.count("</think>") != 1:
+        return False
+    match = _STRICT.fullmatch(text)
+    if not match or not match.group("reasoning").strip() or not match.group("answer").strip():
+        return False
+    if answer_tags:
+        answer = _ANSWER_STRICT.fullmatch(match.group("answer"))
+        return bool(answer and answer.group("inner").strip()) and match.group("answer").count("<answer>") == 1
+    return True
+
+
+def _lenient_ok(text: str, answer_tags: bool) -> bool:
+    if text.count("</think>") != 1 or text.count("<think>") > 1:
+        return False
+    before, answer = text.split("</think>")
+    if "<think>" in before:
+        head, reasoning = before.split("<think>")
+        if head.strip():
+            return False
+    else:
+        reasoning = before
+    if "<think>" in answer or not reasoning.strip() or not answer.strip():
+        return False
+    if answer_tags:
+        inner = _ANSWER_LENIENT.search(answer)
+        return bool(inner and inner.group("inner").strip())
+    return True
+
+
+class ThinkFormat:
+    """1.0 when the completion is a think block followed by an answer, else 0.0 (strict or lenient, see module)."""
+
+    def __init__(self, strict: bool = True, answer_tags: bool = False, name: str | None = None):
+        self.strict = strict
+        self.answer_tags = answer_tags
+        self.__name__ = name or ("format_strict" if strict else "format_lenient")
+
+    def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list[float]:
+        check = _strict_ok if self.strict else _lenient_ok
+        return [1.0 if check(text, self.answer_tags) else 0.0 for text in completion_texts(completions or [])]
+
+
+def count_steps(reasoning: str) -> int:
+    """Lines of ``reasoning`` that start like a step (``Step 2``, ``2.``, ``2)``, ``-``, ``*``, ``First,`` ...)."""
+    return len(_STEP.findall(reasoning))
+
+
+class ProcessReward:
+    """Partial credit in [0, 1] for a well-formed reasoning process (four parts of 0.25, see the module docstring)."""
+
+    def __init__(self, min_steps: int = 3, name: str = "process"):
+        if min_steps < 1:
+            raise ValueError(f"min_steps must be >= 1, got {min_steps}")
+        self.min_steps = min_steps
+        self.__name__ = name
+
+    def score(self, text: str) -> float:
+        """Credit of one completion text: the sum of the four independent parts."""
+        closed = text.count("</think>") == 1 and text.count("<think>") <= 1
+        before, after = text.split("</think>", 1) if closed else (text, "")
+        if closed and "<think>" in after:
+            closed, before, after = False, text, ""
+        reasoning = before.split("<think>", 1)[-1]
+        credit = 0.25 if closed else 0.0
+        if reasoning.strip():
+            credit += 0.25
+        credit += 0.25 * min(1.0, count_steps(reasoning) / self.min_steps)
+        if closed and extract_answer(after)[0] is not None:
+            credit += 0.25
+        return credit
+
+    def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list[float]:
+        return [self.score(text) for text in completion_texts(completions or [])]

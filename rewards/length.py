@@ -1,0 +1,139 @@
+"""Length rewards: DAPO's soft overlong punishment and TRL's repetition penalty (both TRL's), and a length budget.
+
+* :class:`SoftOverlong` is DAPO's soft overlong punishment (arXiv 2503.14476, Eq. 13), computed by TRL's
+  ``trl.rewards.get_soft_overlong_punishment``: 0 up to ``max_completion_len - soft_punish_cache`` tokens, then a
+  linear ramp down to -1 at ``max_completion_len``, and -1 beyond.
+* :class:`Repetition` is TRL's ``get_repetition_penalty_reward`` ("Demystifying Long Chain-of-Thought Reasoning",
+  arXiv 2502.03373, appendix C.2): ``(1 - unique n-grams / n-grams) * max_penalty``.
+* :class:`LengthBudget` rewards staying within a token budget, given once or per example through a dataset column
+  (as in L1, arXiv 2503.04697, which puts the budget in the prompt): with ``n`` tokens and budget ``B``,
+  ``mode="max"`` gives ``-alpha * max(0, n - B) / B`` and ``mode="exact"`` gives ``-alpha * |n - B| / B``, clipped at
+  ``-alpha`` when ``clip=True``. A budget that is missing or not a positive number scores ``None``.
+
+All three measure length in completion tokens, from the ``completion_ids`` TRL passes. Called by hand without
+``completion_ids``, they fall back to whitespace-separated words of the completion text (documented, not silent:
+``unit`` says which was used in ``last_unit``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trl.rewards import get_repetition_penalty_reward, get_soft_overlong_punishment
+
+from rewards.text import completion_texts
+
+
+def _units(completions: list | None, completion_ids: list | None) -> tuple[list[list[Any]], str]:
+    if completion_ids is not None:
+        return [list(ids) for ids in completion_ids], "tokens"
+    return [text.split() for text in completion_texts(completions or [])], "words"
+
+
+class SoftOverlong:
+    """DAPO's soft overlong punishment (TRL's implementation), in [-1, 0]."""
+
+    def __init__(self, max_completion_len: int, soft_punish_cache: int = 0, name: str = "soft_overlong"):
+        if max_completion_len < 1:
+            raise ValueError(f"max_completion_len must be >= 1, got {max_completion_len}")
+        if not 0 <= soft_punish_cache <= max_completion_len:
+            raise ValueError(
+                f"soft_punish_cache must be in [0, max_completion_len={max_completion_len}], got {soft_punish_cache}"
+            )
+        self.max_completion_len = max_completion_len
+        self.soft_punish_cache = soft_punish_cache
+        self._trl = get_soft_overlong_punishment(max_completion_len, soft_punish_cache)
+        self.__name__ = name
+        self.last_unit = "tokens"
+
+    def __call__(
+        self,
+        prompts: list | None = None,
+        completions: list | None = None,
+        completion_ids: list | None = None,
+        **kw: Any,
+    ) -> list[float]:
+        units, self.last_unit = _units(completions, completion_ids)
+        return [float(r) for r in self._trl(completion_ids=units)]
+
+
+class Repetition:
+    """TRL's n-gram repetition penalty, in [max_penalty, 0]."""
+
+    def __init__(self, ngram_size: int = 3, max_penalty: float = -1.0, name: str = "repetition"):
+        if ngram_size < 1:
+            raise ValueError(f"ngram_size must be >= 1, got {ngram_size}")
+        self.ngram_size = ngram_size
+        self.max_penalty = max_penalty
+        self._trl = get_repetition_penalty_reward(ngram_size, max_penalty)  # raises if max_penalty > 0
+        self.__name__ = name
+        self.last_unit = "tokens"
+
+    def __call__(
+        self,
+        prompts: list | None = None,
+        completions: list | None = None,
+        completion_ids: list | None = None,
+        **kw: Any,
+    ) -> list[float]:
+        units, self.last_unit = _units(completions, completion_ids)
+        return [float(r) for r in self._trl(completion_ids=units)]
+
+
+class LengthBudget:
+    """Penalty for exceeding (``max``) or missing (``exact``) a token budget, relative to the budget."""
+
+    def __init__(
+        self,
+        budget: int | None = None,
+        budget_column: str = "length_budget",
+        mode: str = "max",
+        alpha: float = 1.0,
+        clip: bool = True,
+        name: str = "length_budget",
+    ):
+        if mode not in ("max", "exact"):
+            raise ValueError(f"mode must be 'max' or 'exact', got {mode!r}")
+        if budget is not None and budget < 1:
+            raise ValueError(f"budget must be >= 1 token, got {budget}")
+        if alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {alpha}")
+        self.budget = budget
+        self.budget_column = budget_column
+        self.mode = mode
+        self.alpha = alpha
+        self.clip = clip
+        self.__name__ = name
+        self.last_unit = "tokens"
+
+    def __call__(
+        self,
+        prompts: list | None = None,
+        completions: list | None = None,
+        completion_ids: list | None = None,
+        **kw: Any,
+    ) -> list[float | None]:
+        units, self.last_unit = _units(completions, completion_ids)
+        per_example = kw.get(self.budget_column)
+        if per_example is None and self.budget is None:
+            raise ValueError(
+                f"reward {self.__name__!r} needs a budget: pass the option budget=<tokens> or a dataset column "
+                f"{self.budget_column!r} with one budget per example."
+            )
+        budgets = list(per_example) if per_example is not None else [self.budget] * len(units)
+        if len(budgets) != len(units):
+            raise ValueError(f"column {self.budget_column!r} has {len(budgets)} values for {len(units)} completions")
+        return [self._one(len(u), b) for u, b in zip(units, budgets, strict=True)]
+
+    def _one(self, n: int, budget: Any) -> float | None:
+        try:
+            budget = float(budget)
+        except (TypeError, ValueError):
+            return None
+        if not budget > 0:
+            return None
+        excess = max(0.0, n - budget) if self.mode == "max" else abs(n - budget)
+        penalty = self.alpha * excess / budget
+        if self.clip:
+            penalty = min(penalty, self.alpha)
+        return -penalty if penalty else 0.0

@@ -1,0 +1,337 @@
+"""Math accuracy: extract the final answer, then let math-verify judge equivalence, without ever hanging.
+
+Implements the rule-based outcome reward of DeepSeek-R1 (arXiv 2501.12948, section 2.2.2) and DAPO (arXiv
+2503.14476, section 2.4) on top of what already exists: equivalence checking is ``math_verify.parse`` /
+``math_verify.verify`` (fractions, decimals, percentages, LaTeX, units, sets, equations), and extraction mode
+``"math_verify"`` is exactly ``trl.rewards.accuracy_reward``. What this module adds:
+
+* **answer extraction** (:mod:`rewards.extract`): ``\\boxed{}``, GSM8K ``#### 42``, "The answer is ...", the last
+  number, or ``auto`` (those in turn), chosen by the ``extraction`` option;
+* **gold answers** from full solutions: a GSM8K ``... #### 72`` or MATH ``... \\boxed{...}`` solution column works;
+* **timeouts that hold everywhere.** math-verify bounds ``parse``/``verify`` with ``signal.alarm``, which only works in
+  the main thread of the main interpreter. TRL's ``accuracy_reward`` therefore switches timeouts *off* in other
+  threads (async reward functions, thread pools, some serving workers), where one pathological answer such as
+  ``9^{9^{9^9}}`` then stalls training for good. Backend ``"signal"`` uses math-verify's alarms in-process (main
+  thread only); backend ``"process"`` runs the same scoring in helper processes (their own main threads, so alarms
+  work there) and also kills and replaces a helper that overruns ``hard_timeout`` (a hang in C code, where alarms
+  are not delivered). ``"auto"`` picks ``signal`` on the main thread when no other interval timer is armed and
+  ``process`` otherwise.
+
+Reward per completion: 1.0 correct, 0.0 wrong, no answer found, or timed out; ``None`` when the *reference* cannot
+be parsed (TRL then ignores the example for this reward rather than teaching from a broken label).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from typing import Any
+
+from rewards.extract import extract_answer, gold_answer, parse_strategies
+from rewards.text import column, completion_texts
+
+BACKENDS = ("auto", "signal", "process")
+EXTRACTIONS = ("auto", "boxed", "gsm8k", "answer_is", "last_number", "math_verify")
+_QUIET = False
+
+
+def _quiet_math_verify() -> None:
+    """math-verify logs a warning per timeout; we count timeouts ourselves and report them through ``log_metric``."""
+    global _QUIET
+    if not _QUIET:
+        for name in ("math_verify.parser", "math_verify.grader", "math_verify"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        _QUIET = True
+
+
+def signals_usable() -> bool:
+    """True when math-verify's ``signal.alarm`` timeouts can work here: main thread, SIGALRM exists, no timer armed.
+
+    An already-armed ``ITIMER_REAL`` belongs to someone else (``signal.alarm`` would silently replace it).
+    """
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    except (AttributeError, OSError):
+        return False
+
+
+@lru_cache(maxsize=4096)
+def _parse_gold(latex: str, timeout: int) -> tuple:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    return tuple(parse(latex, extraction_config=config, parsing_timeout=timeout))
+
+
+def score_one(
+    solution: Any,
+    text: str,
+    extraction: str | Sequence[str] = "auto",
+    multiple_boxed: str = "last",
+    parse_timeout: int = 5,
+    verify_timeout: int = 5,
+) -> tuple[float | None, str]:
+    """Score one completion against one reference, in this thread, with math-verify's own (signal) timeouts.
+
+    Call it only where :func:`signals_usable` holds (or with timeouts of 0, which disables them). Returns
+    ``(reward, status)``, status one of ``correct``, ``wrong``, ``no_answer``, ``timeout``, ``gold_unparseable``.
+    """
+    _quiet_math_verify()
+    if extraction == "math_verify":
+        from trl.rewards import accuracy_reward
+
+        start = time.monotonic()
+        reward = accuracy_reward([[{"role": "assistant", "content": text}]], [str(solution)])[0]
+        if reward is None:
+            return None, "gold_unparseable"
+        if not reward and time.monotonic() - start >= min(parse_timeout, verify_timeout, 5):
+            return 0.0, "timeout"
+        return float(reward), "correct" if reward else "wrong"
+
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    gold = _parse_gold(gold_answer(solution), parse_timeout)
+    if not gold:
+        return None, "gold_unparseable"
+    answer, _ = extract_answer(text, extraction, multiple_boxed)
+    if answer is None:
+        return 0.0, "no_answer"
+    start = time.monotonic()
+    config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    predicted = parse(answer, extraction_config=config, parsing_timeout=parse_timeout)
+    if not predicted:
+        timed_out = parse_timeout and time.monotonic() - start >= parse_timeout
+        return 0.0, "timeout" if timed_out else "no_answer"
+    start = time.monotonic()
+    correct = verify(list(gold), predicted, timeout_seconds=verify_timeout)
+    if not correct and verify_timeout and time.monotonic() - start >= verify_timeout:
+        return 0.0, "timeout"
+    return (1.0, "correct") if correct else (0.0, "wrong")
+
+
+class _Worker:
+    """One helper process speaking JSON lines (see :mod:`rewards._math_worker`); killed and replaced on overrun."""
+
+    def __init__(self, command: list[str], startup_timeout: float = 120.0):
+        self.command = command
+        self.startup_timeout = startup_timeout
+        self.proc: subprocess.Popen | None = None
+
+    def _start(self) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self.proc = subprocess.Popen(
+            self.command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # a Ctrl-C in a notebook or terminal interrupts the trainer, not the helper
+        )
+        if self._readline(self.startup_timeout) != {"ready": True}:
+            self.kill()
+            raise RuntimeError(f"math verification helper failed to start: {self.command}")
+
+    def _readline(self, timeout: float) -> Any:
+        assert self.proc is not None and self.proc.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout):
+                return None
+        line = self.proc.stdout.readline()
+        return json.loads(line) if line else None
+
+    def request(self, message: dict, timeout: float) -> Any:
+        """Send one request and wait ``timeout`` seconds for its answer; on overrun kill the helper, return None."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+            reply = self._readline(timeout)
+        except (OSError, ValueError):
+            reply = None
+        if reply is None:
+            self.kill()
+        return reply
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.proc.wait()
+            for stream in (self.proc.stdin, self.proc.stdout):
+                if stream is not None:
+                    stream.close()
+            self.proc = None
+
+
+def worker_command() -> list[str]:
+    """Command line of a math-verification helper (imports by module name, so it is notebook- and script-safe)."""
+    return [sys.executable, "-c", "from rewards._math_worker import main; main()"]
+
+
+class MathAccuracy:
+    """Math accuracy reward: 1.0 if the completion's final answer equals the reference (math-verify), else 0.0.
+
+    Args:
+        extraction: ``"auto"`` (boxed, then ``####``, then "the answer is", then the last number), one of
+            ``"boxed"``, ``"gsm8k"``, ``"answer_is"``, ``"last_number"``, a list of those tried in order, or
+            ``"math_verify"`` for exactly ``trl.rewards.accuracy_reward`` (math-verify's own extraction).
+        multiple_boxed: ``"last"`` (default) judges the last boxed answer; ``"all"`` compares the set of boxed
+            answers with the reference (multi-answer problems).
+        solution_column: dataset column with the reference; ``None`` uses ``solution`` if present, else ``answer``.
+            A full GSM8K or MATH solution is fine: its final answer is extracted.
+        timeout_backend: ``"auto"``, ``"signal"`` or ``"process"`` (see the module docstring).
+        parse_timeout, verify_timeout: math-verify's per-call limits, in whole seconds (``signal.alarm``).
+        hard_timeout: wall-clock limit per completion in the process backend; the helper is killed and replaced
+            when it overruns (hangs in C code). Default ``2 * parse_timeout + 2 * verify_timeout + 2``.
+        num_workers: helper processes for the process backend; completions are scored in parallel across them.
+
+    Logs through TRL's ``log_metric``: ``<name>/no_answer_frac``, ``<name>/timeout_frac``, ``<name>/unscorable_frac``.
+    """
+
+    def __init__(
+        self,
+        extraction: str | Sequence[str] = "auto",
+        multiple_boxed: str = "last",
+        solution_column: str | None = None,
+        timeout_backend: str = "auto",
+        parse_timeout: int = 5,
+        verify_timeout: int = 5,
+        hard_timeout: float | None = None,
+        num_workers: int = 1,
+        name: str = "accuracy",
+    ):
+        if extraction != "math_verify":
+            parse_strategies(extraction)
+        if isinstance(extraction, list):
+            extraction = tuple(extraction)
+        if multiple_boxed not in ("last", "all"):
+            raise ValueError(f"multiple_boxed must be 'last' or 'all', got {multiple_boxed!r}")
+        if timeout_backend not in BACKENDS:
+            raise ValueError(f"timeout_backend must be one of {BACKENDS}, got {timeout_backend!r}")
+        for label, value in (("parse_timeout", parse_timeout), ("verify_timeout", verify_timeout)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{label} must be a whole number of seconds >= 1 (signal.alarm), got {value!r}")
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        self.extraction = extraction
+        self.multiple_boxed = multiple_boxed
+        self.solution_column = solution_column
+        self.timeout_backend = timeout_backend
+        self.parse_timeout = parse_timeout
+        self.verify_timeout = verify_timeout
+        self.hard_timeout = hard_timeout or 2 * parse_timeout + 2 * verify_timeout + 2
+        self.num_workers = num_workers
+        self.__name__ = name
+        self._workers: queue.Queue[_Worker] | None = None
+        self._lock = threading.Lock()
+        self.last_statuses: list[str] = []
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_workers"] = None
+        state["_lock"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def backend(self) -> str:
+        """The backend a call from the current thread would use."""
+        if self.timeout_backend != "auto":
+            return self.timeout_backend
+        return "signal" if signals_usable() else "process"
+
+    def __call__(
+        self,
+        prompts: list | None = None,
+        completions: list | None = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        texts = completion_texts(completions or [])
+        name = self.solution_column or ("solution" if "solution" in kwargs or "answer" not in kwargs else "answer")
+        solutions = column(kwargs, name, len(texts), self.__name__)
+        backend = self.backend()
+        if backend == "signal" and not signals_usable():
+            raise RuntimeError(
+                f"reward {self.__name__!r}: timeout_backend='signal' needs the main thread and a free SIGALRM; "
+                "use timeout_backend='auto' or 'process' here."
+            )
+        if backend == "process" and self.num_workers > 1 and len(texts) > 1:
+            with ThreadPoolExecutor(self.num_workers) as pool:
+                results = list(pool.map(self._score_process, solutions, texts))
+        else:
+            scorer = self._score_signal if backend == "signal" else self._score_process
+            results = [scorer(solution, text) for solution, text in zip(solutions, texts, strict=True)]
+        self.last_statuses = [status for _, status in results]
+        if log_metric is not None and texts:
+            for status, label in (
+                ("no_answer", "no_answer"),
+                ("timeout", "timeout"),
+                ("gold_unparseable", "unscorable"),
+            ):
+                log_metric(f"{self.__name__}/{label}_frac", self.last_statuses.count(status) / len(texts))
+        return [reward for reward, _ in results]
+
+    def _options(self) -> dict:
+        extraction = list(self.extraction) if isinstance(self.extraction, tuple) else self.extraction
+        return {
+            "extraction": extraction,
+            "multiple_boxed": self.multiple_boxed,
+            "parse_timeout": self.parse_timeout,
+            "verify_timeout": self.verify_timeout,
+        }
+
+    def _score_signal(self, solution: Any, text: str) -> tuple[float | None, str]:
+        try:
+            return score_one(solution, text, **self._options())
+        except Exception:  # math-verify swallows its own errors; this is a last line of defence
+            return 0.0, "error"
+
+    def _score_process(self, solution: Any, text: str) -> tuple[float | None, str]:
+        with self._lock:
+            if self._workers is None:
+                self._workers = queue.Queue()
+                for _ in range(self.num_workers):
+                    self._workers.put(_Worker(worker_command()))
+        worker = self._workers.get()
+        try:
+            reply = worker.request({"solution": str(solution), "text": text, **self._options()}, self.hard_timeout)
+        finally:
+            self._workers.put(worker)
+        if reply is None:
+            return 0.0, "timeout"
+        return reply["reward"], reply["status"]
+
+    def close(self) -> None:
+        """Stop the helper processes (they also exit on their own when this process exits)."""
+        if self._workers is not None:
+            while not self._workers.empty():
+                self._workers.get().kill()
+            self._workers = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,124 @@
+"""Reward functions by name, for recipes: ``reward_funcs: [accuracy, format]`` plus ``reward_weights`` in YAML.
+
+The open-r1 pattern (``src/open_r1/rewards.py``, ``get_reward_funcs``): a recipe lists names and options, the
+registry builds the callables, and each carries a readable ``__name__`` so TRL logs ``rewards/<name>/mean``.
+Parameterised rewards are instances of small classes, not closures, so they pickle into worker processes.
+
+=================  =========================================  ==============================================
+name               builds                                     options
+=================  =========================================  ==============================================
+``accuracy``       :class:`rewards.math.MathAccuracy`         extraction, multiple_boxed, solution_column, ...
+``format``         :class:`rewards.format.ThinkFormat`        strict (default True), answer_tags
+``format_strict``  ThinkFormat(strict=True)                   answer_tags
+``format_lenient`` ThinkFormat(strict=False)                  answer_tags
+``process``        :class:`rewards.format.ProcessReward`      min_steps
+``soft_overlong``  :class:`rewards.length.SoftOverlong`       max_completion_len, soft_punish_cache
+``length_budget``  :class:`rewards.length.LengthBudget`       budget, budget_column, mode, alpha, clip
+``repetition``     :class:`rewards.length.Repetition`         ngram_size, max_penalty
+``code``           :class:`rewards.code.CodeReward`           tests_column, timeout, memory_mb, num_workers, ...
+``arithmetic``     :func:`rewards.arithmetic.arithmetic_reward`  (none); alias ``arithmetic_reward``
+=================  =========================================  ==============================================
+
+Every class also takes ``name`` (the logged ``__name__``), to use one reward twice with different options.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewards.arithmetic import arithmetic_reward
+from rewards.code import CodeReward
+from rewards.format import ProcessReward, ThinkFormat
+from rewards.length import LengthBudget, Repetition, SoftOverlong
+from rewards.math import MathAccuracy
+
+
+@dataclass(frozen=True)
+class _Entry:
+    factory: Callable[..., Callable]
+    defaults: dict[str, Any] = field(default_factory=dict)  # overridable by options
+    fixed: dict[str, Any] = field(default_factory=dict)  # set by the name itself
+
+    def accepted(self) -> set[str] | None:
+        """Option names the factory takes (None: anything, it has ``**kwargs``)."""
+        if self.factory is arithmetic_reward:
+            return set()
+        try:
+            parameters = inspect.signature(self.factory).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        if any(p.kind is p.VAR_KEYWORD for p in parameters):
+            return None
+        names = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        return names - set(self.fixed)
+
+    def build(self, options: dict[str, Any]) -> Callable:
+        if self.factory is arithmetic_reward:
+            return arithmetic_reward
+        return self.factory(**{**self.defaults, **options, **self.fixed})
+
+
+_REGISTRY: dict[str, _Entry] = {
+    "accuracy": _Entry(MathAccuracy),
+    "format": _Entry(ThinkFormat, defaults={"name": "format"}),
+    "format_strict": _Entry(ThinkFormat, fixed={"strict": True}),
+    "format_lenient": _Entry(ThinkFormat, fixed={"strict": False}),
+    "process": _Entry(ProcessReward),
+    "soft_overlong": _Entry(SoftOverlong),
+    "length_budget": _Entry(LengthBudget),
+    "repetition": _Entry(Repetition),
+    "code": _Entry(CodeReward),
+    "arithmetic": _Entry(arithmetic_reward),
+    "arithmetic_reward": _Entry(arithmetic_reward),  # alias: the demo reward's logged __name__
+}
+
+
+def register_reward(name: str, factory: Callable[..., Callable], overwrite: bool = False, **fixed: Any) -> None:
+    """Make ``factory(**options)`` available as ``name``; ``fixed`` keyword options are set by the name."""
+    if name in _REGISTRY and not overwrite:
+        raise ValueError(f"reward {name!r} is already registered; pass overwrite=True to replace it")
+    _REGISTRY[name] = _Entry(factory, fixed=fixed)
+
+
+def available_rewards() -> list[str]:
+    """Registered reward names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_reward(name: str, /, **options: Any) -> Callable:
+    """The reward function registered as ``name``, built with ``options``.
+
+    Raises ``ValueError`` naming the bad name (with the known names and a close match) or the bad option.
+    """
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown reward {name!r}.{hint} Known rewards: {available_rewards()}")
+    entry = _REGISTRY[name]
+    accepted = entry.accepted()
+    if accepted is not None:
+        unknown = sorted(set(options) - accepted)
+        if unknown:
+            fixed = sorted(set(unknown) & set(entry.fixed))
+            note = f" ({fixed} is set by the name {name!r})" if fixed else ""
+            close = difflib.get_close_matches(unknown[0], sorted(accepted), n=1, cutoff=0.5)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"unknown option(s) {unknown} for reward {name!r}{note}.{hint} It accepts {sorted(accepted)}"
+            )
+    return entry.build(options)
+
+
+def get_rewards(names: list[str], options: dict[str, dict[str, Any]] | None = None) -> list[Callable]:
+    """Rewards for a recipe's ``reward_funcs`` list; ``options`` maps a name to its keyword options."""
+    if isinstance(names, str):
+        raise ValueError(f"reward names must be a list, got the string {names!r}; write [{names!r}]")
+    options = dict(options or {})
+    stray = sorted(set(options) - set(names))
+    if stray:
+        raise ValueError(f"options given for {stray}, which are not in the reward list {list(names)}")
+    return [get_reward(name, **(options.get(name) or {})) for name in names]
