@@ -93,8 +93,9 @@ def test_gspo_sequence_ratio_and_clipping_match_hand_computation(tiny_model, tok
     metrics = trainer._metrics["train"]
     assert metrics["clip_ratio/high_mean"][-1] == pytest.approx(1 / 4)  # sequence 1
     assert metrics["clip_ratio/low_mean"][-1] == pytest.approx(1 / 4)  # sequence 2
-    trainer.log({"clip_ratio/region_mean": 0.5})
-    assert trainer.state.log_history[-1]["gspo/seq_clip_frac_region"] == 0.5
+    trainer.log({})
+    assert trainer.state.log_history[-1]["gspo/seq_clip_frac_region"] == pytest.approx(1 / 2)
+    assert trainer.state.log_history[-1]["gspo/seq_clip_frac_high"] == pytest.approx(1 / 4)
 
 
 def test_gspo_token_equals_gspo_with_sequence_advantages(tokenizer, problems, tmp_path):

@@ -48,9 +48,6 @@ class RLScriptArguments:
         default=None, metadata={"help": 'JSON options per reward, e.g. \'{"accuracy": {"extraction": "boxed"}}\'.'}
     )
     health_monitor: bool = field(default=True, metadata={"help": "Warn on KL blow-up, entropy collapse, etc."})
-    resume_from_checkpoint: str | None = field(
-        default=None, metadata={"help": "Checkpoint directory to resume from, or 'latest' for the newest one."}
-    )
 
 
 def parse(preset_config: type[GRPOFamilyConfig], recipe: str, argv: list[str] | None = None):
@@ -154,7 +151,8 @@ def run(
         )
 
     metrics_path = os.path.join(output_dir, "metrics.jsonl")
-    if script_args.resume_from_checkpoint is None and os.path.exists(metrics_path):
+    resume = _resolve_checkpoint(training_args.resume_from_checkpoint, output_dir)
+    if not resume and os.path.exists(metrics_path):
         os.replace(metrics_path, metrics_path + ".previous")  # keep the last run's log, never append to it
     trainer_class = trainer_class_for(training_args)
     trainer = trainer_class(
@@ -171,7 +169,7 @@ def run(
 
         HealthMonitor().attach(trainer)
 
-    trainer.train(resume_from_checkpoint=_resolve_checkpoint(script_args.resume_from_checkpoint, output_dir))
+    trainer.train(resume_from_checkpoint=resume)  # 'latest' = newest checkpoint in output_dir
     trainer.save_model(output_dir)
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(output_dir)

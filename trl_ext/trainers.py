@@ -99,11 +99,13 @@ class GSPOTrainer(GRPOTrainer):
         return super().__new__(cls)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        # TRL averages self._metrics into the logs inside its own log(); alias the per-sequence clip fractions there.
         if self.args.importance_sampling_level in ("sequence", "sequence_token"):
+            metrics = self._metrics["train" if self.model.training else "eval"]
             for side in ("low", "high", "region"):
                 key = f"clip_ratio/{side}_mean"
-                if key in logs:
-                    logs[f"gspo/seq_clip_frac_{side}"] = logs[key]
+                if key in metrics:
+                    metrics[f"gspo/seq_clip_frac_{side}"] = list(metrics[key])
         super().log(logs, start_time)
 
 
