@@ -232,3 +232,25 @@ def test_dapo_adds_the_overlong_reward_without_mutating_args(tiny_model, tokeniz
     overlong = trainer.reward_funcs[1]
     assert overlong(completion_ids=[[1, 1], [1, 1, 1], [1] * 4, [1] * 5]) == [0.0, -0.5, -1.0, -1.0]
     assert not math.isnan(trainer.reward_weights.sum().item())
+
+
+def test_peft_checkpoints_and_model_card_work_through_dapo(tiny_model, tokenizer, problems, tmp_path):
+    from peft import LoraConfig
+
+    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, save_strategy="steps", save_steps=2)
+    trainer = DAPOTrainer(
+        tiny_model,
+        [position_reward],
+        args=args,
+        train_dataset=problems[0],
+        processing_class=tokenizer,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    trainer.train()
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    assert (checkpoint / "adapter_model.safetensors").exists()
+    assert (checkpoint / "dynamic_sampling_state.json").exists()  # the refill stream is checkpointed
+    trainer.save_model(str(tmp_path / "final"))
+    assert (tmp_path / "final" / "adapter_config.json").exists()
+    card = (tmp_path / "out" / "README.md").read_text()  # TRL's model card, written at each checkpoint
+    assert "trained with DAPO" in card and "2503.14476" in card

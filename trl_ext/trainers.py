@@ -1,7 +1,9 @@
 """Drop-in trainers of the GRPO family: TRL's ``GRPOTrainer`` plus one small mixin each.
 
 All take exactly the arguments of ``trl.GRPOTrainer``. The algorithm lives in the config (``trl_ext.presets``); a
-trainer class exists only where behaviour changes:
+trainer class exists only where behaviour changes. Every one of them checks its inputs at construction, guards the
+reward functions, stops on a non-finite loss, writes atomic checkpoints and resumes exactly
+(``trl_ext.reliability``).
 
 - ``GRPOTrainer``: TRL's trainer plus dynamic sampling (off unless ``args.dynamic_sampling``).
 - ``DAPOTrainer``: defaults to ``DAPOConfig`` and adds DAPO's soft overlong punishment (Eq. 13, TRL's
@@ -25,6 +27,7 @@ from trl.rewards import get_soft_overlong_punishment
 
 from trl_ext.dynamic_sampling import DynamicSamplingMixin
 from trl_ext.presets import DAPOConfig, GRPOFamilyConfig, GSPOConfig
+from trl_ext.reliability import GRPOReliabilityMixin
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +38,9 @@ def _model_name(model: Any) -> str:
     return getattr(getattr(model, "config", None), "_name_or_path", "model").split("/")[-1] or "model"
 
 
-class GRPOTrainer(DynamicSamplingMixin, trl.GRPOTrainer):
-    """``trl.GRPOTrainer`` with DAPO dynamic sampling available to any config (``GRPOFamilyConfig`` fields)."""
+class GRPOTrainer(GRPOReliabilityMixin, DynamicSamplingMixin, trl.GRPOTrainer):
+    """``trl.GRPOTrainer`` with DAPO dynamic sampling available to any config (``GRPOFamilyConfig`` fields), and the
+    reliability layer (construction checks, guarded rewards, atomic checkpoints, exact resume)."""
 
     _default_config: type[GRPOFamilyConfig] = GRPOFamilyConfig
     _default_suffix = "GRPO"
@@ -54,6 +58,14 @@ class DAPOTrainer(GRPOTrainer):
 
     _default_config = DAPOConfig
     _default_suffix = "DAPO"
+    _tag_names = ["trl", "trl-ext", "dapo"]
+    _name = "DAPO"
+    _paper = {
+        "title": "DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
+        "id": "2503.14476",
+        "citation": "@article{yu2025dapo,\n    title  = {{DAPO: An Open-Source LLM Reinforcement Learning System at "
+        "Scale}},\n    author = {Qiying Yu and others},\n    year   = 2025,\n    eprint = {arXiv:2503.14476},\n}",
+    }
 
     def __init__(self, model: Any, reward_funcs: Any, args: trl.GRPOConfig | None = None, *rest: Any, **kw: Any):
         if args is None:
@@ -92,6 +104,14 @@ class GSPOTrainer(GRPOTrainer):
 
     _default_config = GSPOConfig
     _default_suffix = "GSPO"
+    _tag_names = ["trl", "trl-ext", "gspo"]
+    _name = "GSPO"
+    _paper = {
+        "title": "Group Sequence Policy Optimization",
+        "id": "2507.18071",
+        "citation": "@article{zheng2025gspo,\n    title  = {{Group Sequence Policy Optimization}},\n    author = "
+        "{Chujie Zheng and others},\n    year   = 2025,\n    eprint = {arXiv:2507.18071},\n}",
+    }
 
     def __new__(cls, model: Any = None, reward_funcs: Any = None, args: Any = None, *rest: Any, **kw: Any):
         if cls is GSPOTrainer and getattr(args, "gspo_token", False):
