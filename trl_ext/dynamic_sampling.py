@@ -19,7 +19,9 @@ How it plugs into TRL 1.12 without copying TRL code (see DESIGN.md, "Override st
 - When every group of the first round is informative the output of ``super()`` is returned untouched: the step is
   exactly TRL's (same data, same loss, no extra work).
 - Refill prompts come from a second, seeded stream over the training set; its position is saved with each checkpoint
-  (``dynamic_sampling_state.json``) and restored on resume, like TRL's own ``entropy_ctrl_state.json``.
+  (``dynamic_sampling_state.json``) and restored on resume, like TRL's own ``entropy_ctrl_state.json``. Under
+  ``trl_ext.checkpointing.AtomicCheckpointMixin`` (the trainers of ``trl_ext.trainers``) ``_get_output_dir`` points
+  at the staging folder while a checkpoint is written, so this file is part of the atomic checkpoint.
 
 Cost: each refill round costs a full generation batch. Old-policy and reference log-probs are computed inside TRL
 before rewards, so a dropped group has already cost those forward passes when they are needed (``beta > 0``, or
@@ -52,6 +54,7 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE = "dynamic_sampling_state.json"
 _STREAM_SEED_OFFSET = 1_000_003  # keeps the refill stream independent of TRL's sampler (seeded with args.seed)
+_EMPTY_STEPS_WARNING = 10  # consecutive steps without a single informative group before the second warning
 
 # How each per-row tensor of TRL's generation output is padded when rows of different widths are joined.
 _LEFT_PADDED = {"prompt_ids", "prompt_mask"}
@@ -121,6 +124,7 @@ class DynamicSamplingMixin:
         super().__init__(*args, **kwargs)
         self._ds_last_rewards: torch.Tensor | None = None
         self._ds_warned = False
+        self._ds_empty_steps = 0
         self._ds_reward_low = float("inf")
         self._ds_reward_high = float("-inf")
         self._ds_stream: PromptStream | None = None
@@ -235,6 +239,7 @@ class DynamicSamplingMixin:
 
     def _log_round_stats(self, rounds: list[tuple[dict, torch.Tensor, float]], num_groups: int) -> None:
         args, metrics = self.args, self._metrics["train"]
+        num_generations = self.num_generations
         all_rewards = torch.cat([r for _, r, _ in rounds])
         keep = informative_groups(all_rewards, self.num_generations, args.dynamic_sampling_atol)
         group_max, group_min = group_reward_range(all_rewards, self.num_generations)
@@ -261,23 +266,35 @@ class DynamicSamplingMixin:
         metrics["dynamic_sampling/limit_hit"].append(float(kept < num_groups))
         metrics["dynamic_sampling/generation_time"].append(sum(s for _, _, s in rounds))
         metrics["dynamic_sampling/dropped_time"].append(dropped_time)
+        self._ds_empty_steps = self._ds_empty_steps + 1 if kept == 0 else 0
         if kept < num_groups and not self._ds_warned:
             self._ds_warned = True
             too_hard, too_easy = all_min.float().mean().item(), all_max.float().mean().item()
-            advice = []
-            if too_hard >= too_easy:
-                advice.append(
-                    f"{too_hard:.0%} of groups were all-wrong: warm-start the model with SFT on the task first "
-                    "(recipes/sft.py), raise num_generations, or check that the reward function can succeed"
-                )
+            if too_hard or too_easy:
+                seen = f"{too_hard:.0%} of the groups were all-wrong and {too_easy:.0%} all-right"
+            else:
+                seen = "every uninformative group had one reward for all its completions"
+            advice = [
+                "if the model rarely succeeds (cold start), warm-start it with SFT on the task first (recipes/sft.py)",
+                f"raise num_generations (now {num_generations}) so that a group is more likely to hold different "
+                "rewards",
+                "check the reward function: rewards/<name>/std near 0 in the logs means it hardly varies",
+            ]
             if too_easy > 0:
-                advice.append(f"{too_easy:.0%} of groups were all-right: filter always-solved prompts from the data")
+                advice.append("filter always-solved prompts out of the data")
+            advice.append("or raise dynamic_sampling_max_rounds")
             logger.warning(
                 f"Dynamic sampling reached dynamic_sampling_max_rounds={args.dynamic_sampling_max_rounds} with only "
                 f"{kept}/{num_groups} informative groups ({kept / generated:.0%} of the {generated} groups generated "
-                f"were informative). The missing groups were filled with zero-weight groups that change nothing in "
-                f"the gradient. To fix: {'; '.join(advice)}; or raise dynamic_sampling_max_rounds. "
-                "(This warning is shown once; see dynamic_sampling/limit_hit in the logs.)"
+                f"were informative; {seen}). The missing groups were filled with zero-weight groups that change "
+                f"nothing in the gradient. What to do: {'; '.join(advice)}. (Shown once; see "
+                "dynamic_sampling/limit_hit and dynamic_sampling/kept_group_frac in the logs.)"
+            )
+        if self._ds_empty_steps == _EMPTY_STEPS_WARNING:
+            logger.warning(
+                f"Dynamic sampling found no informative group at all in the last {_EMPTY_STEPS_WARNING} steps: the "
+                "policy is not being trained (every step is zero-weight fillers). Stop the run and fix the cold start "
+                "(SFT first), the group size (num_generations) or the reward function."
             )
 
     def _assemble(self, rounds: list[tuple[dict, torch.Tensor, float]], num_groups: int, local_rows: int) -> dict:

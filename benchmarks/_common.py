@@ -1,0 +1,301 @@
+"""Helpers shared by the trainer benchmarks (``overhead.py``, ``sample_efficiency.py``, ``dynamic_sampling.py``).
+
+- ``setup(threads)``: fixed torch / OpenMP threads, quiet logging, no network (call before building anything).
+- ``demo_settings()``: the demo's tuned RL settings, read from ``recipes/configs/demo/dapo.yaml`` so that the
+  benchmarks follow the recipe instead of a copy of it.
+- ``load_policy()``: the demo's SFT warm start (``trl_ext.demo.warm_start``, cached), model and tokenizer.
+- ``run_lockstep()``: run N training jobs in N worker processes that take turns one optimizer step at a time
+  (A B C A B C ...), each timing its own steps (``lockstep()`` callback): every arm sees the same machine load, which
+  is what makes ratios meaningful on a shared machine.
+- ``header()`` / ``write_markdown()``: the date, command, machine and versions block every result file starts with.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DEMO_YAML = ROOT / "recipes" / "configs" / "demo" / "dapo.yaml"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# The keys of the demo YAML that define the RL setting (the rest: output, hardware, step count).
+_DEMO_KEYS = ("num_generations", "per_device_train_batch_size", "max_completion_length", "temperature",
+              "learning_rate", "lr_scheduler_type")
+_DAPO_KEYS = ("overlong_buffer_len", "dynamic_sampling_max_rounds", "dynamic_sampling_reward_range")
+
+
+def setup(threads: int) -> None:
+    """Pin the thread count (stable timings on a shared machine), silence progress output, forbid downloads."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import warnings
+
+    import datasets
+    import torch
+    import transformers
+
+    torch.set_num_threads(threads)
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    warnings.filterwarnings("ignore")
+
+
+def demo_settings(prompts_per_step: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(rl, dapo)``: the demo's RL settings (16 prompts x 8 completions, lr 5e-4 constant, 6 tokens) and its
+    DAPO-only fields, from ``recipes/configs/demo/dapo.yaml``. ``prompts_per_step`` shrinks the batch (tests)."""
+    import yaml
+
+    with open(DEMO_YAML) as f:
+        demo = yaml.safe_load(f)
+    rl = {key: demo[key] for key in _DEMO_KEYS}
+    rl["learning_rate"] = float(rl["learning_rate"])
+    if prompts_per_step is not None:
+        rl["per_device_train_batch_size"] = prompts_per_step * rl["num_generations"]
+    return rl, {key: demo[key] for key in _DAPO_KEYS}
+
+
+def run_args(output_dir: str, seed: int = 0, **overrides: Any) -> dict[str, Any]:
+    """Trainer fields every benchmark run shares: CPU, fp32, no checkpoints, a log dict every step."""
+    return dict(output_dir=output_dir, seed=seed, save_strategy="no", report_to="none", logging_steps=1,
+                use_cpu=True, bf16=False, disable_tqdm=True, **overrides)
+
+
+def load_policy(warm_start_steps: int | None = None, cache_dir: str | None = None):
+    """``(model, tokenizer, path)`` of the demo's SFT warm start (built once and cached by ``warm_start``)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ext.demo import WarmStartConfig, warm_start
+
+    sft = WarmStartConfig() if warm_start_steps is None else WarmStartConfig(max_steps=warm_start_steps)
+    path = warm_start(output_dir=cache_dir or str(ROOT / "outputs" / "demo-warm-start"), sft=sft)
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), path
+
+
+def silence(trainer) -> None:
+    """Drop the callback that prints every log dict (with ``disable_tqdm`` the Trainer prints them)."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+
+
+class Baton:
+    """N worker processes take turns, one optimizer step each, in a ring over the workers still training."""
+
+    def __init__(self, ctx, parties: int, timeout: float = 3600.0):
+        self.parties = parties
+        self.cond = ctx.Condition()
+        self.turn = ctx.Value("i", 0, lock=False)  # guarded by cond
+        self.done = ctx.Array("i", parties, lock=False)
+        self.barrier = ctx.Barrier(parties, timeout=timeout)
+        self.timeout = timeout
+
+    def start(self, me: int, first: int = 0) -> None:
+        """Every worker calls this before its next job; worker ``first`` takes the first step."""
+        self.barrier.wait()
+        if me == 0:
+            self.turn.value = first
+            for i in range(self.parties):
+                self.done[i] = 0
+        self.barrier.wait()
+
+    def wait(self, me: int) -> None:
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.turn.value in (me, -1), self.timeout):
+                raise TimeoutError(f"benchmark worker {me} waited {self.timeout:.0f}s for its turn")
+            if self.turn.value == -1:
+                raise RuntimeError("another benchmark worker failed")
+
+    def give(self, me: int, finished: bool = False) -> None:
+        """Pass the turn to the next worker that has not finished its job (back to ``me`` if there is none)."""
+        with self.cond:
+            self.done[me] = int(finished)
+            for step in range(1, self.parties + 1):
+                other = (me + step) % self.parties
+                if not self.done[other]:
+                    self.turn.value = other
+                    break
+            self.cond.notify_all()
+
+    def abort(self) -> None:
+        with self.cond:
+            for i in range(self.parties):
+                self.done[i] = 1
+            self.turn.value = -1
+            self.cond.notify_all()
+        self.barrier.abort()
+
+
+def lockstep(baton: Baton, me: int):
+    """A ``TrainerCallback`` that takes the baton before training and hands it over at every step boundary.
+
+    ``step_seconds()``: the wall (or CPU) time of each step while this worker held the baton; a step runs from its
+    ``on_step_begin`` to the next step's, so it includes the generation, loss, backward, optimizer update and log."""
+    from transformers import TrainerCallback
+
+    class Lockstep(TrainerCallback):
+        def __init__(self):
+            self.starts: list[tuple[float, float]] = []  # (wall, process CPU) at the start of each step
+            self.ends: list[tuple[float, float]] = []
+
+        @staticmethod
+        def _now() -> tuple[float, float]:
+            return time.perf_counter(), time.process_time()
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            baton.wait(me)
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if self.starts:
+                self.ends.append(self._now())
+                baton.give(me)
+                baton.wait(me)
+            self.starts.append(self._now())
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.ends.append(self._now())
+            baton.give(me, finished=True)
+
+        def step_seconds(self, cpu: bool = False) -> list[float]:
+            """Per-step wall seconds, or this process's CPU seconds (``cpu=True``: insensitive to how much of the
+            machine other jobs take, since only the worker holding the turn computes)."""
+            i = int(cpu)
+            return [end[i] - start[i] for start, end in zip(self.starts, self.ends, strict=True)]
+
+    return Lockstep()
+
+
+def _worker_entry(target, me, baton, queue, args):
+    try:
+        for index, result in enumerate(target(me, baton, *args)):
+            queue.put((me, index, result))
+        queue.put((me, None, None))
+    except BaseException:
+        import traceback
+
+        queue.put((me, -1, traceback.format_exc()))
+        baton.abort()
+
+
+def run_lockstep(target, worker_args: list[tuple], on_result=None, timeout: float = 3600.0) -> list[list[Any]]:
+    """Run ``target(me, baton, *worker_args[me])`` in one spawned process per worker; ``target`` is a generator that
+    calls ``baton.start(me, first)`` before each training job, trains with ``lockstep(baton, me)`` among its callbacks
+    and yields one result per job. Returns each worker's results in order; ``on_result(me, index, result)`` sees them
+    as they arrive. A worker's failure stops all of them and is raised here with its traceback."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process that has torch's thread pools
+    baton, queue = Baton(ctx, len(worker_args), timeout), ctx.Queue()
+    workers = [ctx.Process(target=_worker_entry, args=(target, me, baton, queue, args), daemon=True)
+               for me, args in enumerate(worker_args)]
+    for process in workers:
+        process.start()
+    results: list[list[Any]] = [[] for _ in workers]
+    finished = 0
+    try:
+        while finished < len(workers):
+            me, index, result = queue.get(timeout=timeout)
+            if index is None:
+                finished += 1
+            elif index < 0:
+                raise RuntimeError(f"benchmark worker {me} failed:\n{result}")
+            else:
+                results[me].append(result)
+                if on_result is not None:
+                    on_result(me, index, result)
+    finally:
+        for process in workers:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.terminate()
+    return results
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, quartiles (inclusive method), min and max."""
+    values = sorted(values)
+    if len(values) >= 2:
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    else:
+        q1 = q3 = values[0]
+    return {"median": statistics.median(values), "q1": q1, "q3": q3, "min": values[0], "max": values[-1]}
+
+
+def command_line(script: str, argv: list[str]) -> str:
+    return " ".join(["python", f"benchmarks/{script}", *map(shlex.quote, argv)])
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        ram = float("nan")
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{cpu}, {os.cpu_count()} CPUs, {ram:.0f} GiB RAM, {gpu} ({platform.platform()})"
+
+
+def header(command: str, wall_s: float, threads: int, load_before: tuple[float, ...]) -> list[str]:
+    """The provenance block at the top of every result file."""
+    import torch
+    import transformers
+    import trl
+
+    load_after = os.getloadavg()
+    return [
+        f"- date: {datetime.date.today().isoformat()}",
+        f"- command: `{command}` ({wall_s / 60:.1f} min)",
+        f"- machine: {machine()}",
+        f"- versions: python {platform.python_version()}, torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, trl {trl.__version__}",
+        f"- threads: torch.set_num_threads({threads}), OMP_NUM_THREADS={threads}; 1-minute load average "
+        f"{load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end (shared machine: absolute times are noise, "
+        "only the side-by-side ratios are meant to be read)",
+    ]
+
+
+def write_markdown(path: Path, title: str, head: list[str], body: list[str]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([f"# {title}", "", *head, "", *body]).rstrip() + "\n")
+    return path
+
+
+def table(columns: list[str], rows: list[list[Any]], align: str | None = None) -> list[str]:
+    """A markdown table; ``align`` is one character per column, ``l`` or ``r`` (default: first left, rest right)."""
+    align = align or "l" + "r" * (len(columns) - 1)
+    rule = ["---" if a == "l" else "---:" for a in align]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(rule) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return lines
+
+
+def plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as pyplot
+
+    return pyplot

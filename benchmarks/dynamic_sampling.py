@@ -1,0 +1,431 @@
+"""What does dynamic sampling cost? Generation rounds and wall time per kept group when a fraction p of groups is
+uninformative, against the ideal 1/(1-p), and the time spent on groups that are then dropped.
+
+    python benchmarks/dynamic_sampling.py           # full: p = 0, .25, .5, .75, .9; 3 configs x 3 repetitions
+    python benchmarks/dynamic_sampling.py --quick   # the same grid, 1 repetition of 2 steps, under 2 minutes
+
+Synthetic reward: of the 600 training prompts of the demo, exactly round(p x 600) (the lowest SHA-256 of
+``"seed:prompt"``) are uninformative: all their completions get reward 0. Every other prompt's completions get their
+index in the group (0..G-1, all distinct), so those groups are always informative. Over the training set a fraction
+p of groups is uninformative; per batch it varies as sampling does. The policy is the demo's warm start, trained
+with learning rate 0 so that it, and with it completion lengths and generation cost, is the same for every p: what
+changes with p is only dynamic sampling's work. Each refill round generates a whole generation batch (the size of
+the first), so the rounds needed are a whole number, capped at ``dynamic_sampling_max_rounds`` (20 here).
+
+Three trainer configs, all with dynamic sampling on, the demo's 16 prompts x 8 completions per step, 6 tokens:
+
+- ``dapo``: ``get_preset("dapo", soft_overlong_punishment=False)``: beta 0 and one on-policy step per generation,
+  so TRL computes no old-policy or reference log-probs: a dropped group cost only its generation and scoring. (The
+  overlong reward is off because it would make some all-zero groups informative.)
+- ``grpo_kl``: ``get_preset("grpo", dynamic_sampling=True)``: beta 0.04, so TRL runs a reference-model forward pass
+  over every generated group before the rewards are known, dropped ones included.
+- ``gspo``: ``get_preset("gspo", dynamic_sampling=True)``: 4 minibatches per generation (a generation batch of 64
+  prompts), so TRL runs an old-policy forward pass over every generated group.
+
+Measured, with the turn-taking of ``_common.run_lockstep`` (one worker process per p, one optimizer step each in
+turn, so every p is timed under the same machine load), over the measured steps after a warm-up generation cycle:
+``dynamic_sampling/rounds``, ``generation_time`` and ``dropped_time`` as the trainer logs them, and per round, by
+wrapping TRL's ``_generate``, ``_get_per_token_logps_and_entropies`` (no-grad calls: old/reference log-probs) and
+``_calculate_rewards`` in a benchmark subclass: the seconds of generation, of log-prob forward passes and of
+scoring, and how many of the round's groups were informative. Time on dropped groups = each round's time x its
+uninformative fraction (the trainer's ``dropped_time``); informative groups generated in the last round beyond the
+batch ("surplus") are discarded too and are reported on their own.
+
+The expected number of rounds under whole-batch refills, E[R] = sum_{r>=0} P(Bin(r n, 1-p) < n) for n groups per
+generation batch (capped at the round limit), is given beside the ideal 1/(1-p) of generating only what is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as common  # noqa: E402
+
+CONFIGS = {  # name: (label, preset, overrides)
+    "dapo": ("DAPO (beta 0, on-policy: no old/ref log-probs)", "dapo", {"soft_overlong_punishment": False}),
+    "grpo_kl": ("GRPO beta 0.04 (+ reference log-probs)", "grpo", {"dynamic_sampling": True}),
+    "gspo": ("GSPO, 4 minibatches (+ old-policy log-probs)", "gspo", {"dynamic_sampling": True}),
+}
+PS = (0.0, 0.25, 0.5, 0.75, 0.9)
+
+
+class PartlyUninformativeReward:
+    """Reward 0 for every completion of the round(p x N) prompts with the lowest hash, else the completion's index in
+    its group: a fraction p of the training prompts yields uninformative groups, the rest always informative ones."""
+
+    __name__ = "synthetic_reward"
+
+    def __init__(self, p: float, prompts: list[str], num_generations: int, seed: int = 0):
+        ranked = sorted(set(prompts), key=lambda x: hashlib.sha256(f"{seed}:{x}".encode()).hexdigest())
+        self.uninformative = set(ranked[: round(p * len(ranked))])
+        self.num_generations = num_generations
+
+    def __call__(self, prompts, completions, **kwargs):
+        return [0.0 if prompt in self.uninformative else float(i % self.num_generations)
+                for i, prompt in enumerate(prompts)]
+
+
+def expected_rounds(p: float, groups: int, max_rounds: int) -> float:
+    """E[rounds] when each round draws ``groups`` groups, each informative with probability 1-p, until ``groups``
+    informative ones are in hand (capped at ``max_rounds``): sum over r < max of P(Bin(r groups, 1-p) < groups)."""
+    q = 1.0 - p
+    total = 0.0
+    for r in range(max_rounds):
+        n = r * groups
+        total += sum(math.comb(n, k) * q**k * p ** (n - k) for k in range(min(groups, n + 1))) if n else 1.0
+    return total
+
+
+def make_args(name: str, output_dir: str, max_steps: int, max_rounds: int, prompts_per_step: int | None):
+    from trl_ext.presets import get_preset
+
+    _, preset, overrides = CONFIGS[name]
+    rl, _ = common.demo_settings(prompts_per_step)
+    rl["learning_rate"] = 0.0  # the policy stays the warm start: the same generation cost at every p
+    return get_preset(preset, **common.run_args(output_dir, max_steps=max_steps), **rl, **overrides,
+                      dynamic_sampling_max_rounds=max_rounds)
+
+
+def instrumented(base):
+    """``base`` trainer that records, per generation batch, each round's generation, log-prob and scoring seconds
+    and its informative-group count (wraps TRL's methods, changes nothing they return)."""
+    import torch
+
+    from trl_ext.group_filter import informative_groups
+
+    class Instrumented(base):
+        def _bench_reset(self):
+            self._bench_current = {"generate": 0.0, "logps": 0.0}
+
+        def _generate_and_score_completions(self, inputs):  # outermost: one call per generation batch
+            self._bench_rounds = []
+            self._bench_reset()
+            output = super()._generate_and_score_completions(inputs)
+            if self.model.training:
+                self.bench_batches.append(self._bench_rounds)
+            return output
+
+        def _generate(self, prompts):
+            started = time.perf_counter()
+            output = super()._generate(prompts)
+            self._bench_current["generate"] += time.perf_counter() - started
+            return output
+
+        def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+            if torch.is_grad_enabled():  # the training forward pass, not a rollout's old/ref log-probs
+                return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            started = time.perf_counter()
+            output = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            self._bench_current["logps"] += time.perf_counter() - started
+            return output
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            started = time.perf_counter()
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            seconds = time.perf_counter() - started
+            total = (rewards * self.reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
+            keep = informative_groups(total, self.num_generations, self.args.dynamic_sampling_atol)
+            self._bench_rounds.append({**self._bench_current, "reward": seconds, "groups": keep.numel(),
+                                       "informative": int(keep.sum())})
+            self._bench_reset()
+            return rewards
+
+    Instrumented.__name__ = f"Instrumented{base.__name__}"
+    return Instrumented
+
+
+def worker(me: int, baton, p: float, jobs: list, options):
+    """One value of p in its own process: its run of every (config, repetition) job, in turn with the other p's."""
+    common.setup(options.threads)
+    from transformers import AutoModelForCausalLM
+
+    from trl_ext.demo import make_problems
+    from trl_ext.trainers import trainer_class_for
+
+    _, tokenizer, path = common.load_policy(options.warm_start_steps, options.cache_dir)
+    train, _ = make_problems()
+    with tempfile.TemporaryDirectory() as workdir:
+        for index, (name, rep) in enumerate(jobs):
+            probe = make_args(name, workdir, 1, options.max_rounds, options.prompts_per_step)
+            spg = probe.steps_per_generation
+            measured = -(-options.steps // spg) * spg
+            total = spg + measured + 1
+            args = make_args(name, os.path.join(workdir, f"{name}-{rep}"), total, options.max_rounds,
+                             options.prompts_per_step)
+            reward = PartlyUninformativeReward(p, train["prompt"], args.num_generations, seed=options.seed)
+            clock = common.lockstep(baton, me)
+            trainer = instrumented(trainer_class_for(args))(
+                model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=[reward], args=args,
+                train_dataset=train, processing_class=tokenizer, callbacks=[clock])
+            trainer.bench_batches = []
+            common.silence(trainer)
+            baton.start(me, first=index % baton.parties)
+            trainer.train()
+            batches = slice(1, 1 + measured // spg)  # batch 0 is the warm-up cycle's, the last the closing step's
+            logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h][batches]
+            yield {
+                "p": p, "config": name, "rep": rep, "spg": spg, "measured": measured,
+                "groups": args.generation_batch_size // args.num_generations,
+                "step_wall": clock.step_seconds()[spg : spg + measured],
+                "step_cpu": clock.step_seconds(cpu=True)[spg : spg + measured],
+                "rounds": trainer.bench_batches[batches],
+                "logs": [{k: v for k, v in h.items() if k.startswith("dynamic_sampling/")} for h in logs],
+            }
+            del trainer
+            gc.collect()
+
+
+# -- analysis ---------------------------------------------------------------------------------------------------------
+
+
+def run_figures(run: dict) -> dict:
+    """Per-run totals over the measured steps."""
+    groups = run["groups"]
+    kept = dropped_s = surplus_s = logps = logps_wasted = generate = generate_wasted = 0.0
+    for batch in run["rounds"]:
+        need = groups
+        for r in batch:
+            round_s = r["generate"] + r["logps"] + r["reward"]
+            uninformative = r["groups"] - r["informative"]
+            used = min(r["informative"], need)
+            need -= used
+            surplus = r["informative"] - used
+            kept += used
+            dropped_s += round_s * uninformative / r["groups"]
+            surplus_s += round_s * surplus / r["groups"]
+            logps += r["logps"]
+            logps_wasted += r["logps"] * (uninformative + surplus) / r["groups"]
+            generate += r["generate"]
+            generate_wasted += r["generate"] * (uninformative + surplus) / r["groups"]
+    wall, cpu = sum(run["step_wall"]), sum(run["step_cpu"])
+    logs = run["logs"]
+    return {
+        "rounds": statistics.mean(len(b) for b in run["rounds"]),
+        "generated_per_kept": sum(r["groups"] for b in run["rounds"] for r in b) / max(kept, 1),
+        "limit_hit": statistics.mean(h["dynamic_sampling/limit_hit"] for h in logs),
+        "wall_per_kept": wall / max(kept, 1),
+        "cpu_per_kept": cpu / max(kept, 1),
+        "wall": wall,
+        "dropped_share": sum(h["dynamic_sampling/dropped_time"] for h in logs) / wall,
+        "generation_share": sum(h["dynamic_sampling/generation_time"] for h in logs) / wall,
+        "dropped_share_own": dropped_s / wall,
+        "surplus_share": surplus_s / wall,
+        "generate_share": generate / wall,
+        "generate_wasted_share": generate_wasted / wall,
+        "logps_per_step": logps / run["measured"],
+        "logps_share": logps / wall,
+        "logps_wasted_share": logps_wasted / wall,
+        "logps_wasted_frac": logps_wasted / logps if logps else None,
+    }
+
+
+def summarize(runs: list[dict], options) -> dict:
+    figures = {(r["config"], r["p"], r["rep"]): run_figures(r) for r in runs}
+    summary = {}
+    for name in options.configs:
+        groups = next(r["groups"] for r in runs if r["config"] == name)
+        for p in options.ps:
+            reps = [figures[(name, p, rep)] for rep in range(options.reps)]
+            rel = [figures[(name, p, rep)]["wall_per_kept"] / figures[(name, options.ps[0], rep)]["wall_per_kept"]
+                   for rep in range(options.reps)]
+            rel_cpu = [figures[(name, p, rep)]["cpu_per_kept"] / figures[(name, options.ps[0], rep)]["cpu_per_kept"]
+                       for rep in range(options.reps)]
+
+            def mean(key, reps=reps):
+                values = [f[key] for f in reps if f[key] is not None]
+                return statistics.mean(values) if values else None
+
+            summary[(name, p)] = {
+                "groups": groups,
+                "expected_rounds": expected_rounds(p, groups, options.max_rounds),
+                "ideal": 1 / (1 - p),
+                "rel_wall": statistics.median(rel),
+                "rel_wall_range": (min(rel), max(rel)),
+                "rel_cpu": statistics.median(rel_cpu),
+                **{key: mean(key) for key in reps[0]},
+            }
+    return summary
+
+
+def plot(summary: dict, options, out: Path) -> Path:
+    plt = common.plt()
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    ps = list(options.ps)
+    axes[0].plot(ps, [1 / (1 - p) for p in ps], "k--", label="ideal 1/(1-p)")
+    for i, name in enumerate(options.configs):
+        color = f"C{i}"
+        rows = [summary[(name, p)] for p in ps]
+        axes[0].plot(ps, [r["rounds"] for r in rows], "o-", color=color, label=f"{name}: measured rounds")
+        axes[0].plot(ps, [r["expected_rounds"] for r in rows], ":", color=color, label=f"{name}: expected (whole batches)")
+        axes[1].plot(ps, [r["rel_wall"] for r in rows], "o-", color=color, label=f"{name} (wall)")
+        axes[1].fill_between(ps, [r["rel_wall_range"][0] for r in rows], [r["rel_wall_range"][1] for r in rows],
+                             color=color, alpha=0.15)
+        axes[1].plot(ps, [r["rel_cpu"] for r in rows], "x:", color=color, label=f"{name} (CPU)")
+        axes[2].plot(ps, [100 * r["dropped_share"] for r in rows], "o-", color=color, label=f"{name}: dropped")
+        axes[2].plot(ps, [100 * (r["dropped_share_own"] + r["surplus_share"]) for r in rows], "x:", color=color,
+                     label=f"{name}: dropped + surplus")
+    axes[1].plot(ps, [1 / (1 - p) for p in ps], "k--", label="1/(1-p)")
+    axes[0].set(xlabel="uninformative fraction p", ylabel="generation rounds per generation batch",
+                title="rounds per step", yscale="log")
+    axes[1].set(xlabel="uninformative fraction p", ylabel="relative to p = 0", title="time per kept group",
+                yscale="log")
+    axes[2].set(xlabel="uninformative fraction p", ylabel="% of step wall time",
+                title="time on groups that are not trained on")
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def markdown(summary, options, command, wall, load_before) -> tuple[list[str], list[str]]:
+    rl, _ = common.demo_settings(options.prompts_per_step)
+    prompts = rl["per_device_train_batch_size"] // rl["num_generations"]
+    head = common.header(command, wall, options.threads, load_before)
+    head.append(
+        f"- setting: demo SFT warm start, lr 0 (fixed policy), {prompts} prompts x {rl['num_generations']} "
+        f"completions per step, max {rl['max_completion_length']} tokens, dynamic_sampling_max_rounds "
+        f"{options.max_rounds}; {options.reps} repetition(s) of {options.steps} measured step(s) per config and p "
+        "(GSPO: whole generation cycles of 4 steps) after a warm-up cycle; synthetic reward, a fraction p of the "
+        "training prompts uninformative"
+    )
+    rows, cost = [], []
+    for name in options.configs:
+        for p in options.ps:
+            s = summary[(name, p)]
+            rows.append([f"`{name}`", f"{p:g}", s["groups"], f"**{s['rounds']:.2f}**", f"{s['expected_rounds']:.2f}",
+                         f"{s['ideal']:.2f}", f"{s['generated_per_kept']:.2f}", f"{s['limit_hit']:.0%}",
+                         f"{1000 * s['wall_per_kept']:.0f}",
+                         f"**{s['rel_wall']:.2f}** ({s['rel_wall_range'][0]:.2f}–{s['rel_wall_range'][1]:.2f})",
+                         f"{s['rel_cpu']:.2f}"])
+            cost.append([f"`{name}`", f"{p:g}", f"{100 * s['generation_share']:.0f}%",
+                         f"**{100 * s['dropped_share']:.0f}%**", f"{100 * s['surplus_share']:.0f}%",
+                         f"{100 * s['generate_wasted_share']:.0f}%",
+                         f"{1000 * s['logps_per_step']:.0f}", f"{100 * s['logps_share']:.1f}%",
+                         f"{100 * s['logps_wasted_share']:.1f}%",
+                         f"{s['logps_wasted_frac']:.0%}" if s["logps_wasted_frac"] is not None else "–"])
+    body = ["## Generation rounds and time per kept group", ""]
+    body += common.table(
+        ["config", "p", "groups per generation batch", "rounds per batch (measured)",
+         "expected rounds (whole-batch refills)", "ideal 1/(1-p)", "groups generated per kept group",
+         "steps at the round limit", "wall ms per kept group", "wall per kept group / p=0: median (range)",
+         "CPU per kept group / p=0"],
+        rows, align="lrrrrrrrrrr",
+    )
+    body += ["", "## Where the time goes (shares of the measured steps' wall time)", ""]
+    body += common.table(
+        ["config", "p", "generation rounds (`generation_time`)", "groups then dropped (`dropped_time`)",
+         "surplus informative groups discarded", "sampling (generate) on groups not trained on",
+         "old/ref log-prob forward, ms per step", "old/ref forward share of step time",
+         "old/ref forward on groups not trained on", "share of old/ref forward spent on them"],
+        cost, align="lrrrrrrrrr",
+    )
+    body += ["", "`generation_time` and `dropped_time` are the trainer's own metrics (each round's seconds, and each "
+             "round's seconds times its uninformative fraction); the other columns come from the benchmark's timers "
+             "around TRL's `_generate`, no-grad `_get_per_token_logps_and_entropies` and `_calculate_rewards`. "
+             "'Not trained on' = dropped + surplus.", "", "## Reading", ""]
+    body += findings(summary, options)
+    body += ["", "![rounds, time per kept group and wasted time against p](dynamic_sampling.png)"]
+    return head, body
+
+
+def findings(summary: dict, options) -> list[str]:
+    out = []
+    for name in options.configs:
+        rows = {p: summary[(name, p)] for p in options.ps}
+        top = max(options.ps)
+        s = rows[top]
+        out.append(
+            f"- `{name}` at p = {top:g}: {s['rounds']:.2f} rounds per generation batch (ideal {s['ideal']:.2f}, "
+            f"expected with whole-batch refills {s['expected_rounds']:.2f}); time per kept group x{s['rel_wall']:.2f} "
+            f"that of p = 0 (CPU x{s['rel_cpu']:.2f}); {100 * s['dropped_share']:.0f}% of the step time went to "
+            f"groups then dropped and {100 * s['surplus_share']:.0f}% to surplus informative groups"
+            + (f"; old/ref log-prob forward passes took {100 * s['logps_share']:.1f}% of the step time, "
+               f"{s['logps_wasted_frac']:.0%} of them over groups not trained on."
+               if s["logps_wasted_frac"] is not None and s["logps_share"] > 0.001
+               else "; no old/ref log-prob forward passes (beta 0, on-policy).")
+        )
+    mid = [p for p in options.ps if 0 < p < 0.5]
+    if mid and "dapo" in options.configs:
+        s = summary[("dapo", mid[0])]
+        out.append(
+            f"- Whole-batch refills cost most at small p: at p = {mid[0]:g} the ideal is {s['ideal']:.2f} batches but a "
+            f"refill is a whole batch, so {s['rounds']:.2f} rounds were generated ({s['generated_per_kept']:.2f} "
+            f"groups per kept group). Refilling only the missing groups would bring it close to 1/(1-p)."
+        )
+    out.append("- The time per kept group grows more slowly than the rounds because a step's training part "
+               "(loss, backward, optimizer) does not grow with p; generation on this tiny model is cheap, so on a "
+               "real model, where generation dominates, the time ratio moves toward the rounds ratio.")
+    return out
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 repetition of 2 measured steps (under 2 minutes)")
+    parser.add_argument("--ps", default=",".join(f"{p:g}" for p in PS), help="uninformative fractions, first = base")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"subset of {list(CONFIGS)}")
+    parser.add_argument("--steps", type=int, help="measured steps per run (full 6, quick 2; GSPO: whole cycles)")
+    parser.add_argument("--reps", type=int, help="repetitions (full 3, quick 1)")
+    parser.add_argument("--max-rounds", type=int, default=20, help="dynamic_sampling_max_rounds (default 20)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the uninformative-prompt hash")
+    parser.add_argument("--prompts-per-step", type=int, help="prompts per step (default: the demo's 16)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
+    parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
+    parser.add_argument("--out", default=str(common.RESULTS), help="directory for dynamic_sampling.md and .png")
+    options = parser.parse_args(argv)
+    options.ps = [float(p) for p in options.ps.split(",")]
+    if any(not 0 <= p < 1 for p in options.ps):
+        parser.error(f"--ps: every p must be in [0, 1), got {options.ps}")
+    options.configs = [c.strip() for c in options.configs.split(",") if c.strip()]
+    unknown = sorted(set(options.configs) - set(CONFIGS))
+    if unknown:
+        parser.error(f"--configs: unknown {unknown}; choose from {list(CONFIGS)}")
+    options.steps = options.steps or (2 if options.quick else 6)
+    options.reps = options.reps or (1 if options.quick else 3)
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    options = parse(argv)
+    common.setup(options.threads)
+    started, load_before = time.time(), os.getloadavg()
+    common.load_policy(options.warm_start_steps, options.cache_dir)  # build the cached warm start once, up front
+    jobs = [(name, rep) for rep in range(options.reps) for name in options.configs]
+
+    def progress(me, index, run):
+        rounds = statistics.mean(len(b) for b in run["rounds"])
+        print(f"[dynamic_sampling] {run['config']} p={run['p']:g} rep {run['rep']}: {rounds:.2f} rounds/batch, "
+              f"{sum(run['step_wall']) / run['measured']:.2f} s/step", flush=True)
+
+    per_worker = common.run_lockstep(worker, [(p, jobs, options) for p in options.ps], on_result=progress)
+    runs = [run for worker_runs in per_worker for run in worker_runs]
+    summary = summarize(runs, options)
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plot(summary, options, out / "dynamic_sampling.png")
+    (out / "dynamic_sampling.json").write_text(json.dumps({"options": vars(options), "runs": runs}, indent=1))
+    head, body = markdown(summary, options, common.command_line("dynamic_sampling.py", argv), time.time() - started,
+                          load_before)
+    path = common.write_markdown(out / "dynamic_sampling.md", "Cost of dynamic sampling against the uninformative "
+                                 "fraction p", head, body)
+    print("\n".join(body[: body.index("## Reading")]))
+    print(f"[dynamic_sampling] wrote {path} and {out / 'dynamic_sampling.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,154 @@
+"""The trainer benchmarks run end to end with their smallest settings (so they cannot rot), and their pure parts
+match hand-computed values. Each benchmark writes into a temporary directory, never over benchmarks/results/."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+# 2 prompts x 8 completions per step and a 5-step SFT warm start: the code paths of the full runs, in seconds.
+SMALL = ["--quick", "--prompts-per-step", "2", "--warm-start-steps", "5"]
+
+
+def _load(name: str):
+    """A benchmark module by its plain name (importable again in the worker processes it spawns)."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    return importlib.import_module(name)
+
+
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("warm-start"))
+
+
+def _run(script: str, out: Path, cache: str, *args: str) -> str:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    command = [sys.executable, str(BENCH / script), *SMALL, "--cache-dir", cache, "--out", str(out), *args]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def _table(text: str, heading: str) -> list[list[str]]:
+    """Rows (cells stripped, header and rule excluded) of the first markdown table after ``heading``."""
+    lines = text.split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip().strip("*`") for cell in line.strip("|").split("|")])
+    return rows
+
+
+def _provenance(text: str) -> None:
+    for field in ("- date:", "- command: `python benchmarks/", "--quick", "- machine:", "- versions:", "- threads:"):
+        assert field in text
+
+
+# -- end to end (slow) ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_overhead_quick_writes_ratios_and_both_arms_do_identical_work(tmp_path, warm_cache):
+    _run("overhead.py", tmp_path, warm_cache, "--pairs", "2", "--steps", "1")
+    text = (tmp_path / "overhead.md").read_text()
+    _provenance(text)
+    assert (tmp_path / "overhead.png").stat().st_size > 0
+    rows = {row[0]: row for row in _table(text, "## Step-time ratio")}
+    assert set(rows) == {"dapo", "gspo"}
+    for row in rows.values():
+        assert row[3] == "2 x 1" if row[0] == "dapo" else row[3] == "2 x 4"  # GSPO: whole 4-step cycles
+        assert 0.2 < float(row[4]) < 5
+        assert row[-1] == "yes"  # DAPOTrainer with nothing to filter / GSPOTrainer: TRL's exact weights
+    assert len(_table(text, "## Every pair")) == 4
+
+
+@pytest.mark.slow
+def test_sample_efficiency_quick_counts_the_budget(tmp_path, warm_cache):
+    _run("sample_efficiency.py", tmp_path, warm_cache, "--seeds", "0", "--budget", "64", "--eval-every", "32")
+    text = (tmp_path / "sample_efficiency.md").read_text()
+    _provenance(text)
+    assert (tmp_path / "sample_efficiency.png").stat().st_size > 0
+    summary = {row[0]: row for row in _table(text, "## At the same budget")}
+    assert list(summary) == ["GRPO", "Dr. GRPO", "DAPO, no dynamic sampling", "DAPO (dynamic sampling)", "GSPO"]
+    assert summary["GRPO"][7] == "1.00"  # time ratio of GRPO to itself
+    runs = {row[0]: row for row in _table(text, "## Every run")}
+    # 16 completions per step: exactly 4 steps for the budget of 64, GSPO in one 4-step cycle of 64 completions
+    for name in ("GRPO", "Dr. GRPO", "DAPO, no dynamic sampling", "GSPO"):
+        assert (runs[name][2], runs[name][3]) == ("4", "64")
+    steps, completions = int(runs["DAPO (dynamic sampling)"][2]), int(runs["DAPO (dynamic sampling)"][3])
+    assert completions >= 64 and steps <= 4 and completions % 16 == 0  # refill rounds count in the budget
+    assert all(0.0 <= float(row[4]) <= 1.0 for row in runs.values())
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_quick_reports_rounds_against_p(tmp_path, warm_cache):
+    _run("dynamic_sampling.py", tmp_path, warm_cache, "--ps", "0,0.5", "--configs", "dapo,gspo", "--steps", "1")
+    text = (tmp_path / "dynamic_sampling.md").read_text()
+    _provenance(text)
+    assert (tmp_path / "dynamic_sampling.png").stat().st_size > 0
+    rows = {(row[0], row[1]): row for row in _table(text, "## Generation rounds")}
+    assert set(rows) == {("dapo", "0"), ("dapo", "0.5"), ("gspo", "0"), ("gspo", "0.5")}
+    for config in ("dapo", "gspo"):
+        assert rows[(config, "0")][3] == "1.00" and rows[(config, "0")][9].startswith("1.00")  # nothing dropped
+        assert rows[(config, "0.5")][5] == "2.00"  # ideal 1/(1-p)
+        assert float(rows[(config, "0.5")][3]) >= 1.0
+    cost = {(row[0], row[1]): row for row in _table(text, "## Where the time goes")}
+    assert cost[("dapo", "0")][3] == "0%"  # no dropped time without uninformative groups
+    assert cost[("dapo", "0.5")][6] == "0"  # DAPO: beta 0, on-policy: no old/ref log-prob forward pass
+    assert float(cost[("gspo", "0")][6]) > 0  # GSPO's 4 minibatches: an old-policy forward pass per round
+
+
+# -- pure parts (fast) ------------------------------------------------------------------------------------------------
+
+
+def test_expected_rounds_matches_hand_computation():
+    ds = _load("dynamic_sampling")
+    assert ds.expected_rounds(0.0, 16, 20) == 1.0
+    # one group per batch: rounds are geometric, E = sum_{r<20} p^r
+    assert ds.expected_rounds(0.5, 1, 20) == pytest.approx(sum(0.5**r for r in range(20)))
+    # two groups, p = 0.5: P(R > 1) = P(Bin(2, .5) < 2) = 3/4; P(R > 2) = P(Bin(4, .5) < 2) = 5/16; capped at 3
+    assert ds.expected_rounds(0.5, 2, 3) == pytest.approx(1 + 3 / 4 + 5 / 16)
+
+
+def test_synthetic_reward_makes_exactly_p_of_the_prompts_uninformative():
+    ds = _load("dynamic_sampling")
+    prompts = [f"{a}+{b}=" for a in range(20) for b in range(10)]
+    reward = ds.PartlyUninformativeReward(0.25, prompts, num_generations=4)
+    assert len(reward.uninformative) == 50
+    rows = [p for p in prompts[:10] for _ in range(4)]
+    values = reward(rows, ["x"] * len(rows))
+    for g, prompt in enumerate(prompts[:10]):
+        group = values[4 * g : 4 * g + 4]
+        assert group == ([0.0] * 4 if prompt in reward.uninformative else [0.0, 1.0, 2.0, 3.0])
+
+
+def _turns(me, baton, steps):
+    """A stand-in for a trainer: records when it holds the turn."""
+    baton.start(me)
+    baton.wait(me)
+    stamps = []
+    for step in range(steps[me]):
+        stamps.append(time.perf_counter())
+        baton.give(me, finished=step == steps[me] - 1)
+        if step < steps[me] - 1:
+            baton.wait(me)
+    yield stamps
+
+
+def test_lockstep_workers_take_turns_one_step_each():
+    common = _load("_common")
+    steps = [3, 2, 4]
+    stamps = common.run_lockstep(_turns, [(steps,)] * 3, timeout=120)
+    order = [me for _, me in sorted((t, me) for me, runs in enumerate(stamps) for t in runs[0])]
+    assert order == [0, 1, 2, 0, 1, 2, 0, 2, 2]  # a ring over the workers still running

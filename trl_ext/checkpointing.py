@@ -1,0 +1,343 @@
+"""Checkpoints that are complete or absent, and resumes that refuse another run's checkpoints.
+
+transformers 5.x's ``Trainer._save_checkpoint`` writes straight into ``output_dir/checkpoint-N`` (model, optimizer,
+scheduler, RNG states, then ``trainer_state.json``; TRL and trl-ext add their files after that), and
+``get_last_checkpoint`` returns the highest-numbered ``checkpoint-N`` folder whatever it holds. A process killed while
+saving therefore leaves a half-written folder that ``resume_from_checkpoint=True`` picks up next time (a missing
+optimizer state fails; a missing ``dynamic_sampling_state.json`` silently resumes inexactly).
+
+``AtomicCheckpointMixin`` (for any ``transformers.Trainer`` subclass, first in the bases) closes that hole with the
+smallest wrapper: while ``super()._save_checkpoint`` runs, ``_get_output_dir`` points at ``output_dir/.incomplete/``,
+so every file of the checkpoint (the Trainer's, TRL's, the mixins', every process's RNG state) lands in
+``output_dir/.incomplete/checkpoint-N``. When all processes are done, the main process writes a completion marker
+(``trl_ext_checkpoint.json``), fsyncs the files, and renames the folder to ``output_dir/checkpoint-N`` (a rename is
+atomic on POSIX file systems) before rotating old checkpoints (``save_total_limit``). A ``checkpoint-N`` folder thus
+only ever exists complete, for ``get_last_checkpoint``, for ``resume_from_checkpoint=True`` and for any other tool.
+
+``train()`` also checks the resume:
+
+- ``resume_from_checkpoint=True`` resolves to the newest *complete* checkpoint (a folder without the marker and
+  without ``trainer_state.json`` is skipped with a warning); an explicit path to an incomplete one raises.
+- Each checkpoint holds ``trl_ext_run.json``, the run's identity (trainer, model shape, training-set size, columns
+  and first rows, seed, reward functions, group size, loss type). Resuming from a checkpoint of another run raises,
+  naming what differs; starting from scratch in an ``output_dir`` that already holds checkpoints raises too (it would
+  mix two runs' checkpoints, and a later ``resume_from_checkpoint=True`` would pick the wrong one).
+
+Subclasses add their own state to each checkpoint through ``_save_extra_state(folder)`` / ``_load_extra_state(
+checkpoint)`` (called on every process; ``folder`` is the staging folder).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from typing import Any
+
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+logger = logging.getLogger(__name__)
+
+STAGING_DIR = ".incomplete"
+MARKER_FILE = "trl_ext_checkpoint.json"
+RUN_FILE = "trl_ext_run.json"
+COUNTERS_FILE = "trl_ext_counters.json"
+_CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+
+
+def is_complete_checkpoint(path: str) -> bool:
+    """True for a folder written completely: trl-ext's marker, or (checkpoints written by a plain Trainer) the
+    ``trainer_state.json`` that the Trainer writes after the weights, optimizer and RNG states."""
+    return os.path.isfile(os.path.join(path, MARKER_FILE)) or os.path.isfile(os.path.join(path, TRAINER_STATE_NAME))
+
+
+def list_checkpoints(output_dir: str) -> list[tuple[int, str, bool]]:
+    """``(step, path, complete)`` of every ``checkpoint-N`` folder of ``output_dir``, by step."""
+    if not os.path.isdir(output_dir):
+        return []
+    found = []
+    for name in os.listdir(output_dir):
+        match = _CHECKPOINT_RE.match(name)
+        path = os.path.join(output_dir, name)
+        if match and os.path.isdir(path):
+            found.append((int(match.group(1)), path, is_complete_checkpoint(path)))
+    return sorted(found)
+
+
+def last_complete_checkpoint(output_dir: str) -> str | None:
+    """The newest complete checkpoint of ``output_dir`` (the one ``resume_from_checkpoint=True`` resumes from)."""
+    complete = [path for _, path, ok in list_checkpoints(output_dir) if ok]
+    return complete[-1] if complete else None
+
+
+def _fsync_tree(folder: str) -> None:
+    """Flush every file of ``folder`` to disk: a pre-empted VM loses its page cache, a killed process does not."""
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: str, payload: Any) -> None:
+    """Write JSON to ``path`` through a temporary file and ``os.replace``: readers see the old file or the new one."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _rows_digest(dataset: Any, count: int = 8) -> str | None:
+    """A content hash of the first rows (cheap, deterministic across processes, unlike ``Dataset._fingerprint`` of
+    a processed dataset, which hashes the processing functions)."""
+    try:
+        rows = [dataset[i] for i in range(min(count, len(dataset)))]
+    except Exception:  # noqa: BLE001 - iterable datasets, exotic rows: no digest
+        return None
+    text = json.dumps(rows, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def describe_run_difference(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``["seed: 0 (checkpoint) vs 1 (now)", ...]`` for the identity fields present in both and different."""
+    return [
+        f"{key}: {saved[key]!r} (checkpoint) vs {current[key]!r} (now)"
+        for key in sorted(set(saved) & set(current))
+        if saved[key] != current[key]
+    ]
+
+
+def saved_identity(checkpoint: str) -> dict[str, Any] | None:
+    """The run identity stored in a checkpoint (``trl_ext_run.json``), None for checkpoints of other trainers."""
+    path = os.path.join(checkpoint, RUN_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def check_fresh_output_dir(output_dir: str, identity: dict[str, Any] | None = None) -> None:
+    """Raise if a run that does not resume would start in an ``output_dir`` that holds complete checkpoints. Recipes
+    call it before writing anything; the trainers call it in ``train()`` with their identity, to say whose they are."""
+    existing = [path for _, path, ok in list_checkpoints(output_dir) if ok]
+    if not existing:
+        return
+    names = [os.path.basename(p) for p in existing]
+    saved = saved_identity(existing[-1])
+    diff = describe_run_difference(saved, identity) if saved and identity else []
+    whose = f"another run ({'; '.join(diff)})" if diff else "an earlier run"
+    raise ValueError(
+        f"output_dir={output_dir!r} already holds checkpoints of {whose}: {names}. Training from scratch there would "
+        "mix two runs' checkpoints (and resume_from_checkpoint=True would later pick the wrong one). To continue that "
+        "run, call train(resume_from_checkpoint=True) (recipes: --resume_from_checkpoint latest); to start a new run, "
+        "use a new output_dir or delete those checkpoint folders."
+    )
+
+
+class AtomicCheckpointMixin:
+    """Atomic checkpoints and checked resumes for any ``transformers.Trainer`` subclass (module docstring). Put it
+    before the Trainer class in the bases: ``class MyTrainer(AtomicCheckpointMixin, trl.DPOTrainer)``."""
+
+    _staging_parent: str | None = None
+
+    # -- identity of a run ---------------------------------------------------------------------------------------
+
+    def run_identity(self) -> dict[str, Any]:
+        """What makes two runs the same run (a resume must match it); JSON-serializable."""
+        model = getattr(self, "model", None)
+        config = getattr(model, "config", None)
+        identity: dict[str, Any] = {"trainer": type(self).__name__, "seed": self.args.seed}
+        if config is not None:
+            identity["model_type"] = getattr(config, "model_type", None)
+            for key in ("vocab_size", "hidden_size", "num_hidden_layers"):
+                value = getattr(config, key, None)
+                if value is not None:
+                    identity[f"model_{key}"] = value
+        if model is not None:
+            identity["model_parameters"] = sum(p.numel() for p in model.parameters())
+        dataset = getattr(self, "train_dataset", None)
+        if dataset is not None:
+            if getattr(dataset, "column_names", None) is not None:
+                identity["dataset_columns"] = sorted(dataset.column_names)
+            if hasattr(dataset, "__len__"):
+                identity["dataset_rows"] = len(dataset)
+                identity["dataset_first_rows"] = _rows_digest(dataset)
+        for key in ("reward_func_names", "num_generations"):
+            value = getattr(self, key, None)
+            if value is not None:
+                identity[key] = list(value) if isinstance(value, list | tuple) else value
+        loss_type = getattr(self.args, "loss_type", None)
+        if loss_type is not None:
+            identity["loss_type"] = list(loss_type) if isinstance(loss_type, list | tuple) else loss_type
+        return identity
+
+    # -- train: resolve and check the resume ---------------------------------------------------------------------
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
+        output_dir = self.args.output_dir
+        resume = self._resolve_resume(resume_from_checkpoint, output_dir)
+        self._check_run_identity(resume, output_dir)
+        if self.args.should_save:
+            shutil.rmtree(os.path.join(output_dir, STAGING_DIR), ignore_errors=True)  # killed saves: garbage
+        return super().train(resume, *args, **kwargs)
+
+    def _resolve_resume(self, resume: str | bool | None, output_dir: str) -> str | None:
+        if resume is None or resume is False:
+            return None
+        if resume is True:
+            checkpoints = list_checkpoints(output_dir)
+            skipped = [path for _, path, ok in checkpoints if not ok]
+            complete = [path for _, path, ok in checkpoints if ok]
+            if skipped:
+                logger.warning(
+                    f"Skipping incomplete checkpoint(s) {skipped} (the process was stopped while writing them)."
+                )
+            if not complete:
+                raise ValueError(
+                    f"resume_from_checkpoint=True, but output_dir={output_dir!r} holds no complete checkpoint "
+                    f"(found: {[os.path.basename(p) for _, p, _ in checkpoints] or 'none'}). Start the run without "
+                    "resume_from_checkpoint, or set output_dir to the folder of the run to resume."
+                )
+            return complete[-1]
+        resume = str(resume)
+        if not os.path.isdir(resume):
+            raise FileNotFoundError(
+                f"resume_from_checkpoint={resume!r}: no such directory. Give a checkpoint-N folder, or True for the "
+                f"newest complete checkpoint of output_dir={output_dir!r}."
+            )
+        if not is_complete_checkpoint(resume):
+            last = last_complete_checkpoint(os.path.dirname(os.path.abspath(resume)))
+            raise ValueError(
+                f"resume_from_checkpoint={resume!r} is incomplete (no {MARKER_FILE} and no {TRAINER_STATE_NAME}: the "
+                f"process was stopped while writing it). Resume from {last!r} (the newest complete one), or pass "
+                "resume_from_checkpoint=True."
+                if last
+                else f"resume_from_checkpoint={resume!r} is incomplete (no {MARKER_FILE} and no {TRAINER_STATE_NAME}: "
+                "the process was stopped while writing it) and there is no complete checkpoint next to it. Start the "
+                "run without resume_from_checkpoint."
+            )
+        return resume
+
+    def _check_run_identity(self, resume: str | None, output_dir: str) -> None:
+        current = self.run_identity()
+        if resume is not None:
+            saved = saved_identity(resume)
+            diff = describe_run_difference(saved, current) if saved else []
+            if diff:
+                raise ValueError(
+                    f"resume_from_checkpoint={resume!r} was written by another run ({'; '.join(diff)}). Resume from "
+                    "a checkpoint of this run, or start this run without resume_from_checkpoint in a new output_dir. "
+                    f"If the change is intended, delete {os.path.join(resume, RUN_FILE)} to resume anyway."
+                )
+            return
+        check_fresh_output_dir(output_dir, current)
+
+    # -- saving --------------------------------------------------------------------------------------------------
+
+    def _get_output_dir(self, trial: Any) -> str:
+        if self._staging_parent is not None:
+            return self._staging_parent
+        return super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        run_dir = self._get_output_dir(trial)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging_parent = os.path.join(run_dir, STAGING_DIR)
+        staging, final = os.path.join(staging_parent, name), os.path.join(run_dir, name)
+        if self.args.should_save:
+            shutil.rmtree(staging_parent, ignore_errors=True)
+            os.makedirs(staging_parent, exist_ok=True)
+        self.accelerator.wait_for_everyone()
+        self._staging_parent = staging_parent
+        try:
+            super()._save_checkpoint(model, trial)  # every file lands in output_dir/.incomplete/checkpoint-N
+            os.makedirs(staging, exist_ok=True)
+            self._save_extra_state(staging)
+        finally:
+            self._staging_parent = None
+        best = self.state.best_model_checkpoint
+        if best is not None and os.path.abspath(os.path.dirname(best)) == os.path.abspath(staging_parent):
+            self.state.best_model_checkpoint = os.path.join(run_dir, os.path.basename(best))
+            if self.args.should_save:
+                self.state.save_to_json(os.path.join(staging, TRAINER_STATE_NAME))
+        self.accelerator.wait_for_everyone()  # all processes' files are in the staging folder
+        if self.args.should_save:
+            write_json_atomic(os.path.join(staging, RUN_FILE), self.run_identity())
+            write_json_atomic(os.path.join(staging, MARKER_FILE), {"global_step": self.state.global_step})
+            _fsync_tree(staging)
+            self._publish(staging, final)
+            rotate_checkpoints(
+                output_dir=run_dir,
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
+        self.accelerator.wait_for_everyone()
+
+    @staticmethod
+    def _publish(staging: str, final: str) -> None:
+        """Move the finished checkpoint into place; an older folder of the same step (a run resumed from an earlier
+        checkpoint) is replaced. A kill in between leaves the older, complete checkpoints, never a partial one."""
+        parent = os.path.dirname(final)
+        replaced = None
+        if os.path.exists(final):
+            replaced = os.path.join(os.path.dirname(staging), f"replaced-{os.path.basename(final)}")
+            shutil.rmtree(replaced, ignore_errors=True)
+            os.rename(final, replaced)
+        os.rename(staging, final)
+        _fsync_dir(parent)
+        if replaced is not None:
+            shutil.rmtree(replaced, ignore_errors=True)
+        try:
+            os.rmdir(os.path.dirname(staging))  # only if empty
+        except OSError:
+            pass
+
+    def _save_extra_state(self, folder: str) -> None:
+        """Hook: write subclass state into the checkpoint being staged (called on every process). Here: the token
+        counter TRL's DPO / SFT / reward trainers keep outside ``TrainerState`` (``_total_train_tokens``, logged as
+        ``num_tokens``), which a resumed TRL trainer would otherwise restart from 0."""
+        if hasattr(self, "_total_train_tokens") and self.args.should_save:
+            with open(os.path.join(folder, COUNTERS_FILE), "w") as f:
+                json.dump({"total_train_tokens": self._total_train_tokens}, f)
+
+    # -- loading -------------------------------------------------------------------------------------------------
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            self._load_extra_state(checkpoint)
+
+    def _load_extra_state(self, checkpoint: str) -> None:
+        """Hook: restore what ``_save_extra_state`` wrote (called on every process, after the optimizer)."""
+        path = os.path.join(checkpoint, COUNTERS_FILE)
+        if hasattr(self, "_total_train_tokens") and os.path.exists(path):
+            with open(path) as f:
+                self._total_train_tokens = json.load(f)["total_train_tokens"]

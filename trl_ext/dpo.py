@@ -1,0 +1,343 @@
+r"""DPO over TRL's ``DPOTrainer``: length-bias diagnostics, and pairs mined from groups of the current policy.
+
+``DPOTrainer`` takes exactly the arguments of ``trl.DPOTrainer`` and computes exactly its loss (DPO, arXiv
+2305.18290, Eq. 7: L = -log sigmoid(beta [log pi/pi_ref (y_w|x) - log pi/pi_ref (y_l|x)]), or whichever
+``loss_type`` the config names). On top it logs how much of the implicit reward margin comes from length:
+
+    margin = beta (L_w a_w - L_l a_l)                     a = per-token log-ratio log(pi/pi_ref) / L
+           = beta (L_w - L_l)(a_w + a_l)/2   +   beta (a_w - a_l)(L_w + L_l)/2
+             ^ length part: the length gap    ^ per-token part: what the model prefers
+               at the pair's mean rate           token for token
+
+an exact split of each pair's margin. Logged (averaged like TRL's own metrics): ``length_bias/chosen_len``,
+``length_bias/rejected_len``, ``length_bias/gap`` (mean L_w - L_l, in completion tokens),
+``length_bias/margin_from_length`` (mean length part) and ``length_bias/length_share`` (sum |length part| /
+(sum |length part| + sum |per-token part|), in [0, 1]: 0 = length explains none of the margin). The diagnostics use
+the unweighted sequence log-ratios (DPO's implicit reward r = beta log pi/pi_ref, Eq. 5) whatever the loss; they
+cost one log-softmax gather over the policy logits per step, no extra forward pass, and never change the loss.
+
+TRL settings that counter length bias (all ``trl.DPOConfig`` fields, so also fields of ``DPOConfig`` below):
+
+- ``loss_type="sigmoid_norm"``: length-normalized log-ratios, -log sigmoid(beta (a_w - a_l)) (the per-token part
+  alone; the SimPO-style average without its reward margin).
+- ``ld_alpha`` (LD-DPO, arXiv 2409.06411): tokens past the shorter completion's length count with weight
+  ``ld_alpha`` in [0, 1] (1.0 = plain DPO; the paper finds 0.2 - 0.5 good for 7B-scale models).
+- ``loss_type=["sigmoid", "sft"], loss_weights=[1.0, alpha]``: RPO's NLL term on the chosen completion (Iterative
+  RPO, arXiv 2404.19733, Eq. 1, alpha = 1 in the paper; TRL's "sft" term is the token-mean NLL, where the paper
+  divides by |x| + |y|). It keeps the chosen log-likelihood from falling, the failure that makes plain DPO drift.
+- Data side: ``trl_ext.pairs`` pairs completions of similar length (``pairs_per_group``, ``max_length_gap``).
+
+Group-mined, iterative DPO (Iterative RPO, arXiv 2404.19733, section 2): ``DPOTrainer.from_groups`` samples
+``num_generations`` completions per prompt from the current policy, scores them with GRPO-family reward functions,
+drops all-equal groups (``trl_ext.group_filter``, shared with DAPO's dynamic sampling) and trains on length-matched
+best-vs-worst pairs. ``train_iterative_dpo`` repeats that for ``mining_rounds`` rounds, each round re-sampling from
+the improved model and using it as the new reference (the paper's M_t -> M_{t+1} with reference M_t). What it does
+not do: the paper's gold-answer check on the chosen chain of thought is whatever your reward function checks, and it
+trains each round from the previous round's weights without re-tuning hyper-parameters per round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import trl
+from datasets import Dataset
+from trl.trainer.utils import selective_log_softmax
+
+from trl_ext.group_filter import DEFAULT_ATOL
+from trl_ext.pairs import PairStats, mine_pairs
+
+logger = logging.getLogger(__name__)
+
+try:  # PEFT is optional
+    from peft import PeftModel
+except ImportError:  # pragma: no cover
+    PeftModel = ()  # type: ignore[assignment,misc]
+
+
+@dataclass
+class DPOConfig(trl.DPOConfig):
+    r"""``trl.DPOConfig`` plus group mining and the length-bias diagnostics. A drop-in superset: every TRL field keeps
+    its TRL default, so ``trl_ext.DPOTrainer`` with this config trains exactly like TRL on preference data.
+
+    Parameters (in addition to ``trl.DPOConfig``'s):
+        length_diagnostics (`bool`, defaults to `True`): log ``length_bias/*`` (module docstring). No effect on the loss.
+        num_generations (`int`, defaults to `8`): completions sampled per prompt when mining pairs (Iterative RPO
+            samples N = 30 on GSM8K; 8 is enough on the demo task).
+        mining_rounds (`int`, defaults to `1`): rounds of sample -> pair -> train in ``train_iterative_dpo``; each
+            round re-samples from the improved model and uses it as the reference (Iterative RPO used 4).
+        mining_max_new_tokens (`int`, defaults to `256`): generation length when mining.
+        mining_temperature (`float`, defaults to `1.0`) / mining_top_p (`float`, defaults to `1.0`): sampling
+            settings when mining (Iterative RPO: temperature 0.8 on GSM8K).
+        mining_batch_size (`int`, defaults to `64`): prompts per ``generate`` call when mining.
+        prompts_per_round (`int` or `None`, defaults to `None`): prompts sampled per round (seeded); ``None``: all.
+        reward_weights (`list[float]` or `None`, defaults to `None`): one weight per reward function; ``None``: 1.0.
+        reward_atol (`float`, defaults to `1e-6`): a group is uninformative (dropped) when max(r) - min(r) <= atol;
+            chosen / rejected are the completions within atol of the best / worst reward.
+        pairs_per_group (`int`, defaults to `1`): length-matched best-vs-worst pairs per group, no completion reused.
+        max_length_gap (`int` or `None`, defaults to `None`): drop pairs whose completions differ by more tokens.
+    """
+
+    length_diagnostics: bool = field(
+        default=True, metadata={"help": "Log length_bias/* (length gap, share of the margin explained by length)."}
+    )
+    num_generations: int = field(default=8, metadata={"help": "Completions sampled per prompt when mining pairs."})
+    mining_rounds: int = field(
+        default=1,
+        metadata={"help": "Iterative DPO rounds: re-sample from the improved policy, which becomes the ref."},
+    )
+    mining_max_new_tokens: int = field(default=256, metadata={"help": "Max new tokens per mined completion."})
+    mining_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature when mining."})
+    mining_top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling top_p when mining."})
+    mining_batch_size: int = field(default=64, metadata={"help": "Prompts per generate() call when mining."})
+    prompts_per_round: int | None = field(
+        default=None, metadata={"help": "Prompts sampled per mining round (seeded); None = all prompts."}
+    )
+    reward_weights: list[float] | None = field(
+        default=None, metadata={"help": "One weight per reward function (None = all 1.0)."}
+    )
+    reward_atol: float = field(
+        default=DEFAULT_ATOL, metadata={"help": "Groups whose reward range is <= atol are uninformative and dropped."}
+    )
+    pairs_per_group: int = field(default=1, metadata={"help": "Length-matched best-vs-worst pairs per group."})
+    max_length_gap: int | None = field(
+        default=None, metadata={"help": "Drop pairs whose completions differ by more tokens (None = no limit)."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        checks = {
+            "num_generations": (self.num_generations >= 2, "at least 2 completions per prompt are needed to compare"),
+            "mining_rounds": (self.mining_rounds >= 1, "at least 1 round"),
+            "mining_max_new_tokens": (self.mining_max_new_tokens >= 1, "must be >= 1"),
+            "mining_temperature": (
+                self.mining_temperature > 0,
+                "must be > 0 (sampling, not greedy: greedy groups are all equal and every group would be dropped)",
+            ),
+            "pairs_per_group": (self.pairs_per_group >= 1, "must be >= 1"),
+            "reward_atol": (self.reward_atol >= 0, "must be >= 0"),
+        }
+        for name, (ok, why) in checks.items():
+            if not ok:
+                raise ValueError(f"DPOConfig.{name}={getattr(self, name)!r}: {why}.")
+        if self.prompts_per_round is not None and self.prompts_per_round < 1:
+            raise ValueError(f"DPOConfig.prompts_per_round={self.prompts_per_round}: must be >= 1, or None for all.")
+        if self.max_length_gap is not None and self.max_length_gap < 0:
+            raise ValueError(f"DPOConfig.max_length_gap={self.max_length_gap}: must be >= 0, or None for no limit.")
+
+
+def length_margin_decomposition(
+    chosen_logratios: torch.Tensor,
+    rejected_logratios: torch.Tensor,
+    chosen_lengths: torch.Tensor,
+    rejected_lengths: torch.Tensor,
+    beta: float,
+) -> dict[str, torch.Tensor]:
+    """Exact per-pair split of DPO's implicit reward margin ``beta (c - r)`` into a length part and a per-token part
+    (module docstring). ``*_logratios`` are sequence sums of log(pi / pi_ref); lengths are completion token counts.
+    Returns ``margin``, ``length_part``, ``per_token_part`` (``margin == length_part + per_token_part``)."""
+    lw, ll = chosen_lengths.float().clamp(min=1), rejected_lengths.float().clamp(min=1)
+    aw, al = chosen_logratios.float() / lw, rejected_logratios.float() / ll
+    length_part = beta * (lw - ll) * (aw + al) / 2
+    per_token_part = beta * (aw - al) * (lw + ll) / 2
+    return {
+        "margin": beta * (chosen_logratios.float() - rejected_logratios.float()),
+        "length_part": length_part,
+        "per_token_part": per_token_part,
+    }
+
+
+class DPOTrainer(trl.DPOTrainer):
+    """``trl.DPOTrainer`` (same constructor, same loss) plus ``length_bias/*`` metrics and group-mined pairs
+    (``from_groups``). See the module docstring for the equations and the TRL settings that counter length bias."""
+
+    mining_stats: PairStats | None = None
+    mined_pairs: Dataset | None = None
+
+    # ---- length-bias diagnostics -------------------------------------------------------------------------------
+    def _length_diagnostics_on(self) -> bool:
+        return getattr(self.args, "length_diagnostics", True) and not self.use_liger_kernel and not self._is_vlm
+
+    @contextlib.contextmanager
+    def _capture_reference_logits(self) -> Iterator[dict[str, torch.Tensor]]:
+        """Keep the logits of the last forward of the reference model (or, with PEFT and no ``ref_model``, of the
+        adapter-disabled policy, which TRL calls after the policy) with a forward hook: TRL's own reference pass,
+        read, not repeated."""
+        captured: dict[str, torch.Tensor] = {}
+        target = self.ref_model if self.ref_model is not None else self.accelerator.unwrap_model(self.model)
+
+        def hook(module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+            captured["logits"] = output.logits.detach()
+
+        handle = target.register_forward_hook(hook, with_kwargs=True) if not self.precompute_ref_logps else None
+        try:
+            yield captured
+        finally:
+            if handle is not None:
+                handle.remove()
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not self._length_diagnostics_on():
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        with self._capture_reference_logits() as captured:
+            loss, outputs = super().compute_loss(model, inputs, True, num_items_in_batch)
+        self._log_length_bias(inputs, outputs.logits, captured.get("logits"))
+        return (loss, outputs) if return_outputs else loss
+
+    @torch.no_grad()
+    def _log_length_bias(self, inputs: dict, logits: torch.Tensor, ref_logits: torch.Tensor | None) -> None:
+        labels = inputs["input_ids"][..., 1:]
+        mask = inputs["completion_mask"][..., 1:].bool()
+        policy = selective_log_softmax(logits.detach()[..., :-1, :], labels).masked_fill(~mask, 0.0).sum(1)
+        if "ref_chosen_logps" in inputs:
+            ref = torch.cat([inputs["ref_chosen_logps"], inputs["ref_rejected_logps"]]).to(policy)
+        elif ref_logits is not None:
+            ref = selective_log_softmax(ref_logits[..., :-1, :], labels).masked_fill(~mask, 0.0).sum(1)
+        else:
+            return
+        lengths = mask.sum(1)
+        chosen_ratio, rejected_ratio = (policy - ref).chunk(2)
+        chosen_len, rejected_len = lengths.chunk(2)
+        parts = length_margin_decomposition(chosen_ratio, rejected_ratio, chosen_len, rejected_len, self.beta)
+        gather = self.accelerator.gather_for_metrics
+        length_abs = gather(parts["length_part"].abs()).sum()
+        token_abs = gather(parts["per_token_part"].abs()).sum()
+        total = (length_abs + token_abs).item()
+        mode = "train" if self.model.training else "eval"
+        metrics = self._metrics[mode]
+        metrics["length_bias/chosen_len"].append(gather(chosen_len.float()).mean().item())
+        metrics["length_bias/rejected_len"].append(gather(rejected_len.float()).mean().item())
+        metrics["length_bias/gap"].append(gather((chosen_len - rejected_len).float()).mean().item())
+        metrics["length_bias/margin_from_length"].append(gather(parts["length_part"]).mean().item())
+        metrics["length_bias/length_share"].append(length_abs.item() / total if total > 0 else 0.0)
+
+    # ---- group-mined pairs -------------------------------------------------------------------------------------
+    @classmethod
+    def from_groups(
+        cls,
+        model: torch.nn.Module,
+        reward_funcs: Callable | Sequence[Callable],
+        args: DPOConfig,
+        train_dataset: Dataset,
+        processing_class: Any,
+        ref_model: torch.nn.Module | None = None,
+        eval_dataset: Dataset | None = None,
+        callbacks: list | None = None,
+        peft_config: Any = None,
+    ) -> DPOTrainer:
+        """A trainer on pairs mined from the current ``model`` (``trl_ext.pairs.mine_pairs``) for the prompts of
+        ``train_dataset`` (a ``prompt`` column and the columns the reward functions read). ``ref_model=None`` with
+        a full model uses a frozen copy of ``model`` as it is now (TRL would reload ``model``'s checkpoint from
+        disk, which is not the current policy after a previous round). ``eval_dataset``, if given, must be a
+        preference dataset. The mining outcome is in ``trainer.mining_stats`` and is logged at the first log."""
+        if not isinstance(args, DPOConfig):
+            raise TypeError(
+                f"from_groups needs a trl_ext.dpo.DPOConfig (it holds num_generations, reward_weights, ...); got "
+                f"{type(args).__name__}. Build one with DPOConfig(output_dir=..., num_generations=...)."
+            )
+        if isinstance(model, str):
+            raise TypeError("from_groups samples from the model before training: pass a loaded model, not a name.")
+        funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
+        prompts = train_dataset
+        if args.prompts_per_round is not None and args.prompts_per_round < len(prompts):
+            prompts = prompts.shuffle(seed=args.seed).select(range(args.prompts_per_round))
+        pairs, stats = mine_pairs(
+            model,
+            processing_class,
+            prompts,
+            funcs,
+            num_generations=args.num_generations,
+            max_new_tokens=args.mining_max_new_tokens,
+            reward_weights=args.reward_weights,
+            temperature=args.mining_temperature,
+            top_p=args.mining_top_p,
+            atol=args.reward_atol,
+            pairs_per_group=args.pairs_per_group,
+            max_length_gap=args.max_length_gap,
+            batch_size=args.mining_batch_size,
+        )
+        if len(pairs) == 0:
+            raise ValueError(
+                f"no preference pair could be mined: all {stats.num_groups} groups of num_generations="
+                f"{args.num_generations} completions had equal rewards (mean reward {stats.mean_reward:.3f}). "
+                "Raise num_generations or mining_temperature, or start from a model that is right some of the time "
+                "(e.g. an SFT warm start)."
+            )
+        is_peft = isinstance(model, PeftModel) or peft_config is not None
+        if ref_model is None and not is_peft and not args.precompute_ref_log_probs:
+            ref_model = copy.deepcopy(model).eval()
+        trainer = cls(
+            model=model,
+            ref_model=ref_model,
+            args=args,
+            train_dataset=pairs.select_columns(["prompt", "chosen", "rejected"]),
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            callbacks=callbacks,
+            peft_config=peft_config,
+        )
+        trainer.mining_stats = stats
+        trainer.mined_pairs = pairs
+        return trainer
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.mining_stats is not None and self.model.training and not getattr(self, "_mining_logged", False):
+            logs.update(self.mining_stats.as_dict())
+            self._mining_logged = True  # once per trainer (one mining round)
+        super().log(logs, start_time)
+
+
+@dataclass
+class RoundResult:
+    """One round of ``train_iterative_dpo``."""
+
+    round: int
+    stats: PairStats
+    train_loss: float
+    pairs: Dataset  # the mined pairs (prompt, chosen, rejected, rewards and lengths of both sides)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def train_iterative_dpo(
+    model: torch.nn.Module,
+    reward_funcs: Callable | Sequence[Callable],
+    args: DPOConfig,
+    train_dataset: Dataset,
+    processing_class: Any,
+    eval_dataset: Dataset | None = None,
+    callbacks: list | None = None,
+    on_round_end: Callable[[int, torch.nn.Module], dict[str, float] | None] | None = None,
+) -> list[RoundResult]:
+    """Iterative RPO (arXiv 2404.19733): for ``args.mining_rounds`` rounds, mine pairs from the current model, train
+    one ``DPOTrainer`` on them with the current model as the reference, and continue from the result. ``model`` is
+    trained in place. Round k writes to ``<output_dir>/round-<k>`` and uses seed ``args.seed + k``;
+    ``on_round_end(k, model)`` may return metrics (e.g. held-out accuracy) stored in the round's result."""
+    results = []
+    for k in range(args.mining_rounds):
+        round_args = copy.copy(args)
+        round_args.output_dir = os.path.join(args.output_dir, f"round-{k}")
+        round_args.seed = args.seed + k
+        trainer = DPOTrainer.from_groups(
+            model,
+            reward_funcs,
+            round_args,
+            train_dataset,
+            processing_class,
+            eval_dataset=eval_dataset,
+            callbacks=callbacks,
+        )
+        stats, pairs = trainer.mining_stats, trainer.mined_pairs
+        output = trainer.train()
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        extra = on_round_end(k, model) if on_round_end is not None else None
+        results.append(RoundResult(k, stats, output.training_loss, pairs, dict(extra or {})))
+        logger.info("iterative DPO round %d: %s, train loss %.4f", k, stats, output.training_loss)
+        del trainer
+    return results

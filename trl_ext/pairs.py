@@ -1,0 +1,318 @@
+"""Preference pairs mined from groups of scored rollouts: the data side of group-mined / iterative DPO.
+
+Iterative Reasoning Preference Optimization (Pang et al., arXiv 2404.19733, section 2) samples N completions per
+prompt from the current model, scores them with a verifiable reward and builds pairs (correct, incorrect). This
+module does the same with any reward functions of the GRPO family (TRL's signature ``f(prompts, completions,
+**columns) -> list[float | None]``), in three independent steps:
+
+1. ``sample_groups``: ``num_generations`` sampled completions per prompt from a causal LM (``model.generate``).
+2. ``score_completions``: the weighted sum of the reward functions, NaN-aware like TRL's GRPO (``None`` = "this
+   function does not apply"; a completion that no function scores is unscorable, NaN).
+3. ``select_pairs`` / ``build_pairs``: drop uninformative groups with ``trl_ext.group_filter.informative_groups``
+   (the very filter of DAPO's dynamic sampling, Eq. 11: rewards not all equal), then pair the best-reward tier
+   with the worst-reward tier, taking the pair whose lengths are closest. Pairing by reward alone would let a
+   length difference ride along with the preference and teach it (Park et al., "Disentangling Length from Quality
+   in DPO", arXiv 2403.19159); matching lengths within the reward tiers removes most of it at no cost.
+
+``mine_pairs`` chains the three. ``build_pairs`` is usable on its own to turn scored rollouts (e.g. logged by a GRPO
+run) into a ``datasets.Dataset`` with ``prompt`` / ``chosen`` / ``rejected`` columns for ``DPOTrainer``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from datasets import Dataset
+
+from rewards.arithmetic import completion_text
+from trl_ext.group_filter import DEFAULT_ATOL, informative_groups
+
+PAIR_COLUMNS = ("prompt", "chosen", "rejected", "chosen_reward", "rejected_reward", "chosen_length", "rejected_length")
+
+
+@dataclass
+class PairStats:
+    """What mining produced, for logs and for deciding whether to sample more."""
+
+    num_groups: int
+    num_informative: int
+    num_pairs: int
+    mean_reward: float  # over scorable completions
+    mean_length_gap: float  # mean of len(chosen) - len(rejected) over the pairs (0 when there are none)
+    mean_abs_length_gap: float
+
+    @property
+    def informative_frac(self) -> float:
+        return self.num_informative / self.num_groups if self.num_groups else 0.0
+
+    def as_dict(self, prefix: str = "mining/") -> dict[str, float]:
+        return {
+            f"{prefix}num_groups": self.num_groups,
+            f"{prefix}informative_frac": self.informative_frac,
+            f"{prefix}num_pairs": self.num_pairs,
+            f"{prefix}mean_reward": self.mean_reward,
+            f"{prefix}length_gap": self.mean_length_gap,
+            f"{prefix}abs_length_gap": self.mean_abs_length_gap,
+        }
+
+
+def _reward_name(func: Callable) -> str:
+    return getattr(func, "__name__", type(func).__name__)
+
+
+def combine_rewards(rewards_per_func: torch.Tensor, weights: Sequence[float] | None = None) -> torch.Tensor:
+    """``(N, F)`` rewards of F functions to ``(N,)``: the weighted sum over the functions that scored each completion
+    (TRL GRPO's ``nansum``), NaN where no function did."""
+    if rewards_per_func.dim() != 2:
+        raise ValueError(
+            f"rewards_per_func must be (num_completions, num_funcs), got {tuple(rewards_per_func.shape)}."
+        )
+    num_funcs = rewards_per_func.shape[1]
+    w = torch.ones(num_funcs) if weights is None else torch.as_tensor(list(weights), dtype=torch.float32)
+    if w.numel() != num_funcs:
+        raise ValueError(
+            f"reward_weights has {w.numel()} values for {num_funcs} reward functions; give one weight per function "
+            "or leave reward_weights unset (all 1.0)."
+        )
+    weighted = rewards_per_func.float() * w.unsqueeze(0)
+    combined = torch.nansum(weighted, dim=1)
+    combined[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return combined
+
+
+def score_completions(
+    reward_funcs: Sequence[Callable],
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    reward_weights: Sequence[float] | None = None,
+    **columns: Sequence[Any],
+) -> torch.Tensor:
+    """Call each reward function like TRL's GRPO does (``prompts=, completions=, **columns``, one entry per
+    completion) and combine them with ``combine_rewards``. Returns a float tensor of shape ``(len(completions),)``."""
+    if not reward_funcs:
+        raise ValueError("reward_funcs is empty: give at least one reward function (e.g. rewards.arithmetic_reward).")
+    for name, values in columns.items():
+        if len(values) != len(completions):
+            raise ValueError(f"column {name!r} has {len(values)} entries for {len(completions)} completions.")
+    table = torch.full((len(completions), len(reward_funcs)), torch.nan)
+    for j, func in enumerate(reward_funcs):
+        values = func(prompts=list(prompts), completions=list(completions), **{k: list(v) for k, v in columns.items()})
+        if len(values) != len(completions):
+            raise ValueError(
+                f"reward function {_reward_name(func)!r} returned {len(values)} rewards for {len(completions)} "
+                "completions; it must return one float (or None) per completion."
+            )
+        table[:, j] = torch.tensor([math.nan if v is None else float(v) for v in values])
+    return combine_rewards(table, reward_weights)
+
+
+def select_pairs(
+    rewards: torch.Tensor,
+    lengths: Sequence[int],
+    num_generations: int,
+    atol: float = DEFAULT_ATOL,
+    pairs_per_group: int = 1,
+    max_length_gap: int | None = None,
+) -> list[tuple[int, int]]:
+    """Indices ``(chosen, rejected)`` into the flat, group-contiguous ``rewards`` (TRL's ``view(-1, G)`` order).
+
+    Per informative group (``informative_groups(rewards, G, atol)``): the chosen candidates are the completions
+    within ``atol`` of the group's best scorable reward, the rejected ones within ``atol`` of its worst; among all
+    candidate pairs whose rewards differ by more than ``atol``, take the one with the smallest ``|len(c) - len(r)|``
+    (ties: lowest indices), then the next closest with unused completions, up to ``pairs_per_group``. Pairs whose
+    length gap exceeds ``max_length_gap`` are skipped (``None``: no limit). NaN rewards never enter a pair.
+    """
+    if pairs_per_group < 1:
+        raise ValueError(f"pairs_per_group={pairs_per_group} must be >= 1.")
+    if max_length_gap is not None and max_length_gap < 0:
+        raise ValueError(f"max_length_gap={max_length_gap} must be >= 0 or None (no limit).")
+    rewards = rewards.detach().float().flatten()
+    if len(lengths) != rewards.numel():
+        raise ValueError(f"lengths has {len(lengths)} entries for {rewards.numel()} rewards; give one per completion.")
+    informative = informative_groups(rewards, num_generations, atol)
+    pairs: list[tuple[int, int]] = []
+    for group in torch.nonzero(informative).flatten().tolist():
+        idx = range(group * num_generations, (group + 1) * num_generations)
+        scorable = [i for i in idx if math.isfinite(rewards[i].item())]
+        best = max(rewards[i].item() for i in scorable)
+        worst = min(rewards[i].item() for i in scorable)
+        top = [i for i in scorable if rewards[i].item() >= best - atol]
+        bottom = [i for i in scorable if rewards[i].item() <= worst + atol]
+        candidates = [(c, r) for c, r in itertools.product(top, bottom) if rewards[c] - rewards[r] > atol]
+        candidates.sort(key=lambda cr: (abs(lengths[cr[0]] - lengths[cr[1]]), cr[0], cr[1]))
+        used: set[int] = set()
+        taken = 0
+        for c, r in candidates:
+            if taken == pairs_per_group:
+                break
+            if c in used or r in used:
+                continue
+            if max_length_gap is not None and abs(lengths[c] - lengths[r]) > max_length_gap:
+                break  # sorted by gap: every later candidate is at least as far apart
+            pairs.append((c, r))
+            used.update((c, r))
+            taken += 1
+    return pairs
+
+
+def _per_completion(values: Sequence[Any], num_completions: int, num_generations: int, name: str) -> list[Any]:
+    if len(values) == num_completions:
+        return list(values)
+    if len(values) * num_generations == num_completions:
+        return [v for v in values for _ in range(num_generations)]
+    raise ValueError(
+        f"{name} has {len(values)} entries: give one per completion ({num_completions}) or one per group "
+        f"({num_completions // num_generations} with num_generations={num_generations})."
+    )
+
+
+def build_pairs(
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    rewards: torch.Tensor | Sequence[float],
+    num_generations: int,
+    lengths: Sequence[int] | None = None,
+    atol: float = DEFAULT_ATOL,
+    pairs_per_group: int = 1,
+    max_length_gap: int | None = None,
+) -> Dataset:
+    """Scored rollouts to a preference ``Dataset`` (``prompt``, ``chosen``, ``rejected`` plus the rewards and lengths
+    of both sides), ready for ``DPOTrainer``. Groups are contiguous runs of ``num_generations`` completions; prompts
+    may be given once per group or once per completion. ``lengths`` defaults to the completions' character counts
+    (pass token counts when you have them). Selection rules: ``select_pairs``."""
+    rewards = torch.as_tensor(rewards, dtype=torch.float32).flatten()
+    n = len(completions)
+    if rewards.numel() != n:
+        raise ValueError(f"rewards has {rewards.numel()} entries for {n} completions; give one per completion.")
+    prompts = _per_completion(prompts, n, num_generations, "prompts")
+    lengths = [len(completion_text(c)) for c in completions] if lengths is None else list(lengths)
+    pairs = select_pairs(rewards, lengths, num_generations, atol, pairs_per_group, max_length_gap)
+    rows: dict[str, list[Any]] = {column: [] for column in PAIR_COLUMNS}
+    for c, r in pairs:
+        rows["prompt"].append(prompts[c])
+        rows["chosen"].append(completions[c])
+        rows["rejected"].append(completions[r])
+        rows["chosen_reward"].append(rewards[c].item())
+        rows["rejected_reward"].append(rewards[r].item())
+        rows["chosen_length"].append(int(lengths[c]))
+        rows["rejected_length"].append(int(lengths[r]))
+    return Dataset.from_dict(rows)
+
+
+def pair_stats(rewards: torch.Tensor, num_generations: int, pairs: Dataset, atol: float = DEFAULT_ATOL) -> PairStats:
+    finite = rewards[torch.isfinite(rewards)]
+    gaps = [c - r for c, r in zip(pairs["chosen_length"], pairs["rejected_length"], strict=True)] if len(pairs) else []
+    return PairStats(
+        num_groups=rewards.numel() // num_generations,
+        num_informative=int(informative_groups(rewards, num_generations, atol).sum()),
+        num_pairs=len(pairs),
+        mean_reward=finite.mean().item() if finite.numel() else math.nan,
+        mean_length_gap=sum(gaps) / len(gaps) if gaps else 0.0,
+        mean_abs_length_gap=sum(abs(g) for g in gaps) / len(gaps) if gaps else 0.0,
+    )
+
+
+def _is_conversational(prompt: Any) -> bool:
+    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], dict) and "role" in prompt[0]
+
+
+@torch.no_grad()
+def sample_groups(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    prompts: Sequence[Any],
+    num_generations: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    batch_size: int = 64,
+) -> tuple[list[Any], list[list[int]]]:
+    """``num_generations`` sampled completions per prompt, group-contiguous, and their token ids (up to and
+    including EOS when generated: TRL GRPO's ``completion_ids``). Conversational prompts go through the chat template and come back as
+    ``[{"role": "assistant", "content": text}]``, the format TRL's ``DPOTrainer`` expects for such prompts."""
+    if num_generations < 2:
+        raise ValueError(f"num_generations={num_generations}: a group needs at least 2 completions to compare.")
+    if tokenizer.pad_token_id is None:
+        raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token (e.g. to tokenizer.eos_token).")
+    device = next(model.parameters()).device
+    was_training, padding_side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"
+    eos = tokenizer.eos_token_id
+    completions: list[Any] = []
+    completion_ids: list[list[int]] = []
+    try:
+        for start in range(0, len(prompts), batch_size):
+            batch = list(prompts[start : start + batch_size])
+            texts = [
+                tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+                if _is_conversational(p)
+                else p
+                for p in batch
+            ]
+            inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+            output = model.generate(
+                **inputs,
+                do_sample=True,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=0,
+                max_new_tokens=max_new_tokens,
+                num_return_sequences=num_generations,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=eos,
+            )
+            new_tokens = output[:, inputs["input_ids"].shape[1] :].tolist()
+            for k, ids in enumerate(new_tokens):
+                if eos is not None and eos in ids:
+                    ids = ids[: ids.index(eos) + 1]
+                text = tokenizer.decode(ids, skip_special_tokens=True)
+                prompt = batch[k // num_generations]
+                completions.append([{"role": "assistant", "content": text}] if _is_conversational(prompt) else text)
+                completion_ids.append(ids)
+    finally:
+        tokenizer.padding_side = padding_side
+        model.train(was_training)
+    return completions, completion_ids
+
+
+def mine_pairs(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    dataset: Dataset,
+    reward_funcs: Sequence[Callable],
+    num_generations: int,
+    max_new_tokens: int,
+    reward_weights: Sequence[float] | None = None,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    atol: float = DEFAULT_ATOL,
+    pairs_per_group: int = 1,
+    max_length_gap: int | None = None,
+    batch_size: int = 64,
+) -> tuple[Dataset, PairStats]:
+    """Sample groups from ``model`` for every row of ``dataset`` (a ``prompt`` column plus whatever columns the reward
+    functions need, e.g. ``answer``), score them (with ``completion_ids`` too, as TRL's GRPO passes them), and build
+    best-vs-worst pairs matched on token length."""
+    if "prompt" not in dataset.column_names:
+        raise ValueError(
+            f"the prompt dataset has columns {dataset.column_names} but no 'prompt' column; rename the column that "
+            "holds the prompts to 'prompt'."
+        )
+    prompts = list(dataset["prompt"])
+    completions, completion_ids = sample_groups(
+        model, tokenizer, prompts, num_generations, max_new_tokens, temperature, top_p, batch_size
+    )
+    repeated = {c: [v for v in dataset[c] for _ in range(num_generations)] for c in dataset.column_names}
+    flat_prompts = repeated.pop("prompt")
+    rewards = score_completions(
+        reward_funcs, flat_prompts, completions, reward_weights, completion_ids=completion_ids, **repeated
+    )
+    lengths = [len(ids) for ids in completion_ids]
+    pairs = build_pairs(prompts, completions, rewards, num_generations, lengths, atol, pairs_per_group, max_length_gap)
+    return pairs, pair_stats(rewards, num_generations, pairs, atol)

@@ -1,0 +1,138 @@
+"""PPO with TRL's own trainer (``trl.experimental.ppo.PPOTrainer``, trl 1.12) and the rule-based rewards of ``rewards/``.
+
+PPO for language models (Schulman et al., arXiv 1707.06347; RLHF usage: Ziegler et al., arXiv 1909.08593) needs a
+policy, a reference policy, a value model (critic, GAE advantages per token) and a reward model. TRL's trainer
+expects the reward model to be a sequence-classification transformer: it calls ``trl.experimental.utils.get_reward``,
+which runs ``getattr(model, model.base_model_prefix)(input_ids=..., attention_mask=..., position_ids=...,
+output_hidden_states=True, ...)``, applies ``model.score`` to ``hidden_states[-1]`` and reads the result at each
+sequence's last non-pad token (shape ``(batch, seq, 1)``).
+
+``RuleRewardModel`` is the smallest module with that shape: its "backbone" is itself; its forward decodes each
+query+response, finds which dataset row the query came from (the prompt's token ids are the key, so extra columns
+such as ``answer`` reach the reward functions exactly as in GRPO), calls the reward functions and returns the
+combined reward at every position; ``score`` is the identity. TRL is not modified and none of its methods is copied.
+It has no parameters and is never trained; under DeepSpeed TRL would try to wrap it, which it does not need (use a
+trained reward model there, or DDP).
+
+``tokenize_prompts`` gives the ``input_ids``-only dataset TRL's PPO consumes, with the same tokenization the adapter
+keys its lookup on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers.modeling_outputs import BaseModelOutput
+
+from trl_ext.pairs import score_completions
+
+
+def _prompt_text(prompt: Any, tokenizer: Any) -> str:
+    if isinstance(prompt, list):  # conversational
+        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    return prompt
+
+
+def prompt_token_ids(prompt: Any, tokenizer: Any) -> list[int]:
+    """Token ids of one prompt as ``tokenize_prompts`` and the adapter see it (chat template for conversations)."""
+    return tokenizer(_prompt_text(prompt, tokenizer), add_special_tokens=False)["input_ids"]
+
+
+def tokenize_prompts(dataset: Dataset, tokenizer: Any) -> Dataset:
+    """The ``input_ids``-only dataset TRL's ``PPOTrainer`` expects (its collator pads; other columns would break
+    it). Keep the untokenized dataset for ``RuleRewardModel``."""
+    if "prompt" not in dataset.column_names:
+        raise ValueError(
+            f"PPO needs a 'prompt' column; the dataset has {dataset.column_names}. Rename the prompt column to "
+            "'prompt'."
+        )
+    return dataset.map(
+        lambda row: {"input_ids": prompt_token_ids(row["prompt"], tokenizer)},
+        remove_columns=dataset.column_names,
+    )
+
+
+class RuleRewardModel(torch.nn.Module):
+    """Rule-based reward functions in the place of TRL PPO's reward model (module docstring).
+
+    Args:
+        reward_funcs: TRL-style reward functions ``f(prompts, completions, **columns) -> list[float | None]``.
+        tokenizer: the policy's tokenizer (decodes responses; pad and EOS are dropped from completions).
+        datasets: the untokenized dataset(s) whose prompts PPO will present (train and eval): a ``prompt`` column
+            plus the columns the reward functions read (e.g. ``answer``).
+        reward_weights: one weight per function (``None``: 1.0); the reward is the weighted sum over the functions
+            that score a completion (TRL GRPO's rule), ``unscored_reward`` when none does.
+    """
+
+    base_model_prefix = "backbone"  # get_reward() calls getattr(model, base_model_prefix)(...): ourselves
+
+    def __init__(
+        self,
+        reward_funcs: Callable | Sequence[Callable],
+        tokenizer: Any,
+        datasets: Dataset | Sequence[Dataset],
+        reward_weights: Sequence[float] | None = None,
+        unscored_reward: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.reward_funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
+        self.reward_weights = reward_weights
+        self.tokenizer = tokenizer
+        self.unscored_reward = unscored_reward
+        self.score = torch.nn.Identity()
+        self._rows: dict[tuple[int, ...], dict[str, Any]] = {}
+        for dataset in [datasets] if isinstance(datasets, Dataset) else datasets:
+            if "prompt" not in dataset.column_names:
+                raise ValueError(f"RuleRewardModel needs a 'prompt' column; got columns {dataset.column_names}.")
+            for row in dataset:
+                self._rows.setdefault(tuple(prompt_token_ids(row["prompt"], tokenizer)), row)
+        if not self._rows:
+            raise ValueError("RuleRewardModel got no prompts: pass the train (and eval) dataset(s) PPO will use.")
+        self._prompt_lengths = sorted({len(key) for key in self._rows}, reverse=True)
+
+    @property
+    def backbone(self) -> RuleRewardModel:
+        return self
+
+    def _split(self, tokens: list[int]) -> tuple[dict[str, Any], list[int]]:
+        for length in self._prompt_lengths:
+            row = self._rows.get(tuple(tokens[:length])) if length <= len(tokens) else None
+            if row is not None:
+                return row, tokens[length:]
+        text = self.tokenizer.decode(tokens)
+        raise KeyError(
+            f"RuleRewardModel was asked to score {text!r}, whose prompt is not in the datasets it was built with. "
+            "Build it with every dataset PPOTrainer sees (train_dataset and eval_dataset), untokenized."
+        )
+
+    @torch.no_grad()
+    def compute_rewards(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """One reward per row of ``input_ids`` (query + response, padding where ``attention_mask`` is 0)."""
+        if attention_mask is None:
+            attention_mask = input_ids != self.tokenizer.pad_token_id
+        rows, completions, completion_ids = [], [], []
+        for ids, mask in zip(input_ids.tolist(), attention_mask.bool().tolist(), strict=True):
+            row, response = self._split([t for t, keep in zip(ids, mask, strict=True) if keep])
+            rows.append(row)
+            completion_ids.append(response)
+            completions.append(self.tokenizer.decode(response, skip_special_tokens=True))
+        columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
+        rewards = score_completions(
+            self.reward_funcs,
+            [row["prompt"] for row in rows],
+            completions,
+            self.reward_weights,
+            completion_ids=completion_ids,
+            **columns,
+        )
+        return torch.nan_to_num(rewards, nan=self.unscored_reward)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
+    ) -> BaseModelOutput:
+        rewards = self.compute_rewards(input_ids, attention_mask).to(input_ids.device)
+        hidden = rewards.view(-1, 1, 1).expand(input_ids.shape[0], input_ids.shape[1], 1)
+        return BaseModelOutput(last_hidden_state=hidden, hidden_states=(hidden,))

@@ -1,0 +1,220 @@
+"""Checks that run before training starts, so that a misconfigured run fails in seconds, not at step 5,000.
+
+Each function raises with a message that names the field, column or function, the value, and the fix (DESIGN.md,
+"Errors"). The GRPO-family trainers call the dataset, reward, tokenizer, context and vLLM checks at construction
+(``trl_ext.reliability``); recipes can call ``check_config_keys`` before parsing a YAML file and ``require_ppo``
+before importing TRL's PPO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.util
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from trl_ext.reward_guard import TRL_REWARD_KWARGS
+
+_PROMPT_SAMPLE = 256  # prompts tokenized to estimate the longest prompt (cheap at any dataset size)
+
+
+def _close(name: str, choices: Iterable[str]) -> str:
+    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" Did you mean {match[0]!r}?" if match else ""
+
+
+def _columns(dataset: Any) -> list[str] | None:
+    columns = getattr(dataset, "column_names", None)
+    return list(columns) if isinstance(columns, list | tuple) else None
+
+
+def check_prompt_column(dataset: Any, name: str = "train_dataset") -> None:
+    """The GRPO family reads prompts from a ``prompt`` column."""
+    columns = _columns(dataset)
+    if columns is not None and "prompt" not in columns:
+        raise ValueError(
+            f"{name} has no 'prompt' column (columns: {columns}). GRPO-family trainers generate from the 'prompt' "
+            f"column: rename the column that holds the prompts, e.g. dataset.rename_column({_guess_prompt(columns)!r}, "
+            "'prompt')."
+        )
+
+
+def _guess_prompt(columns: Sequence[str]) -> str:
+    for candidate in ("question", "problem", "query", "instruction", "input", "text", "messages"):
+        if candidate in columns:
+            return candidate
+    return columns[0] if columns else "<column>"
+
+
+def reward_columns(func: Callable) -> list[str] | None:
+    """The dataset columns a reward function needs: its ``required_columns`` attribute if it declares one, else the
+    parameters of its signature without a default, minus those TRL passes itself (``prompts``, ``completions``,
+    ``completion_ids``, ``trainer_state``, ``log_extra``, ``log_metric``, ``environments``). ``None``: unknown."""
+    declared = getattr(func, "required_columns", None)
+    if declared is not None:
+        return list(declared)
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return [
+        p.name
+        for p in parameters
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and p.default is p.empty
+        and p.name not in TRL_REWARD_KWARGS
+    ]
+
+
+def check_reward_columns(reward_funcs: Sequence[Any], dataset: Any, name: str = "train_dataset") -> None:
+    """Every column a reward function reads must be in the training set (TRL passes each column as a keyword)."""
+    columns = _columns(dataset)
+    if columns is None:
+        return
+    for func in reward_funcs:
+        if isinstance(func, str) or not callable(func) or hasattr(func, "config"):  # reward models read text only
+            continue
+        needed = reward_columns(func) or []
+        missing = [c for c in needed if c not in columns]
+        if missing:
+            func_name = getattr(func, "__name__", type(func).__name__)
+            column = missing[0]
+            close = difflib.get_close_matches(column, columns, n=1, cutoff=0.6)
+            fix = (
+                f"Did you mean {close[0]!r}? Rename the parameter to {close[0]!r}, or the column with "
+                f"dataset.rename_column({close[0]!r}, {column!r})."
+                if close
+                else f"Add a {column!r} column to the dataset (or rename the column that holds it, "
+                f"dataset.rename_column(<old>, {column!r}))."
+            )
+            raise ValueError(
+                f"reward function {func_name!r} reads the column {column!r}, but {name} has no such column (columns: "
+                f"{columns}). {fix} If the argument is optional, give {column!r} a default value."
+            )
+
+
+def check_tokenizer(tokenizer: Any) -> None:
+    """TRL pads prompt and completion batches; with no pad token it falls back to the EOS token, and with neither
+    every batch fails at the first step."""
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # processors wrap a tokenizer
+    if tokenizer is None:
+        return
+    if getattr(tokenizer, "pad_token", None) is None and getattr(tokenizer, "eos_token", None) is None:
+        raise ValueError(
+            f"processing_class ({type(tokenizer).__name__}) has neither a pad_token nor an eos_token, so batches "
+            "cannot be padded and completions never end. Set one before building the trainer: "
+            "tokenizer.pad_token = tokenizer.eos_token, or tokenizer.add_special_tokens({'pad_token': '<pad>'}) and "
+            "model.resize_token_embeddings(len(tokenizer))."
+        )
+
+
+def _context_length(model_config: Any) -> int | None:
+    if model_config is None:
+        return None
+    text_config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(text_config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def longest_prompt(dataset: Any, tokenizer: Any, sample: int = _PROMPT_SAMPLE) -> tuple[int, int] | None:
+    """``(tokens, row)`` of the longest of the first ``sample`` prompts (text or chat), or None if unknown."""
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    if tokenizer is None or dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "select"):
+        return None
+    try:
+        prompts = dataset.select(range(min(sample, len(dataset))))["prompt"]
+    except Exception:  # noqa: BLE001 - no prompt column or exotic dataset: other checks report it
+        return None
+    best = None
+    for row, prompt in enumerate(prompts):
+        try:
+            if isinstance(prompt, str):
+                ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            else:
+                ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
+                ids = ids["input_ids"] if isinstance(ids, dict) else ids
+        except Exception:  # noqa: BLE001 - e.g. no chat template: TRL reports that itself
+            return None
+        if best is None or len(ids) > best[0]:
+            best = (len(ids), row)
+    return best
+
+
+def check_context_length(model_config: Any, args: Any, tokenizer: Any = None, dataset: Any = None) -> None:
+    """``max_completion_length`` (plus the longest prompt seen in the first rows) must fit in the model's context:
+    past ``max_position_embeddings`` learned position embeddings fail and rotary ones produce garbage."""
+    context = _context_length(model_config)
+    max_completion_length = getattr(args, "max_completion_length", None)
+    if context is None or max_completion_length is None:
+        return
+    if max_completion_length > context:
+        raise ValueError(
+            f"max_completion_length={max_completion_length} is longer than the model's context "
+            f"(max_position_embeddings={context}). Set max_completion_length <= {context} minus the prompt length, "
+            "or use a model with a longer context."
+        )
+    longest = longest_prompt(dataset, tokenizer)
+    if longest is not None and longest[0] + max_completion_length > context:
+        tokens, row = longest
+        raise ValueError(
+            f"prompt {row} of train_dataset is {tokens} tokens long; with max_completion_length={max_completion_length} "
+            f"a sequence reaches {tokens + max_completion_length} tokens, past the model's context "
+            f"(max_position_embeddings={context}). Lower max_completion_length to {context - tokens} or less, or drop "
+            f"prompts longer than {context - max_completion_length} tokens from the dataset (dataset.filter)."
+        )
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def check_vllm(args: Any) -> None:
+    if getattr(args, "use_vllm", False) and not vllm_installed():
+        raise ValueError(
+            "use_vllm=True, but vLLM is not installed in this environment. Install it (pip install 'trl-ext[vllm]'; "
+            "it needs a CUDA GPU), or set use_vllm=False to generate with transformers."
+        )
+
+
+def require_ppo() -> tuple[type, type]:
+    """``(PPOConfig, PPOTrainer)`` from TRL, or an ImportError saying which TRL has them."""
+    try:
+        from trl.experimental.ppo import PPOConfig, PPOTrainer
+    except ImportError as error:
+        import trl
+
+        raise ImportError(
+            f"PPO needs trl.experimental.ppo.PPOTrainer, which the installed trl=={trl.__version__} does not have "
+            "(TRL removed PPO after 1.12). Install the pinned version (pip install 'trl==1.12.0'), or train with a "
+            "GRPO-family recipe (recipes/dapo.py, recipes/grpo.py)."
+        ) from error
+    return PPOConfig, PPOTrainer
+
+
+def check_config_keys(config: str | dict[str, Any], dataclass_types: Sequence[type]) -> None:
+    """Every key of a recipe's YAML file must be a field of one of ``dataclass_types`` (``env`` aside): a typo such as
+    ``lerning_rate`` is an error with a suggestion, never ignored."""
+    import yaml
+
+    path = config if isinstance(config, str) else "<config>"
+    if isinstance(config, str):
+        with open(config) as f:
+            config = yaml.safe_load(f) or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"config file {path} must hold a YAML mapping of field: value, not {type(config).__name__}.")
+    known = {"env"}
+    for cls in dataclass_types:
+        known |= {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = [key for key in config if key not in known]
+    if unknown:
+        key = unknown[0]
+        names = ", ".join(cls.__name__ for cls in dataclass_types)
+        raise ValueError(
+            f"config file {path}: unknown key {key!r}{' (and ' + str(unknown[1:]) + ')' if unknown[1:] else ''}."
+            f"{_close(key, sorted(known))} Keys must be fields of {names}; fix the spelling or remove the line."
+        )

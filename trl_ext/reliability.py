@@ -1,0 +1,213 @@
+"""What makes a GRPO-family run survive pre-emption and bad data: checks at construction, guarded rewards, a stop on
+a non-finite loss, atomic checkpoints and an exact resume.
+
+``GRPOReliabilityMixin`` is a base of every trainer of ``trl_ext.trainers``; each piece lives in its own module:
+
+- ``trl_ext.preflight``: at construction, the ``prompt`` column, the columns the reward functions read, a pad or EOS
+  token, ``max_completion_length`` (and the longest prompt) against the model's context, ``use_vllm`` without vLLM.
+- ``trl_ext.reward_guard``: every callable reward is wrapped (``reward_errors``, ``reward_timeout``; read with
+  ``getattr`` so that configs without these fields keep the defaults ``"raise"`` / ``None``).
+- ``FiniteLossMixin`` (here): a NaN or infinite loss stops the run before the optimizer step, with the step, the
+  batch's prompts, the inputs that are non-finite, the batch saved to ``output_dir`` and the last checkpoint kept.
+- ``trl_ext.checkpointing.AtomicCheckpointMixin``: checkpoints are complete or absent; resumes are checked.
+- Exact resume (here). TRL's ``GRPOTrainer`` generates once per ``steps_per_generation * num_iterations`` micro-steps
+  and keeps the split generation batch in ``_buffered_inputs``; a resumed trainer starts with ``_step = 0`` and no
+  buffer, so a checkpoint taken inside a generation block (GSPO's 4 minibatches per rollout) would regenerate with
+  updated weights and shift every later generation boundary. Each checkpoint therefore stores TRL's micro-step counter
+  (``grpo_state.json``) and, when it falls inside a block, every process's buffered batch
+  (``grpo_buffer_rank<k>.pt``, a few tensors of the size of one generation batch); both are restored on resume. The
+  train sampler (TRL's ``RepeatSampler``) draws one permutation per epoch from one seeded generator, which a resumed
+  trainer recreates at the first permutation: on resume it is advanced to the epoch being resumed. With the
+  Trainer's own RNG states, the dynamic-sampling refill stream (``dynamic_sampling_state.json``) and the optimizer,
+  a run resumed from any checkpoint reproduces the uninterrupted run's later steps and final weights on CPU.
+
+What is not restored: metrics accumulated since the last log (TRL's ``_metrics`` and the Trainer's running loss), so
+per-step logs are identical when ``save_steps`` is a multiple of ``logging_steps`` (otherwise the first log after
+the resume averages fewer steps); the completions table; a hung reward thread.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+from typing import Any
+
+import torch
+import trl
+
+from trl_ext import preflight
+from trl_ext.checkpointing import AtomicCheckpointMixin, last_complete_checkpoint
+from trl_ext.reward_guard import guard_reward_funcs, validate_reward_settings
+
+logger = logging.getLogger(__name__)
+
+GRPO_STATE_FILE = "grpo_state.json"
+GRPO_BUFFER_FILE = "grpo_buffer_rank{rank}.pt"
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss of a training batch was NaN or infinite; the run stopped before applying it."""
+
+
+def _prompt_texts(trainer: Any, inputs: dict[str, Any], limit: int = 3) -> list[str]:
+    tokenizer = getattr(trainer, "_tokenizer", None) or getattr(trainer, "processing_class", None)
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    for key, mask_key in (("prompt_ids", "prompt_mask"), ("prompt_input_ids", None), ("input_ids", "attention_mask")):
+        ids = inputs.get(key)
+        if isinstance(ids, torch.Tensor) and tokenizer is not None:
+            mask = inputs.get(mask_key) if mask_key else None
+            rows = []
+            for i in range(min(limit, ids.size(0))):
+                row = ids[i][mask[i].bool()] if isinstance(mask, torch.Tensor) else ids[i]
+                rows.append(tokenizer.decode(row, skip_special_tokens=True))
+            return rows
+    return []
+
+
+class FiniteLossMixin:
+    """Stops training on a NaN or infinite loss, before the backward pass and the optimizer step (the Trainer would
+    otherwise average it away in the logs, ``logging_nan_inf_filter``, while the weights turn to NaN)."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        result = super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
+        if self.model.training:
+            loss = result[0] if isinstance(result, tuple) else result
+            self._check_finite_loss(loss, inputs)
+        return result
+
+    def _check_finite_loss(self, loss: torch.Tensor, inputs: dict[str, Any]) -> None:
+        bad = torch.tensor(float(not bool(torch.isfinite(loss.detach()).all())), device=loss.device)
+        if self.accelerator.num_processes > 1:  # every process stops, not only the one that saw it
+            bad = self.accelerator.reduce(bad, reduction="sum")
+        if bad.item() == 0:
+            return
+        step = self.state.global_step + 1
+        rank = self.accelerator.process_index
+        tensors = {k: v.detach().cpu() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+        nonfinite = [k for k, v in tensors.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        os.makedirs(self.args.output_dir, exist_ok=True)
+        path = os.path.join(self.args.output_dir, f"nonfinite-batch-step{step}-rank{rank}.pt")
+        torch.save(tensors, path)
+        checkpoint = last_complete_checkpoint(self.args.output_dir)
+        kept = (
+            f"The last checkpoint, {checkpoint}, is kept: fix the cause, then resume with resume_from_checkpoint=True."
+            if checkpoint
+            else "No checkpoint had been written yet."
+        )
+        value = loss.detach().float().flatten()[0].item() if loss.numel() else float("nan")
+        where = (
+            f"non-finite inputs: {nonfinite}" if nonfinite else "all inputs finite: the model's forward produced it"
+        )
+        raise NonFiniteLossError(
+            f"non-finite loss ({value}) at step {step} on process {rank}; training stopped before the optimizer "
+            f"update, so the weights are still those of step {step - 1}. The batch is saved in {path} (prompts: "
+            f"{_prompt_texts(self, inputs)}; {where}). {kept} Usual causes: a reward function returning huge values, "
+            "a learning_rate too high (lower it, keep max_grad_norm > 0), fp16 overflow (use bf16 or float32)."
+        )
+
+
+class GRPOReliabilityMixin(FiniteLossMixin, AtomicCheckpointMixin):
+    """Construction checks, guarded rewards, non-finite loss stop, atomic checkpoints and exact resume for TRL's
+    ``GRPOTrainer`` (module docstring). Takes exactly ``trl.GRPOTrainer``'s arguments."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        bound = inspect.signature(trl.GRPOTrainer.__init__).bind(self, *args, **kwargs)
+        params = bound.arguments
+        config = params.get("args")
+        errors = getattr(config, "reward_errors", "raise")
+        timeout = getattr(config, "reward_timeout", None)
+        validate_reward_settings(errors, timeout)
+        dataset = params.get("train_dataset")
+        funcs = params["reward_funcs"]
+        funcs_list = list(funcs) if isinstance(funcs, list | tuple) else [funcs]
+        preflight.check_prompt_column(dataset)
+        preflight.check_reward_columns(funcs_list, dataset)
+        preflight.check_vllm(config)
+        preflight.check_tokenizer(params.get("processing_class"))
+        model = params["model"]
+        if not isinstance(model, str):  # fail before TRL copies the model or loads a reference model
+            preflight.check_context_length(
+                getattr(model, "config", None), config, params.get("processing_class"), dataset
+            )
+        params["reward_funcs"] = guard_reward_funcs(funcs, errors=errors, timeout=timeout)
+        self._repeat_sampler = None
+        super().__init__(*bound.args[1:], **bound.kwargs)
+        preflight.check_tokenizer(self._tokenizer)
+        if isinstance(model, str):  # loaded by TRL
+            preflight.check_context_length(getattr(self.model, "config", None), self.args, self._tokenizer, dataset)
+
+    # -- exact resume ----------------------------------------------------------------------------------------------
+
+    def _get_train_sampler(self, dataset=None):
+        sampler = super()._get_train_sampler(dataset)
+        self._repeat_sampler = sampler
+        return sampler
+
+    def _init_training_state(
+        self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+    ):
+        epochs_trained, steps_in_epoch = super()._init_training_state(
+            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+        )
+        if resume_from_checkpoint is not None and epochs_trained > 0:
+            self._seek_sampler(epochs_trained)
+        return epochs_trained, steps_in_epoch
+
+    def _seek_sampler(self, epoch: int) -> None:
+        """Put TRL's RepeatSampler where the uninterrupted run had it at the start of ``epoch``: one permutation
+        drawn per epoch from a generator seeded once."""
+        sampler = self._repeat_sampler
+        if sampler is None or not getattr(sampler, "shuffle", False):
+            return
+        if getattr(sampler, "seed", None) is None or not hasattr(sampler, "generator"):
+            logger.warning(
+                "The train sampler has no seed: the resumed epoch's prompt order differs from the original."
+            )
+            return
+        sampler.generator.manual_seed(sampler.seed)
+        for _ in range(epoch):
+            torch.randperm(sampler.num_samples, generator=sampler.generator)
+
+    def _generate_every(self) -> int:
+        return self.args.steps_per_generation * self.num_iterations
+
+    def _save_extra_state(self, folder: str) -> None:
+        super()._save_extra_state(folder)
+        if self.args.should_save:
+            with open(os.path.join(folder, GRPO_STATE_FILE), "w") as f:
+                json.dump({"step": self._step, "generate_every": self._generate_every()}, f)
+        if self._buffered_inputs is not None and self._step % self._generate_every() != 0:
+            rank = self.accelerator.process_index
+            torch.save(self._buffered_inputs, os.path.join(folder, GRPO_BUFFER_FILE.format(rank=rank)))
+
+    def _load_extra_state(self, checkpoint: str) -> None:
+        super()._load_extra_state(checkpoint)
+        path = os.path.join(checkpoint, GRPO_STATE_FILE)
+        if not os.path.exists(path):
+            return  # a checkpoint of a plain TRL run: TRL's own behaviour (regenerate at the first step)
+        with open(path) as f:
+            state = json.load(f)
+        if state["generate_every"] != self._generate_every():
+            logger.warning(
+                f"The checkpoint was written with a generation every {state['generate_every']} micro-steps, this run "
+                f"generates every {self._generate_every()} (steps_per_generation or num_iterations changed): the "
+                "resumed run regenerates at its first step."
+            )
+            return
+        self._step = state["step"]
+        if self._step % self._generate_every() == 0:
+            return
+        buffer = os.path.join(checkpoint, GRPO_BUFFER_FILE.format(rank=self.accelerator.process_index))
+        if os.path.exists(buffer):
+            self._buffered_inputs = torch.load(buffer, map_location=self.accelerator.device, weights_only=True)
+        else:
+            logger.warning(
+                f"{checkpoint} was saved inside a generation block but holds no {os.path.basename(buffer)} (was it "
+                "written by another number of processes?): the resumed run regenerates at its first step and will "
+                "not reproduce the original run exactly."
+            )
+            self._step = 0

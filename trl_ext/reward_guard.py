@@ -1,0 +1,336 @@
+"""Reward functions that cannot silently poison a run: checked outputs, opt-in skipping of failures, a hang timeout.
+
+TRL calls each reward function once per generation batch and trusts what comes back. A function that raises stops
+the run with a traceback that does not say which completion caused it; one that returns strings or the wrong number
+of values fails inside ``torch.tensor`` with a message that names neither; one that hangs (a sandbox, a remote
+verifier) stalls training for good. ``GuardedReward`` wraps one function (the trainers wrap every callable reward at
+construction) and fixes all four:
+
+- **Outputs are checked**: exactly one value per completion, each a real number or ``None`` (``None`` and NaN mean
+  "cannot score this completion": TRL excludes it from the group baseline and zeroes its advantage). Anything else
+  (a string, ``inf``, a list) stops the run with a ``RewardFunctionError`` naming the function, the value, the
+  completion and the fix.
+- **Exceptions** (``reward_errors``): ``"raise"`` (default) re-runs the batch one completion at a time to find the
+  offending completion and stops with the function's name, the exception and that completion. ``"skip"`` keeps the
+  values of the completions that score and makes the failing ones ``None``; the count is logged per reward call as
+  ``rewards/<name>/errors`` (and a warning is printed the first time, with the exception and the completion).
+  Invalid values (a string, ``inf``) count as errors the same way; a wrong number of values always stops the run
+  (it cannot be attributed to a completion).
+- **Hangs** (``reward_timeout``, seconds, ``None`` = no bound): the call runs in a worker thread and the trainer
+  waits at most that long. A call that overruns scores all its completions ``None``, is counted in
+  ``rewards/<name>/timeouts`` and warned about; ``max_consecutive_timeouts`` (3) overruns in a row stop the run (a
+  dead verifier would otherwise train on nothing, and every hung call keeps a thread). A Python thread cannot be
+  killed: the overrunning call keeps running in the background until it returns, its result discarded. Reward
+  functions that time themselves out with ``signal.alarm`` only do so on the main thread; with ``reward_timeout`` set
+  they run on a worker thread (``rewards.MathAccuracy``'s ``"auto"`` backend switches to helper processes there).
+
+The wrapper keeps the wrapped function's ``__name__`` (TRL logs ``rewards/<name>/mean`` under it) and pickles like
+the function it wraps (no thread or lock is stored). Async reward functions are left to TRL unwrapped.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import numbers
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from trl.trainer.utils import get_callable_name
+
+logger = logging.getLogger(__name__)
+
+REWARD_ERROR_MODES = ("raise", "skip")
+# Keyword arguments TRL passes to every reward function that are not per-completion dataset columns.
+TRL_REWARD_KWARGS = frozenset(
+    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function raised, returned something that is not a reward, or kept hanging."""
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _batch_size(call: dict[str, Any]) -> int | None:
+    for key in ("completions", "completion_ids", "prompts"):
+        if call.get(key) is not None:
+            return len(call[key])
+    return None
+
+
+def _ignore(*args: Any, **kwargs: Any) -> None:
+    """Stands in for TRL's ``log_extra`` / ``log_metric`` during one-completion retries."""
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 15] + f"... ({len(text)} chars)"
+
+
+def _is_real(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, numbers.Real):
+        return True
+    item = getattr(value, "item", None)  # numpy / torch scalars
+    if callable(item) and getattr(value, "ndim", None) == 0:
+        return isinstance(item(), numbers.Real)
+    return False
+
+
+def validate_reward_settings(errors: str, timeout: float | None) -> None:
+    """Check ``reward_errors`` / ``reward_timeout`` at construction (fields of ``GRPOFamilyConfig``)."""
+    if errors not in REWARD_ERROR_MODES:
+        raise ValueError(
+            f"reward_errors={errors!r}: must be 'raise' (stop at the first failing completion, the default) or "
+            "'skip' (score failing completions None, excluded from the group baseline, counted in "
+            "rewards/<name>/errors)."
+        )
+    if timeout is not None and not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(
+            f"reward_timeout={timeout!r}: must be a number of seconds > 0 (e.g. 60), or None for no bound."
+        )
+
+
+class GuardedReward:
+    """A reward function with checked outputs, opt-in skipping of failing completions and a hang timeout (module
+    docstring). ``GuardedReward(func, errors="raise", timeout=None)`` is called exactly like ``func``."""
+
+    def __init__(
+        self,
+        func: Callable,
+        errors: str = "raise",
+        timeout: float | None = None,
+        max_consecutive_timeouts: int = 3,
+    ):
+        validate_reward_settings(errors, timeout)
+        self.func = func
+        self.errors = errors
+        self.timeout = timeout
+        self.max_consecutive_timeouts = max_consecutive_timeouts
+        self.__name__ = get_callable_name(func)
+        self.total_errors = 0
+        self.total_timeouts = 0
+        self._consecutive_timeouts = 0
+        self._warned: set[str] = set()
+
+    @property
+    def required_columns(self) -> list[str] | None:
+        """The dataset columns the wrapped function reads (see ``trl_ext.preflight.reward_columns``)."""
+        from trl_ext.preflight import reward_columns
+
+        return reward_columns(self.func)
+
+    def __repr__(self) -> str:
+        return f"GuardedReward({self.__name__}, errors={self.errors!r}, timeout={self.timeout!r})"
+
+    # -- calling -------------------------------------------------------------------------------------------------
+
+    def __call__(self, prompts: Sequence | None = None, completions: Sequence | None = None, **kwargs: Any) -> list:
+        call = dict(kwargs)
+        if prompts is not None:
+            call["prompts"] = prompts
+        if completions is not None:
+            call["completions"] = completions
+        n = _batch_size(call)
+        if n is None:  # called outside TRL without a batch: nothing to check against
+            return self.func(**call)
+        log_metric = kwargs.get("log_metric")
+        errors_before, timeouts_before = self.total_errors, self.total_timeouts
+        try:
+            values = self._call(call)
+        except _Timeout:
+            values = self._timed_out(n, call)
+        except Exception as error:  # noqa: BLE001 - every failure of user code is reported or skipped
+            values = self._per_completion(call, n, error)
+        else:
+            self._consecutive_timeouts = 0
+            values = self._checked(values, n, call)
+        if callable(log_metric):  # TRL averages these per logging step (and across processes)
+            log_metric(f"rewards/{self.__name__}/errors", float(self.total_errors - errors_before))
+            log_metric(f"rewards/{self.__name__}/timeouts", float(self.total_timeouts - timeouts_before))
+        return values
+
+    def _call(self, call: dict[str, Any]) -> Any:
+        if self.timeout is None:
+            return self.func(**call)
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = self.func(**call)
+            except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+                box["error"] = error
+
+        worker = threading.Thread(target=target, name=f"reward-{self.__name__}", daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        if worker.is_alive():
+            raise _Timeout
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _timed_out(self, n: int, call: dict[str, Any]) -> list:
+        self.total_timeouts += n
+        self._consecutive_timeouts += 1
+        if self._consecutive_timeouts >= self.max_consecutive_timeouts:
+            raise RewardFunctionError(
+                f"reward function {self.__name__!r} overran reward_timeout={self.timeout}s on "
+                f"{self._consecutive_timeouts} calls in a row ({n} completions each, first prompt "
+                f"{_short(self._row(call, 0).get('prompts'))}): it looks dead or deadlocked, and the run would train on "
+                "nothing. Fix the function (or the service it calls), or raise reward_timeout."
+            )
+        self._warn_once(
+            "timeout",
+            f"reward function {self.__name__!r} overran reward_timeout={self.timeout}s: its {n} completions of this "
+            f"batch are scored None (unscorable) and counted in rewards/{self.__name__}/timeouts. The call keeps "
+            "running in a background thread until it returns (threads cannot be killed). Raise reward_timeout if "
+            "the function is just slow.",
+        )
+        return [None] * n
+
+    # -- failures ------------------------------------------------------------------------------------------------
+
+    def _row(self, call: dict[str, Any], i: int) -> dict[str, Any]:
+        """Completion ``i``'s slice of the call: every per-completion list cut to one element; the logging callbacks
+        are replaced by no-ops so that a retry does not log twice."""
+        n = _batch_size(call)
+        row = {}
+        for key, value in call.items():
+            if key in ("log_extra", "log_metric"):
+                row[key] = _ignore
+            elif key != "trainer_state" and isinstance(value, list | tuple) and len(value) == n:
+                row[key] = value[i : i + 1]
+            else:
+                row[key] = value
+        return row
+
+    def _describe(self, call: dict[str, Any], i: int) -> str:
+        """``completion 3 of 8 (prompt '1+2=' -> '3', step 5)``."""
+        prompts, completions = call.get("prompts"), call.get("completions")
+        details = []
+        if prompts is not None:
+            details.append(f"prompt {_short(prompts[i])}")
+        if completions is not None:
+            details.append(f"-> {_short(completions[i])}" if details else f"completion {_short(completions[i])}")
+        text = " ".join(details)
+        state = call.get("trainer_state")
+        if state is not None and getattr(state, "global_step", None) is not None:
+            text += f", step {state.global_step + 1}"
+        return f"completion {i} of {_batch_size(call)} ({text.strip(', ')})"
+
+    def _per_completion(self, call: dict[str, Any], n: int, batch_error: Exception) -> list:
+        """The batch call raised: score the completions one at a time to find (and, with "skip", isolate) the failing
+        ones. With "raise" this stops at the first failing completion."""
+        values: list[Any] = []
+        failures: list[tuple[int, BaseException]] = []
+        for i in range(n):
+            try:
+                value = self._call(self._row(call, i))
+            except _Timeout:
+                self.total_timeouts += 1
+                values.append(None)
+                continue
+            except Exception as error:  # noqa: BLE001
+                if self.errors == "raise":
+                    self._raise_for(call, i, error)
+                failures.append((i, error))
+                values.append(None)
+                continue
+            value = value.tolist() if hasattr(value, "tolist") else value
+            values.append(value[0] if isinstance(value, list | tuple) and len(value) == 1 else value)
+        if not failures:  # no completion fails alone: the failure depends on the whole batch
+            if self.errors == "raise":
+                raise RewardFunctionError(
+                    f"reward function {self.__name__!r} raised {type(batch_error).__name__}: {batch_error} on a batch "
+                    f"of {n} completions, but on none of them alone (first: {self._describe(call, 0)}). Fix the "
+                    "function; reward_errors='skip' would score the whole batch None."
+                ) from batch_error
+            failures, values = [(i, batch_error) for i in range(n)], [None] * n
+        values = self._checked(values, n, call)
+        self.total_errors += len(failures)
+        first, error = failures[0]
+        self._warn_once(
+            "error",
+            f"reward function {self.__name__!r} raised {type(error).__name__}: {error} on {len(failures)} of {n} "
+            f"completions (first: {self._describe(call, first)}). reward_errors='skip': they are scored None "
+            f"(excluded from the group baseline) and counted in rewards/{self.__name__}/errors.",
+        )
+        return values
+
+    def _raise_for(self, call: dict[str, Any], i: int, error: BaseException) -> None:
+        raise RewardFunctionError(
+            f"reward function {self.__name__!r} raised {type(error).__name__}: {error} on "
+            f"{self._describe(call, i)}. Fix the function (a reward should return None for a completion it cannot "
+            "score), or set reward_errors='skip' to score such completions None (excluded from the group baseline, "
+            f"counted in rewards/{self.__name__}/errors)."
+        ) from error
+
+    def _checked(self, values: Any, n: int, call: dict[str, Any]) -> list:
+        """One real number or None per completion; anything else raises, or with "skip" becomes None (counted)."""
+        if hasattr(values, "tolist") and not isinstance(values, list | tuple):  # numpy array / tensor
+            values = values.tolist()
+        if not isinstance(values, list | tuple):
+            raise RewardFunctionError(
+                f"reward function {self.__name__!r} returned a {type(values).__name__} ({_short(values)}); it must "
+                f"return a list with one float (or None) per completion, {n} here."
+            )
+        if len(values) != n:
+            raise RewardFunctionError(
+                f"reward function {self.__name__!r} returned {len(values)} values for {n} completions; it must return "
+                "exactly one float (or None) per completion, in the order of `completions` (check that it does not "
+                "skip or add entries)."
+            )
+        out = []
+        invalid = 0
+        for i, value in enumerate(values):
+            if value is None or (_is_real(value) and not math.isinf(float(value))):
+                out.append(value if value is None else float(value))
+                continue
+            if self.errors == "raise":
+                kind = "an infinite value" if _is_real(value) else f"a {type(value).__name__}"
+                raise RewardFunctionError(
+                    f"reward function {self.__name__!r} returned {kind} ({_short(value)}) for "
+                    f"{self._describe(call, i)}. Rewards must be finite floats, or None for a completion that cannot "
+                    "be scored: convert with float(...) and return None instead of inf or text (or set "
+                    "reward_errors='skip' to count such values as unscorable)."
+                )
+            invalid += 1
+            out.append(None)
+        if invalid:
+            self.total_errors += invalid
+            self._warn_once(
+                "invalid",
+                f"reward function {self.__name__!r} returned {invalid} values that are not finite floats; "
+                f"reward_errors='skip': scored None and counted in rewards/{self.__name__}/errors.",
+            )
+        return out
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            logger.warning(message + " (Shown once per function; see the logged counts.)")
+
+
+def guard_reward_funcs(reward_funcs: Any, errors: str = "raise", timeout: float | None = None) -> Any:
+    """Wrap every plain callable of ``reward_funcs`` (a callable or a list) in ``GuardedReward``; reward models
+    (``nn.Module``), model names (``str``), async functions and already guarded functions are returned as they are."""
+    import torch
+
+    def wrap(func: Any) -> Any:
+        if isinstance(func, str | torch.nn.Module | GuardedReward) or not callable(func):
+            return func
+        if inspect.iscoroutinefunction(func):  # TRL awaits these itself (asyncio.gather)
+            return func
+        return GuardedReward(func, errors=errors, timeout=timeout)
+
+    if isinstance(reward_funcs, list | tuple):
+        return [wrap(f) for f in reward_funcs]
+    return wrap(reward_funcs)
