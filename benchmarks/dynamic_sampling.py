@@ -2,7 +2,7 @@
 uninformative, against the ideal 1/(1-p), and the time spent on groups that are then dropped.
 
     python benchmarks/dynamic_sampling.py           # full: p = 0, .25, .5, .75, .9; 3 configs x 3 repetitions
-    python benchmarks/dynamic_sampling.py --quick   # the same grid, 1 repetition of 2 steps, under 2 minutes
+    python benchmarks/dynamic_sampling.py --quick   # the same grid, 1 repetition of 1 step, 8 prompts per step
 
 Synthetic reward: of the 600 training prompts of the demo, exactly round(p x 600) (the lowest SHA-256 of
 ``"seed:prompt"``) are uninformative: all their completions get reward 0. Every other prompt's completions get their
@@ -190,24 +190,25 @@ def worker(me: int, baton, p: float, jobs: list, options):
 
 
 def run_figures(run: dict) -> dict:
-    """Per-run totals over the measured steps."""
+    """Per-run totals over the measured steps. A round's full time (the trainer's ``generation_time``, split over
+    the batch's rounds in proportion to the benchmark's timers) is charged to dropped (uninformative) and surplus
+    groups by their share of the round's groups; with this split "dropped" equals the trainer's ``dropped_time``."""
     groups = run["groups"]
-    kept = dropped_s = surplus_s = logps = logps_wasted = generate = generate_wasted = 0.0
-    for batch in run["rounds"]:
+    kept = surplus_s = generate = generate_dropped = logps = logps_dropped = 0.0
+    for batch, log in zip(run["rounds"], run["logs"], strict=True):
+        timed = sum(r["generate"] + r["logps"] + r["reward"] for r in batch)
+        scale = log["dynamic_sampling/generation_time"] / timed if timed else 0.0
         need = groups
         for r in batch:
-            round_s = r["generate"] + r["logps"] + r["reward"]
-            uninformative = r["groups"] - r["informative"]
+            dropped = (r["groups"] - r["informative"]) / r["groups"]
             used = min(r["informative"], need)
             need -= used
-            surplus = r["informative"] - used
             kept += used
-            dropped_s += round_s * uninformative / r["groups"]
-            surplus_s += round_s * surplus / r["groups"]
-            logps += r["logps"]
-            logps_wasted += r["logps"] * (uninformative + surplus) / r["groups"]
+            surplus_s += scale * (r["generate"] + r["logps"] + r["reward"]) * (r["informative"] - used) / r["groups"]
             generate += r["generate"]
-            generate_wasted += r["generate"] * (uninformative + surplus) / r["groups"]
+            generate_dropped += r["generate"] * dropped
+            logps += r["logps"]
+            logps_dropped += r["logps"] * dropped
     wall, cpu = sum(run["step_wall"]), sum(run["step_cpu"])
     logs = run["logs"]
     return {
@@ -217,16 +218,15 @@ def run_figures(run: dict) -> dict:
         "wall_per_kept": wall / max(kept, 1),
         "cpu_per_kept": cpu / max(kept, 1),
         "wall": wall,
-        "dropped_share": sum(h["dynamic_sampling/dropped_time"] for h in logs) / wall,
         "generation_share": sum(h["dynamic_sampling/generation_time"] for h in logs) / wall,
-        "dropped_share_own": dropped_s / wall,
+        "dropped_share": sum(h["dynamic_sampling/dropped_time"] for h in logs) / wall,
         "surplus_share": surplus_s / wall,
         "generate_share": generate / wall,
-        "generate_wasted_share": generate_wasted / wall,
+        "generate_dropped_share": generate_dropped / wall,
         "logps_per_step": logps / run["measured"],
         "logps_share": logps / wall,
-        "logps_wasted_share": logps_wasted / wall,
-        "logps_wasted_frac": logps_wasted / logps if logps else None,
+        "logps_dropped_share": logps_dropped / wall,
+        "logps_dropped_frac": logps_dropped / logps if logps else None,
     }
 
 
@@ -272,9 +272,12 @@ def plot(summary: dict, options, out: Path) -> Path:
         axes[1].fill_between(ps, [r["rel_wall_range"][0] for r in rows], [r["rel_wall_range"][1] for r in rows],
                              color=color, alpha=0.15)
         axes[1].plot(ps, [r["rel_cpu"] for r in rows], "x:", color=color, label=f"{name} (CPU)")
-        axes[2].plot(ps, [100 * r["dropped_share"] for r in rows], "o-", color=color, label=f"{name}: dropped")
-        axes[2].plot(ps, [100 * (r["dropped_share_own"] + r["surplus_share"]) for r in rows], "x:", color=color,
-                     label=f"{name}: dropped + surplus")
+        axes[2].plot(ps, [100 * r["dropped_share"] for r in rows], "o-", color=color,
+                     label=f"{name}: dropped groups (dropped_time)")
+        axes[2].plot(ps, [100 * (r["dropped_share"] + r["surplus_share"]) for r in rows], "x:", color=color,
+                     label=f"{name}: + surplus informative groups")
+        axes[2].plot(ps, [100 * r["logps_dropped_share"] for r in rows], "s--", color=color, ms=3,
+                     label=f"{name}: old/ref forward over dropped")
     axes[1].plot(ps, [1 / (1 - p) for p in ps], "k--", label="1/(1-p)")
     axes[0].set(xlabel="uninformative fraction p", ylabel="generation rounds per generation batch",
                 title="rounds per step", yscale="log")
@@ -312,10 +315,10 @@ def markdown(summary, options, command, wall, load_before) -> tuple[list[str], l
                          f"{s['rel_cpu']:.2f}"])
             cost.append([f"`{name}`", f"{p:g}", f"{100 * s['generation_share']:.0f}%",
                          f"**{100 * s['dropped_share']:.0f}%**", f"{100 * s['surplus_share']:.0f}%",
-                         f"{100 * s['generate_wasted_share']:.0f}%",
+                         f"{100 * s['generate_share']:.0f}%", f"{100 * s['generate_dropped_share']:.0f}%",
                          f"{1000 * s['logps_per_step']:.0f}", f"{100 * s['logps_share']:.1f}%",
-                         f"{100 * s['logps_wasted_share']:.1f}%",
-                         f"{s['logps_wasted_frac']:.0%}" if s["logps_wasted_frac"] is not None else "–"])
+                         f"{100 * s['logps_dropped_share']:.1f}%",
+                         f"{s['logps_dropped_frac']:.0%}" if s["logps_dropped_frac"] is not None else "–"])
     body = ["## Generation rounds and time per kept group", ""]
     body += common.table(
         ["config", "p", "groups per generation batch", "rounds per batch (measured)",
@@ -327,15 +330,19 @@ def markdown(summary, options, command, wall, load_before) -> tuple[list[str], l
     body += ["", "## Where the time goes (shares of the measured steps' wall time)", ""]
     body += common.table(
         ["config", "p", "generation rounds (`generation_time`)", "groups then dropped (`dropped_time`)",
-         "surplus informative groups discarded", "sampling (generate) on groups not trained on",
-         "old/ref log-prob forward, ms per step", "old/ref forward share of step time",
-         "old/ref forward on groups not trained on", "share of old/ref forward spent on them"],
-        cost, align="lrrrrrrrrr",
+         "surplus informative groups discarded", "sampling (generate) forward passes, all groups",
+         "sampling forward passes over dropped groups", "old/ref log-prob forward, ms per step",
+         "old/ref forward, all groups", "old/ref forward over dropped groups",
+         "share of old/ref forward spent on dropped groups"],
+        cost, align="lrrrrrrrrrr",
     )
-    body += ["", "`generation_time` and `dropped_time` are the trainer's own metrics (each round's seconds, and each "
-             "round's seconds times its uninformative fraction); the other columns come from the benchmark's timers "
-             "around TRL's `_generate`, no-grad `_get_per_token_logps_and_entropies` and `_calculate_rewards`. "
-             "'Not trained on' = dropped + surplus.", "", "## Reading", ""]
+    body += ["", "A generation round is TRL's whole `_generate_and_score_completions`: sampling, old/ref log-prob "
+             "forward passes (only with beta > 0 or several steps per generation), decoding, scoring, advantages. "
+             "`generation_time` and `dropped_time` are the trainer's own metrics (`dropped_time`: each round's seconds "
+             "times its uninformative fraction). The other columns come from the benchmark's timers around TRL's "
+             "`_generate`, no-grad `_get_per_token_logps_and_entropies` and `_calculate_rewards`, per round; surplus "
+             "= informative groups of the last round beyond what the batch needed, discarded too.", "",
+             "## Reading", ""]
     body += findings(summary, options)
     body += ["", "![rounds, time per kept group and wasted time against p](dynamic_sampling.png)"]
     return head, body
@@ -351,11 +358,15 @@ def findings(summary: dict, options) -> list[str]:
             f"- `{name}` at p = {top:g}: {s['rounds']:.2f} rounds per generation batch (ideal {s['ideal']:.2f}, "
             f"expected with whole-batch refills {s['expected_rounds']:.2f}); time per kept group x{s['rel_wall']:.2f} "
             f"that of p = 0 (CPU x{s['rel_cpu']:.2f}); {100 * s['dropped_share']:.0f}% of the step time went to "
-            f"groups then dropped and {100 * s['surplus_share']:.0f}% to surplus informative groups"
+            f"generating and scoring groups then dropped (sampling forward passes over them: "
+            f"{100 * s['generate_dropped_share']:.0f}%) and {100 * s['surplus_share']:.0f}% to surplus informative "
+            "groups"
             + (f"; old/ref log-prob forward passes took {100 * s['logps_share']:.1f}% of the step time, "
-               f"{s['logps_wasted_frac']:.0%} of them over groups not trained on."
-               if s["logps_wasted_frac"] is not None and s["logps_share"] > 0.001
-               else "; no old/ref log-prob forward passes (beta 0, on-policy).")
+               f"{s['logps_dropped_frac']:.0%} of them over dropped groups ({100 * s['logps_dropped_share']:.1f}% of "
+               "the step time)."
+               if s["logps_dropped_frac"] is not None and s["logps_share"] > 0.001
+               else "; no old/ref log-prob forward passes (beta 0, on-policy), so a dropped group cost only its "
+               "sampling and scoring.")
         )
     mid = [p for p in options.ps if 0 < p < 0.5]
     if mid and "dapo" in options.configs:
@@ -373,14 +384,14 @@ def findings(summary: dict, options) -> list[str]:
 
 def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 repetition of 2 measured steps (under 2 minutes)")
+    parser.add_argument("--quick", action="store_true", help="1 repetition of 1 measured step, 8 prompts (under 2 minutes)")
     parser.add_argument("--ps", default=",".join(f"{p:g}" for p in PS), help="uninformative fractions, first = base")
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"subset of {list(CONFIGS)}")
-    parser.add_argument("--steps", type=int, help="measured steps per run (full 6, quick 2; GSPO: whole cycles)")
+    parser.add_argument("--steps", type=int, help="measured steps per run (full 6, quick 1; GSPO: whole cycles)")
     parser.add_argument("--reps", type=int, help="repetitions (full 3, quick 1)")
     parser.add_argument("--max-rounds", type=int, default=20, help="dynamic_sampling_max_rounds (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the uninformative-prompt hash")
-    parser.add_argument("--prompts-per-step", type=int, help="prompts per step (default: the demo's 16)")
+    parser.add_argument("--prompts-per-step", type=int, help="prompts per step (default: the demo's 16; quick 8)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
     parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
@@ -393,8 +404,10 @@ def parse(argv):
     unknown = sorted(set(options.configs) - set(CONFIGS))
     if unknown:
         parser.error(f"--configs: unknown {unknown}; choose from {list(CONFIGS)}")
-    options.steps = options.steps or (2 if options.quick else 6)
+    options.steps = options.steps or (1 if options.quick else 6)
     options.reps = options.reps or (1 if options.quick else 3)
+    if options.quick and options.prompts_per_step is None:
+        options.prompts_per_step = 8
     return options
 
 

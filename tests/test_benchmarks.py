@@ -105,8 +105,9 @@ def test_dynamic_sampling_quick_reports_rounds_against_p(tmp_path, warm_cache):
         assert float(rows[(config, "0.5")][3]) >= 1.0
     cost = {(row[0], row[1]): row for row in _table(text, "## Where the time goes")}
     assert cost[("dapo", "0")][3] == "0%"  # no dropped time without uninformative groups
-    assert cost[("dapo", "0.5")][6] == "0"  # DAPO: beta 0, on-policy: no old/ref log-prob forward pass
-    assert float(cost[("gspo", "0")][6]) > 0  # GSPO's 4 minibatches: an old-policy forward pass per round
+    assert cost[("dapo", "0.5")][7] == "0"  # DAPO: beta 0, on-policy: no old/ref log-prob forward pass
+    assert float(cost[("gspo", "0")][7]) > 0  # GSPO's 4 minibatches: an old-policy forward pass per round
+    assert cost[("gspo", "0")][9] == "0.0%"  # ... none of it over dropped groups when nothing is dropped
 
 
 # -- pure parts (fast) ------------------------------------------------------------------------------------------------

@@ -435,3 +435,19 @@ def test_refill_rounds_generate_through_trls_vllm_path(tiny_model, tokenizer, pr
     assert all(len(set(refill[i : i + 4])) == 1 for i in range(0, len(refill), 4))
     # TRL's vLLM importance-sampling correction ran on the assembled batch (it exists only on the vLLM path).
     assert any("sampling/importance_sampling_ratio/mean" in h for h in trainer.state.log_history)
+
+
+@pytest.mark.slow
+def test_gpu_check_script_dry_run_on_cpu(tmp_path):
+    """``benchmarks/gpu_check.sh`` end to end on CPU (``GPU_CHECK_DRY_RUN=1``: tiny model, transformers generation
+    only), so that the script the GPU machine runs does not rot between GPU sessions."""
+    env = {**os.environ, "GPU_CHECK_DRY_RUN": "1", "GPU_CHECK_STEPS": "2", "GPU_CHECK_OUT": str(tmp_path)}
+    env["OMP_NUM_THREADS"] = "1"
+    script = os.path.join(REPO, "benchmarks", "gpu_check.sh")
+    result = subprocess.run(["bash", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "CHECK OK" in result.stdout
+    summary = json.loads((tmp_path / "summary_transformers.json").read_text())
+    assert summary["steps"] == 2 and summary["generation_rounds"] > 2  # refill rounds happened
+    assert summary["generated_tokens"] == summary["generation_rounds"] * 16 * 8  # forced full-length completions
+    assert (tmp_path / "gpu_check.md").exists()

@@ -132,7 +132,6 @@ def test_num_generations_not_dividing_the_generation_batch_names_both(tmp_path):
         tiny_args("dapo", tmp_path, per_device_train_batch_size=6)
 
 
-@pytest.mark.xfail(strict=True, reason="lands with the GRPOFamilyConfig change requested from the lead (presets.py)")
 def test_num_generations_not_dividing_the_generation_batch_says_the_fix(tmp_path):
     with raises(ValueError, "num_generations=4", "per_device_train_batch_size"):
         tiny_args("dapo", tmp_path, per_device_train_batch_size=6)

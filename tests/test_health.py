@@ -181,14 +181,14 @@ def test_warning_printed_once_per_episode(caplog):
     assert len(monitor.events) == 2 and monitor.active == {"truncation_high"}
 
 
-def test_non_finite_stops_with_checkpoint_request():
+def test_non_finite_stops_without_saving_by_default():
     monitor = HealthMonitor()
     state, control = TrainerState(), TrainerControl()
     state.global_step = 12
     logs = {"loss": 0.3, "grad_norm": float("nan"), "learning_rate": 1e-6}
     state.log_history.append({**logs, "step": 12})
     control = monitor.on_log(SimpleNamespace(learning_rate=1e-6, max_grad_norm=1.0), state, control, logs=logs)
-    assert control.should_save and control.should_training_stop
+    assert control.should_training_stop and not control.should_save  # no possibly-poisoned newest checkpoint
     assert logs["health/non_finite"] == 1.0 and state.log_history[-1]["health/non_finite"] == 1.0
     (event,) = monitor.events
     assert event.fatal and "grad_norm=nan" in event.message and "learning_rate (now 1e-06)" in event.message
@@ -233,7 +233,7 @@ def test_trainer_stops_and_saves_on_nan(tmp_path):
         use_cpu=True,
         disable_tqdm=True,
     )
-    monitor = HealthMonitor()
+    monitor = HealthMonitor(HealthThresholds(save_on_non_finite=True))  # opt-in post-mortem checkpoint
     trainer = Trainer(model=_NaNAfter(bad_call=4), args=args, train_dataset=data, callbacks=[monitor])
     monitor.attach(trainer)  # moves it first, once
     assert [cb for cb in trainer.callback_handler.callbacks if cb is monitor] == [monitor]

@@ -166,6 +166,7 @@ class AtomicCheckpointMixin:
     before the Trainer class in the bases: ``class MyTrainer(AtomicCheckpointMixin, trl.DPOTrainer)``."""
 
     _staging_parent: str | None = None
+    _identity: dict[str, Any] | None = None
 
     # -- identity of a run ---------------------------------------------------------------------------------------
 
@@ -181,7 +182,8 @@ class AtomicCheckpointMixin:
                 if value is not None:
                     identity[f"model_{key}"] = value
         if model is not None:
-            identity["model_parameters"] = sum(p.numel() for p in model.parameters())
+            # ds_numel: the full size of a DeepSpeed ZeRO-3 parameter, whose local tensor is a shard
+            identity["model_parameters"] = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
         dataset = getattr(self, "train_dataset", None)
         if dataset is not None:
             if getattr(dataset, "column_names", None) is not None:
@@ -203,6 +205,7 @@ class AtomicCheckpointMixin:
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
         output_dir = self.args.output_dir
         resume = self._resolve_resume(resume_from_checkpoint, output_dir)
+        self._identity = self.run_identity()  # before the model is wrapped or sharded; stored in each checkpoint
         self._check_run_identity(resume, output_dir)
         if self.args.should_save:
             shutil.rmtree(os.path.join(output_dir, STAGING_DIR), ignore_errors=True)  # killed saves: garbage
@@ -246,7 +249,7 @@ class AtomicCheckpointMixin:
         return resume
 
     def _check_run_identity(self, resume: str | None, output_dir: str) -> None:
-        current = self.run_identity()
+        current = self._identity
         if resume is not None:
             saved = saved_identity(resume)
             diff = describe_run_difference(saved, current) if saved else []
@@ -289,7 +292,7 @@ class AtomicCheckpointMixin:
                 self.state.save_to_json(os.path.join(staging, TRAINER_STATE_NAME))
         self.accelerator.wait_for_everyone()  # all processes' files are in the staging folder
         if self.args.should_save:
-            write_json_atomic(os.path.join(staging, RUN_FILE), self.run_identity())
+            write_json_atomic(os.path.join(staging, RUN_FILE), self._identity or self.run_identity())
             write_json_atomic(os.path.join(staging, MARKER_FILE), {"global_step": self.state.global_step})
             _fsync_tree(staging)
             self._publish(staging, final)

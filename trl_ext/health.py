@@ -34,10 +34,11 @@ writes ``log_history``, but dashboards then miss the ``health/*`` series.
 
 **Fatal condition.** ``transformers`` hides a non-finite ``loss`` from the logs by default
 (``logging_nan_inf_filter=True`` replaces it by the running average), but ``grad_norm`` and TRL's metrics still show
-it. On a non-finite value the monitor sets ``control.should_save`` and ``control.should_training_stop`` (when
-``stop_on_non_finite``): ``Trainer`` saves ``checkpoint-<step>`` right after this log and stops. The check runs per
-log, so use ``logging_steps=1`` to stop at the first bad step; the checkpoint may already hold non-finite weights,
-so resume from the one before it.
+it. On a non-finite value the monitor sets ``control.should_training_stop`` (when ``stop_on_non_finite``) and, only
+with ``save_on_non_finite``, ``control.should_save``: a checkpoint written then may already hold non-finite weights
+and would be the newest, which ``resume_from_checkpoint=True`` picks, so by default the run stops without saving and
+the checkpoints written before are kept. The check runs per log, so use ``logging_steps=1`` to stop at the first bad
+step.
 
 Running levels (the KL EMA, the starting entropy, the reward window) live in memory: after a resume they re-learn
 over ``warmup_logs`` logs.
@@ -128,8 +129,14 @@ class HealthThresholds:
         default_factory=lambda: ["loss", "grad_norm", "kl", "entropy", "reward"],
         metadata={"help": "Metrics that must stay finite."},
     )
-    stop_on_non_finite: bool = field(
-        default=True, metadata={"help": "Stop training and save a checkpoint on a non-finite metric."}
+    stop_on_non_finite: bool = field(default=True, metadata={"help": "Stop training on a non-finite metric."})
+    save_on_non_finite: bool = field(
+        default=False,
+        metadata={
+            "help": "Also save a checkpoint when stopping on a non-finite metric (for post-mortems). Off by default: "
+            "that checkpoint may already hold non-finite weights and would become the newest one, which "
+            "resume_from_checkpoint=True picks; the checkpoints written before it are kept either way."
+        },
     )
     print_warnings: bool = field(default=True, metadata={"help": "Log the warnings (metrics are always added)."})
 
@@ -224,7 +231,12 @@ class HealthMonitor(TrainerCallback):
             return None, ""
         bad = {key: value for key, value in seen.items() if not math.isfinite(value)}
         stop = (
-            "Stopping and saving a checkpoint (it may already hold non-finite weights; resume from the one before). "
+            (
+                "Stopping and saving a checkpoint for a post-mortem (it may hold non-finite weights: resume from the "
+                "one before). "
+                if self.thresholds.save_on_non_finite
+                else "Stopping without saving (the earlier checkpoints are kept; resume from the last of them). "
+            )
             if self.thresholds.stop_on_non_finite
             else ""
         )
@@ -442,7 +454,7 @@ class HealthMonitor(TrainerCallback):
             if all(key in last for key in logs if key not in metrics):
                 last.update(metrics)
         if self.thresholds.stop_on_non_finite and any(event.fatal for event in self.events[num_events:]):
-            control.should_save = True
+            control.should_save = self.thresholds.save_on_non_finite
             control.should_training_stop = True
         return control
 

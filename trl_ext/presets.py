@@ -50,6 +50,11 @@ class GRPOFamilyConfig(GRPOConfig):
         dynamic_sampling_reward_range (`list[float]` or `None`, defaults to `None`):
             ``[min, max]`` of the reward scale, used only to label uninformative groups as all-min ("too hard") or
             all-max ("too easy") in the logs. ``None``: the extremes seen so far in training.
+        reward_errors (`str`, defaults to `"raise"`):
+            A reward function raising on a completion stops the run, naming the function and the completion
+            (``"raise"``), or scores it ``None`` and counts it (``"skip"``; ``trl_ext.reward_guard``).
+        reward_timeout (`float` or `None`, defaults to `None`):
+            Per-call time limit of a reward function, counted and logged as ``rewards/<name>/timeouts``.
     """
 
     dynamic_sampling: bool = field(
@@ -70,11 +75,42 @@ class GRPOFamilyConfig(GRPOConfig):
         default=None,
         metadata={"help": "[min, max] of the reward scale, to label uninformative groups too hard / too easy."},
     )
+    reward_errors: str = field(
+        default="raise",
+        metadata={
+            "help": "What a reward function raising on a completion does: 'raise' stops the run naming the function "
+            "and the completion; 'skip' scores that completion None (unscorable, left out of the group baseline) "
+            "and counts it in rewards/<name>/errors."
+        },
+    )
+    reward_timeout: float | None = field(
+        default=None,
+        metadata={
+            "help": "Seconds one reward-function call may take; past it the batch's scores from that function are "
+            "None and rewards/<name>/timeouts counts it. None: no limit."
+        },
+    )
 
     def __post_init__(self) -> None:
         self._validate_group()  # before TRL's checks, whose messages do not name the field
-        super().__post_init__()
+        try:
+            super().__post_init__()
+        except ValueError as error:
+            if "must be divisible by num_generations" not in str(error):
+                raise
+            per_step = self.per_device_train_batch_size * self.world_size
+            raise ValueError(
+                f"num_generations={self.num_generations} does not divide the generation batch of "
+                f"{self.generation_batch_size} completions (per_device_train_batch_size="
+                f"{self.per_device_train_batch_size} x {self.world_size} processes x steps_per_generation): a batch "
+                f"must hold whole groups. Set per_device_train_batch_size to a multiple of {self.num_generations} "
+                f"(e.g. {max(self.num_generations, per_step // self.num_generations * self.num_generations)}) or "
+                f"change num_generations. ({error})"
+            ) from error
         self._validate_family()
+        from trl_ext.reward_guard import validate_reward_settings
+
+        validate_reward_settings(self.reward_errors, self.reward_timeout)
 
     def _validate_group(self) -> None:
         if self.num_generations is not None and self.num_generations < 2:

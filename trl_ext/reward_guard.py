@@ -10,12 +10,13 @@ construction) and fixes all four:
   "cannot score this completion": TRL excludes it from the group baseline and zeroes its advantage). Anything else
   (a string, ``inf``, a list) stops the run with a ``RewardFunctionError`` naming the function, the value, the
   completion and the fix.
-- **Exceptions** (``reward_errors``): ``"raise"`` (default) re-runs the batch one completion at a time to find the
-  offending completion and stops with the function's name, the exception and that completion. ``"skip"`` keeps the
-  values of the completions that score and makes the failing ones ``None``; the count is logged per reward call as
-  ``rewards/<name>/errors`` (and a warning is printed the first time, with the exception and the completion).
-  Invalid values (a string, ``inf``) count as errors the same way; a wrong number of values always stops the run
-  (it cannot be attributed to a completion).
+- **Exceptions** (``reward_errors``): ``"raise"`` (default) re-runs the batch one completion at a time (only after
+  a failure: up to one call per completion) to find the offending completion and stops with the function's name, the
+  exception and that completion. ``"skip"`` keeps the values of the completions that score and makes the failing
+  ones ``None``; the count is logged per reward call as ``rewards/<name>/errors`` (TRL averages it over the logging
+  window and the processes; ``GuardedReward.total_errors`` keeps the running total) and a warning is printed the
+  first time, with the exception and the completion. Invalid values (a string, ``inf``) count as errors the same
+  way; a wrong number of values always stops the run (it cannot be attributed to a completion).
 - **Hangs** (``reward_timeout``, seconds, ``None`` = no bound): the call runs in a worker thread and the trainer
   waits at most that long. A call that overruns scores all its completions ``None``, is counted in
   ``rewards/<name>/timeouts`` and warned about; ``max_consecutive_timeouts`` (3) overruns in a row stop the run (a

@@ -56,6 +56,10 @@ def parse(preset_config: type[GRPOFamilyConfig], recipe: str, argv: list[str] | 
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--config" not in argv and not any(a.startswith("--model_name_or_path") for a in argv):
         argv = ["--config", os.path.join(DEMO_CONFIG_DIR, f"{recipe}.yaml"), *argv]
+    if "--config" in argv:
+        from trl_ext.preflight import check_config_keys
+
+        check_config_keys(argv[argv.index("--config") + 1], [RLScriptArguments, preset_config, ModelConfig])
     parser = TrlParser((RLScriptArguments, preset_config, ModelConfig))
     return parser.parse_args_and_config(args=argv)
 
@@ -125,6 +129,14 @@ def run(
     output_dir = training_args.output_dir
     os.makedirs(output_dir, exist_ok=True)
 
+    # Rewards first, by registry name (YAML: reward_funcs / reward_weights): a typo fails before any download.
+    reward_funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
+    resume = _resolve_checkpoint(training_args.resume_from_checkpoint, output_dir)
+    if not resume:
+        from trl_ext.checkpointing import check_fresh_output_dir
+
+        check_fresh_output_dir(output_dir)  # never mix two runs' checkpoints in one output_dir
+
     # Data: the demo's arithmetic problems, or the user's dataset (it needs a 'prompt' column).
     train_dataset, eval_dataset = load_data(
         script_args.dataset_name,
@@ -141,9 +153,6 @@ def run(
     # Model and tokenizer: the demo's cached SFT warm start when no model is given.
     model, tokenizer, model_path = load_policy(model_args.model_name_or_path, model_args.dtype)
 
-    # Rewards, by registry name (YAML: reward_funcs / reward_weights).
-    reward_funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
-
     before = held_out_accuracy(model, tokenizer, eval_dataset)
     if before is not None:
         print(
@@ -151,7 +160,6 @@ def run(
         )
 
     metrics_path = os.path.join(output_dir, "metrics.jsonl")
-    resume = _resolve_checkpoint(training_args.resume_from_checkpoint, output_dir)
     if not resume and os.path.exists(metrics_path):
         os.replace(metrics_path, metrics_path + ".previous")  # keep the last run's log, never append to it
     trainer_class = trainer_class_for(training_args)
