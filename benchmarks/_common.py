@@ -7,7 +7,9 @@
 - ``run_lockstep()``: run N training jobs in N worker processes that take turns one optimizer step at a time
   (A B C A B C ...), each timing its own steps (``lockstep()`` callback): every arm sees the same machine load, which
   is what makes ratios meaningful on a shared machine.
-- ``header()`` / ``write_markdown()``: the date, command, machine and versions block every result file starts with.
+- ``provenance()`` / ``header()`` / ``write_markdown()``: the date, command, machine, versions and load block every
+  result file starts with; ``save_raw()`` / ``load_raw()``: a run's raw data as JSON beside its report (git-ignored),
+  from which ``--render`` rebuilds the report and plot without training again.
 """
 
 from __future__ import annotations
@@ -257,23 +259,55 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} CPUs, {ram:.0f} GiB RAM, {gpu} ({platform.platform()})"
 
 
-def header(command: str, wall_s: float, threads: int, load_before: tuple[float, ...]) -> list[str]:
-    """The provenance block at the top of every result file."""
+def provenance(command: str, wall_s: float, threads: int, load_before: tuple[float, ...]) -> dict[str, Any]:
+    """Date, command, machine, versions, threads and load of a run (saved with its raw data, rendered by header)."""
     import torch
     import transformers
     import trl
 
-    load_after = os.getloadavg()
-    return [
-        f"- date: {datetime.date.today().isoformat()}",
-        f"- command: `{command}` ({wall_s / 60:.1f} min)",
-        f"- machine: {machine()}",
-        f"- versions: python {platform.python_version()}, torch {torch.__version__}, transformers "
+    return {
+        "date": datetime.date.today().isoformat(),
+        "command": command,
+        "wall_s": wall_s,
+        "machine": machine(),
+        "versions": f"python {platform.python_version()}, torch {torch.__version__}, transformers "
         f"{transformers.__version__}, trl {trl.__version__}",
+        "threads": threads,
+        "load": [load_before[0], os.getloadavg()[0]],
+    }
+
+
+def header(prov: dict[str, Any]) -> list[str]:
+    """The provenance block at the top of every result file."""
+    threads = prov["threads"]
+    return [
+        f"- date: {prov['date']}",
+        f"- command: `{prov['command']}` ({prov['wall_s'] / 60:.1f} min)",
+        f"- machine: {prov['machine']}",
+        f"- versions: {prov['versions']}",
         f"- threads: torch.set_num_threads({threads}), OMP_NUM_THREADS={threads}; 1-minute load average "
-        f"{load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end (shared machine: absolute times are noise, "
-        "only the side-by-side ratios are meant to be read)",
+        f"{prov['load'][0]:.1f} at the start, {prov['load'][1]:.1f} at the end (shared machine: absolute times are "
+        "noise, only the side-by-side ratios are meant to be read)",
     ]
+
+
+def save_raw(path: Path, options, prov: dict[str, Any], data: Any) -> Path:
+    """The run's options, provenance and raw measurements as JSON (``--render`` rebuilds the report from it)."""
+    import json
+
+    settings = {k: v for k, v in vars(options).items() if k not in ("out", "render")}
+    Path(path).write_text(json.dumps({"options": settings, "provenance": prov, "data": data}, indent=1))
+    return Path(path)
+
+
+def load_raw(path: str, options):
+    """``(options, provenance, data)`` of a saved run; the saved options replace the parsed ones, except ``--out``."""
+    import argparse
+    import json
+
+    saved = json.loads(Path(path).read_text())
+    merged = argparse.Namespace(**{**saved["options"], "out": options.out, "render": path})
+    return merged, saved["provenance"], saved["data"]
 
 
 def write_markdown(path: Path, title: str, head: list[str], body: list[str]) -> Path:

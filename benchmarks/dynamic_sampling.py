@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
-import json
 import math
 import os
 import statistics
@@ -293,10 +292,10 @@ def plot(summary: dict, options, out: Path) -> Path:
     return out
 
 
-def markdown(summary, options, command, wall, load_before) -> tuple[list[str], list[str]]:
+def markdown(summary, options, prov) -> tuple[list[str], list[str]]:
     rl, _ = common.demo_settings(options.prompts_per_step)
     prompts = rl["per_device_train_batch_size"] // rl["num_generations"]
-    head = common.header(command, wall, options.threads, load_before)
+    head = common.header(prov)
     head.append(
         f"- setting: demo SFT warm start, lr 0 (fixed policy), {prompts} prompts x {rl['num_generations']} "
         f"completions per step, max {rl['max_completion_length']} tokens, dynamic_sampling_max_rounds "
@@ -395,7 +394,8 @@ def parse(argv):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
     parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
-    parser.add_argument("--out", default=str(common.RESULTS), help="directory for dynamic_sampling.md and .png")
+    parser.add_argument("--out", default=str(common.RESULTS), help="directory for dynamic_sampling.md, .png, .json")
+    parser.add_argument("--render", help="rebuild the report from a saved dynamic_sampling.json instead of measuring")
     options = parser.parse_args(argv)
     options.ps = [float(p) for p in options.ps.split(",")]
     if any(not 0 <= p < 1 for p in options.ps):
@@ -414,25 +414,29 @@ def parse(argv):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     options = parse(argv)
-    common.setup(options.threads)
-    started, load_before = time.time(), os.getloadavg()
-    common.load_policy(options.warm_start_steps, options.cache_dir)  # build the cached warm start once, up front
-    jobs = [(name, rep) for rep in range(options.reps) for name in options.configs]
-
-    def progress(me, index, run):
-        rounds = statistics.mean(len(b) for b in run["rounds"])
-        print(f"[dynamic_sampling] {run['config']} p={run['p']:g} rep {run['rep']}: {rounds:.2f} rounds/batch, "
-              f"{sum(run['step_wall']) / run['measured']:.2f} s/step", flush=True)
-
-    per_worker = common.run_lockstep(worker, [(p, jobs, options) for p in options.ps], on_result=progress)
-    runs = [run for worker_runs in per_worker for run in worker_runs]
-    summary = summarize(runs, options)
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
+    if options.render:
+        options, prov, runs = common.load_raw(options.render, options)
+    else:
+        common.setup(options.threads)
+        started, load_before = time.time(), os.getloadavg()
+        common.load_policy(options.warm_start_steps, options.cache_dir)  # build the cached warm start once
+        jobs = [(name, rep) for rep in range(options.reps) for name in options.configs]
+
+        def progress(me, index, run):
+            rounds = statistics.mean(len(b) for b in run["rounds"])
+            print(f"[dynamic_sampling] {run['config']} p={run['p']:g} rep {run['rep']}: {rounds:.2f} rounds/batch, "
+                  f"{sum(run['step_wall']) / run['measured']:.2f} s/step", flush=True)
+
+        per_worker = common.run_lockstep(worker, [(p, jobs, options) for p in options.ps], on_result=progress)
+        runs = [run for worker_runs in per_worker for run in worker_runs]
+        prov = common.provenance(common.command_line("dynamic_sampling.py", argv), time.time() - started,
+                                 options.threads, load_before)
+        common.save_raw(out / "dynamic_sampling.json", options, prov, runs)
+    summary = summarize(runs, options)
     plot(summary, options, out / "dynamic_sampling.png")
-    (out / "dynamic_sampling.json").write_text(json.dumps({"options": vars(options), "runs": runs}, indent=1))
-    head, body = markdown(summary, options, common.command_line("dynamic_sampling.py", argv), time.time() - started,
-                          load_before)
+    head, body = markdown(summary, options, prov)
     path = common.write_markdown(out / "dynamic_sampling.md", "Cost of dynamic sampling against the uninformative "
                                  "fraction p", head, body)
     print("\n".join(body[: body.index("## Reading")]))

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
-import json
 import os
 import sys
 import tempfile
@@ -227,10 +226,10 @@ def plot(data: dict, summary: dict, out: Path) -> Path:
     return out
 
 
-def markdown(data, summary, options, command, wall, load_before) -> tuple[list[str], list[str]]:
+def markdown(data, summary, options, prov) -> tuple[list[str], list[str]]:
     rl, _ = common.demo_settings(options.prompts_per_step)
     prompts = rl["per_device_train_batch_size"] // rl["num_generations"]
-    head = common.header(command, wall, options.threads, load_before)
+    head = common.header(prov)
     head.append(
         f"- setting: demo SFT warm start (0.8M-parameter Qwen2-style model), {prompts} prompts x "
         f"{rl['num_generations']} completions per step, max {rl['max_completion_length']} tokens, lr "
@@ -315,7 +314,8 @@ def parse(argv):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
     parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
-    parser.add_argument("--out", default=str(common.RESULTS), help="directory for overhead.md and overhead.png")
+    parser.add_argument("--out", default=str(common.RESULTS), help="directory for overhead.md, .png and .json")
+    parser.add_argument("--render", help="rebuild the report from a saved overhead.json instead of measuring")
     options = parser.parse_args(argv)
     options.pairs = options.pairs or (5 if options.quick else 16)
     options.steps = options.steps or (4 if options.quick else 16)
@@ -329,16 +329,20 @@ def parse(argv):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     options = parse(argv)
-    common.setup(options.threads)
-    started, load_before = time.time(), os.getloadavg()
-    data = measure(options)
-    summary = summarize(data)
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
+    if options.render:
+        options, prov, data = common.load_raw(options.render, options)
+    else:
+        common.setup(options.threads)
+        started, load_before = time.time(), os.getloadavg()
+        data = measure(options)
+        prov = common.provenance(common.command_line("overhead.py", argv), time.time() - started, options.threads,
+                                 load_before)
+        common.save_raw(out / "overhead.json", options, prov, data)
+    summary = summarize(data)
     plot(data, summary, out / "overhead.png")
-    (out / "overhead.json").write_text(json.dumps({"options": vars(options), **data, "summary": summary}, indent=1))
-    head, body = markdown(data, summary, options, common.command_line("overhead.py", argv), time.time() - started,
-                          load_before)
+    head, body = markdown(data, summary, options, prov)
     path = common.write_markdown(out / "overhead.md", "Overhead of the layer: trl-ext trainers against TRL, "
                                  "side by side", head, body)
     print("\n".join(body[: body.index("## Reading")]))

@@ -165,6 +165,15 @@ def at_completions(run: dict, completions: float) -> dict | None:
     return next((e for e in run["evals"] if e["completions"] >= completions), None)
 
 
+def accuracy_at_step(run: dict, step: float) -> float:
+    """Held-out accuracy after ``step`` optimizer steps, linearly interpolated between the evaluations around it."""
+    points = [(0, run["start_accuracy"])] + [(e["step"], e["accuracy"]) for e in run["evals"]]
+    for (s0, a0), (s1, a1) in zip(points, points[1:], strict=False):
+        if s0 <= step <= s1:
+            return a0 if s1 == s0 else a0 + (a1 - a0) * (step - s0) / (s1 - s0)
+    return points[-1][1]
+
+
 def reach(run: dict, target: float) -> dict | None:
     """The first evaluation at which the mean of the last ``TRAILING`` evaluations reaches ``target``."""
     accuracies = [run["start_accuracy"]] + [e["accuracy"] for e in run["evals"]]
@@ -192,7 +201,8 @@ def informative_fraction(run: dict, lo: float, hi: float) -> float | None:
 def summarize(runs: list[dict], options) -> dict:
     by = {name: sorted((r for r in runs if r["name"] == name), key=lambda r: r["seed"]) for name in options.algorithms}
     grpo = {r["seed"]: r for r in by.get("grpo", [])}
-    summary = {}
+    common_steps = min(r["steps"] for r in runs)  # the fewest optimizer steps any run made within the budget
+    summary = {"common_steps": common_steps}
     for name, rs in by.items():
         hits = [reach(r, options.target) for r in rs]
         full_time = [train_seconds(r, r["steps"]) for r in rs]
@@ -207,15 +217,19 @@ def summarize(runs: list[dict], options) -> dict:
         tenth = options.budget / 10
         summary[name] = {
             "seeds": len(rs),
+            "start": rs[0]["start_accuracy"],
             "final": [r["evals"][-1]["accuracy"] for r in rs],
             "final_completions": [r["evals"][-1]["completions"] for r in rs],
             "half": [at_completions(r, options.budget / 2)["accuracy"] for r in rs],
             "steps": [r["steps"] for r in rs],
             "reached": [h for h in hits if h],
+            "at_common_steps": [accuracy_at_step(r, common_steps) for r in rs],
+            "reached_by_common_steps": sum(1 for h in hits if h and h["step"] <= common_steps),
             "time_ratio": statistics.median(ratios) if ratios else None,
             "time_ratios": ratios,
             "target_time_ratio": statistics.median(target_ratios) if target_ratios else None,
-            "seconds_per_1k": statistics.median([1000 * t / r["completions"] for t, r in zip(full_time, rs, strict=True)]),
+            "seconds_per_1k": statistics.median([1000 * t / r["completions"]
+                                                 for t, r in zip(full_time, rs, strict=True)]),
             "kept_first": [f for r in rs if (f := informative_fraction(r, 0, tenth)) is not None],
             "kept_last": [f for r in rs if (f := informative_fraction(r, options.budget - tenth, math.inf)) is not None],
             "kept_all": [f for r in rs if (f := informative_fraction(r, 0, math.inf)) is not None],
@@ -256,11 +270,12 @@ def plot(runs: list[dict], options, out: Path) -> Path:
         axes[2].plot(centers, means, "o-", color=color, label=label, ms=3)
         if len(rs) > 1:
             axes[2].fill_between(centers, lows, highs, color=color, alpha=0.15)
+    axes[1].axvline(min(r["steps"] for r in runs), color="grey", ls="--", lw=0.8)
     for ax in axes[:2]:
         ax.axhline(options.target, color="grey", ls=":", lw=0.8)
         ax.set_ylabel("held-out greedy accuracy (240)")
     axes[0].set(xlabel="generated completions", title="accuracy vs generation budget (mean, min-max over seeds)")
-    axes[1].set(xlabel="optimizer steps", title="accuracy vs optimizer steps")
+    axes[1].set(xlabel="optimizer steps", title="accuracy vs optimizer steps (dashed: fewest steps of any run)")
     axes[2].set(xlabel="generated completions", ylabel="informative (kept) group fraction",
                 title="kept-group fraction of generated groups")
     axes[0].legend(fontsize=8)
@@ -270,11 +285,11 @@ def plot(runs: list[dict], options, out: Path) -> Path:
     return out
 
 
-def markdown(runs, summary, options, command, wall, load_before) -> tuple[list[str], list[str]]:
+def markdown(runs, summary, options, prov) -> tuple[list[str], list[str]]:
     rl, dapo = common.demo_settings(options.prompts_per_step)
     prompts = rl["per_device_train_batch_size"] // rl["num_generations"]
     start = runs[0]["start_accuracy"]
-    head = common.header(command, wall, options.threads, load_before)
+    head = common.header(prov)
     head.append(
         f"- setting: demo SFT warm start (held-out greedy accuracy {start:.3f}), {prompts} prompts x "
         f"{rl['num_generations']} completions per step, max {rl['max_completion_length']} tokens, lr "
@@ -292,6 +307,7 @@ def markdown(runs, summary, options, command, wall, load_before) -> tuple[list[s
             ALGORITHMS[name][0],
             f"**{mean_sd(s['final'])}**",
             mean_sd(s["half"]),
+            mean_sd(s["at_common_steps"]),
             f"{len(reached)}/{n}",
             mean_sd([h["step"] for h in reached], "{:.0f}"),
             mean_sd([h["completions"] for h in reached], "{:,.0f}"),
@@ -304,15 +320,19 @@ def markdown(runs, summary, options, command, wall, load_before) -> tuple[list[s
         ])
     body = [f"## At the same budget ({options.budget:,} generated completions), {n} seed(s): mean ± sd", ""]
     body += common.table(
-        ["algorithm", "accuracy at budget", "accuracy at half budget", f"reached {options.target}",
+        ["algorithm", "accuracy at budget", "accuracy at half budget",
+         f"accuracy after {summary['common_steps']} optimizer steps", f"reached {options.target}",
          f"optimizer steps to {options.target}", f"completions to {options.target}",
          "train time to target / GRPO", "train time for budget / GRPO", "optimizer steps in budget",
          "generation rounds per step", "kept-group frac, first 10%", "kept-group frac, last 10%"],
         rows,
     )
-    body += ["", "Steps, completions and time to target: mean over the seeds that reached it. Time ratios: per seed "
-             "against GRPO's run of the same seed (same turn-taking run), median over seeds; training time only "
-             "(evaluations excluded).", "", "## Reading", ""]
+    body += ["", f"Accuracy after {summary['common_steps']} optimizer steps (the fewest any run made within the "
+             "budget): interpolated between the evaluations around that step, so every algorithm is compared at the "
+             "same number of updates. Steps, completions and time to target: mean over the seeds that reached it "
+             "(how many did is in the column before). Time ratios: per seed against GRPO's run of the same seed "
+             "(same turn-taking run), median over seeds; training time only (evaluations excluded).", "",
+             "## Reading", ""]
     body += findings(summary, options)
     body += ["", "## Every run", ""]
     run_rows = []
@@ -327,43 +347,60 @@ def markdown(runs, summary, options, command, wall, load_before) -> tuple[list[s
     return head, body
 
 
+def _compare(a: float, b: float, noise: float) -> str:
+    if a - b > noise:
+        return "higher"
+    if b - a > noise:
+        return "lower"
+    return "no different beyond the noise"
+
+
 def findings(summary: dict, options) -> list[str]:
     """Plain statements of what was measured, including where the papers' claims do not hold here."""
-    out = []
-    base = summary.get("grpo")
-    best = max(options.algorithms, key=lambda a: statistics.mean(summary[a]["final"]))
-    out.append(f"- Highest mean accuracy at the budget: {ALGORITHMS[best][0]} "
-               f"({statistics.mean(summary[best]['final']):.3f}); GRPO: "
-               + (f"{statistics.mean(base['final']):.3f}." if base else "not run."))
+    out, n, target = [], len(options.seeds), options.target
+    mean = statistics.mean
+    finals = {a: mean(summary[a]["final"]) for a in options.algorithms}
+    noise = 2 * math.sqrt(0.35 * 0.65 / 240 / n)  # 2 standard errors of a mean of n evaluations on 240 problems
+    ranked = sorted(options.algorithms, key=finals.get, reverse=True)
+    out.append("- Accuracy at the budget, best first: " + ", ".join(f"{ALGORITHMS[a][0]} {finals[a]:.3f}"
+                                                                     for a in ranked)
+               + f" (start {summary[ranked[0]]['start']:.3f}). Differences under about {noise:.2f} are within "
+               "evaluation noise (2 standard errors of a mean over the seeds, 240 problems each); the seed-to-seed "
+               "spread is in the table and the plot.")
+    always = [a for a in options.algorithms if len(summary[a]["reached"]) == n]
+    if always:
+        fastest = min(always, key=lambda a: mean(h["completions"] for h in summary[a]["reached"]))
+        out.append(f"- Reached {target} in every seed: " + ", ".join(ALGORITHMS[a][0] for a in always)
+                   + f"; the fewest generated completions to get there: {ALGORITHMS[fastest][0]} "
+                   f"({mean(h['completions'] for h in summary[fastest]['reached']):,.0f} on average).")
     ds, no_ds = summary.get("dapo"), summary.get("dapo_no_ds")
-    if ds and no_ds:
-        n = len(options.seeds)
-        ds_steps = [h["step"] for h in ds["reached"]]
-        nods_steps = [h["step"] for h in no_ds["reached"]]
-        claim = (f"- Dynamic sampling (DAPO's claim: a given accuracy in fewer optimizer steps despite extra "
-                 f"generation): with it, {len(ds_steps)}/{n} seeds reached {options.target}"
-                 + (f" in {statistics.mean(ds_steps):.0f} steps" if ds_steps else "")
-                 + f"; without it, {len(nods_steps)}/{n}"
-                 + (f" in {statistics.mean(nods_steps):.0f} steps" if nods_steps else "") + ". ")
-        if ds_steps and nods_steps:
-            fewer = statistics.mean(ds_steps) < statistics.mean(nods_steps)
-            claim += ("Fewer steps: the claim holds in steps here. " if fewer
-                      else "Not fewer steps: the claim does not hold here. ")
-        claim += (f"Each of its steps generated {ds['rounds']:.2f} batches on average (a refill round generates a "
-                  f"whole batch however few groups are missing), so in the same completion budget it made "
-                  f"{statistics.mean(ds['steps']):.0f} optimizer steps against {statistics.mean(no_ds['steps']):.0f} "
-                  f"and reached {statistics.mean(ds['final']):.3f} against {statistics.mean(no_ds['final']):.3f}."
-                  if ds["rounds"] else "")
-        out.append(claim)
-    kept = [(ALGORITHMS[a][0], statistics.mean(summary[a]["kept_all"])) for a in options.algorithms
-            if summary[a]["kept_all"]]
+    if ds and no_ds and ds["rounds"]:
+        k = summary["common_steps"]
+        per_step = _compare(mean(ds["at_common_steps"]), mean(no_ds["at_common_steps"]), noise)
+        per_budget = _compare(mean(ds["final"]), mean(no_ds["final"]), noise)
+        holds = {"higher": "holds here", "lower": "does not hold here",
+                 "no different beyond the noise": "is not confirmed here"}[per_step]
+        out.append(
+            f"- Dynamic sampling. DAPO's claim: a given accuracy in fewer optimizer steps despite the extra "
+            f"generation. After the same {k} optimizer steps, DAPO with dynamic sampling was at "
+            f"{mean(ds['at_common_steps']):.3f} and without it at {mean(no_ds['at_common_steps']):.3f}: {per_step}, "
+            f"so the claim {holds}. Target {target}: reached by step {k} in {ds['reached_by_common_steps']}/{n} seeds "
+            f"with dynamic sampling and {no_ds['reached_by_common_steps']}/{n} without (without it, "
+            f"{len(no_ds['reached'])}/{n} by the end of its {mean(no_ds['steps']):.0f} steps). At the same "
+            f"generation budget it is {per_budget}: {mean(ds['final']):.3f} against {mean(no_ds['final']):.3f}, "
+            f"because each step generated {ds['rounds']:.2f} batches (a refill round generates a whole batch however "
+            f"few groups are missing), which left {mean(ds['steps']):.0f} optimizer steps in the budget instead of "
+            f"{mean(no_ds['steps']):.0f}; it used {ds['time_ratio']:.2f}x GRPO's training time for the budget against "
+            f"{no_ds['time_ratio']:.2f}x without dynamic sampling (fewer backward passes)."
+        )
+    kept = {a: mean(summary[a]["kept_all"]) for a in options.algorithms if summary[a]["kept_all"]}
     if kept:
-        out.append("- Informative-group fraction over the whole run: "
-                   + ", ".join(f"{label} {value:.2f}" for label, value in kept)
-                   + ". With ~80% of groups informative, dynamic sampling has little to drop, and each drop costs a "
-                   "whole extra batch.")
-    out.append("- Accuracy differences smaller than about 0.03 are within the evaluation noise of 240 problems and "
-               "the seed-to-seed spread (see the plot and 'Every run').")
+        low, high = min(kept.values()), max(kept.values())
+        out.append(f"- Informative (kept) group fraction of generated groups over the whole run: {low:.2f} to "
+                   f"{high:.2f} across algorithms (" + ", ".join(f"{ALGORITHMS[a][0]} {v:.2f}" for a, v in kept.items())
+                   + f"). On this task about {1 - high:.0%}-{1 - low:.0%} of the groups are uninformative: dynamic "
+                   "sampling has little to drop, yet each drop costs a refill of a whole batch "
+                   "(see benchmarks/results/dynamic_sampling.md).")
     return out
 
 
@@ -379,7 +416,8 @@ def parse(argv):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
     parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
-    parser.add_argument("--out", default=str(common.RESULTS), help="directory for sample_efficiency.md and .png")
+    parser.add_argument("--out", default=str(common.RESULTS), help="directory for sample_efficiency.md, .png, .json")
+    parser.add_argument("--render", help="rebuild the report from a saved sample_efficiency.json instead of training")
     options = parser.parse_args(argv)
     options.seeds = [int(s) for s in (options.seeds or ("0" if options.quick else "0,1,2")).split(",")]
     options.budget = options.budget or (2048 if options.quick else 38400)
@@ -394,23 +432,29 @@ def parse(argv):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     options = parse(argv)
-    common.setup(options.threads)
-    started, load_before = time.time(), os.getloadavg()
-    common.load_policy(options.warm_start_steps, options.cache_dir)  # build the cached warm start once, up front
-
-    def progress(me, index, run):
-        print(f"[sample_efficiency] {run['name']} seed {run['seed']}: {run['steps']} steps, {run['completions']:,} "
-              f"completions, accuracy {run['start_accuracy']:.3f} -> {run['evals'][-1]['accuracy']:.3f}", flush=True)
-
-    per_worker = common.run_lockstep(worker, [(name, options.seeds, options) for name in options.algorithms],
-                                     on_result=progress)
-    runs = [run for worker_runs in per_worker for run in worker_runs]
-    summary = summarize(runs, options)
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
+    if options.render:
+        options, prov, runs = common.load_raw(options.render, options)
+    else:
+        common.setup(options.threads)
+        started, load_before = time.time(), os.getloadavg()
+        common.load_policy(options.warm_start_steps, options.cache_dir)  # build the cached warm start once
+
+        def progress(me, index, run):
+            print(f"[sample_efficiency] {run['name']} seed {run['seed']}: {run['steps']} steps, "
+                  f"{run['completions']:,} completions, accuracy {run['start_accuracy']:.3f} -> "
+                  f"{run['evals'][-1]['accuracy']:.3f}", flush=True)
+
+        per_worker = common.run_lockstep(worker, [(name, options.seeds, options) for name in options.algorithms],
+                                         on_result=progress)
+        runs = [run for worker_runs in per_worker for run in worker_runs]
+        prov = common.provenance(common.command_line("sample_efficiency.py", argv), time.time() - started,
+                                 options.threads, load_before)
+        common.save_raw(out / "sample_efficiency.json", options, prov, runs)
+    summary = summarize(runs, options)
     plot(runs, options, out / "sample_efficiency.png")
-    head, body = markdown(runs, summary, options, common.command_line("sample_efficiency.py", argv),
-                          time.time() - started, load_before)
+    head, body = markdown(runs, summary, options, prov)
     path = common.write_markdown(out / "sample_efficiency.md", "Sample efficiency: GRPO, Dr. GRPO, DAPO and GSPO at "
                                  "the same generation budget", head, body)
     print("\n".join(body[: body.index("## Reading")]))

@@ -1,8 +1,13 @@
 """trl-ext: DAPO and GSPO done right over Hugging Face TRL.
 
-Public API: the presets (configs) and the drop-in trainers. ``from trl_ext import DAPOTrainer, DAPOConfig``.
+Public API: presets (configs), drop-in trainers, group-mined DPO, diagnostics.
+``from trl_ext import DAPOTrainer, DAPOConfig``. PPO's rule-reward adapter lives in ``trl_ext.ppo`` (imported on
+demand, since only trl 1.12 ships ``PPOTrainer``).
 """
 
+from trl_ext.dpo import DPOConfig, DPOTrainer, train_iterative_dpo
+from trl_ext.health import HealthMonitor, HealthThresholds
+from trl_ext.pairs import build_pairs, mine_pairs
 from trl_ext.presets import (
     DAPOConfig,
     DrGRPOConfig,
@@ -12,6 +17,7 @@ from trl_ext.presets import (
     get_preset,
     preset_names,
 )
+from trl_ext.probe import ProbeArguments, probe_model, run_probe
 from trl_ext.trainers import DAPOTrainer, GRPOTrainer, GSPOTokenTrainer, GSPOTrainer, trainer_class_for
 
 __version__ = "0.1.0"
@@ -19,6 +25,8 @@ __version__ = "0.1.0"
 __all__ = [
     "DAPOConfig",
     "DAPOTrainer",
+    "DPOConfig",
+    "DPOTrainer",
     "DrGRPOConfig",
     "GRPOFamilyConfig",
     "GRPOPaperConfig",
@@ -26,7 +34,15 @@ __all__ = [
     "GSPOConfig",
     "GSPOTokenTrainer",
     "GSPOTrainer",
+    "HealthMonitor",
+    "HealthThresholds",
+    "ProbeArguments",
+    "build_pairs",
     "get_preset",
+    "mine_pairs",
     "preset_names",
+    "probe_model",
+    "run_probe",
+    "train_iterative_dpo",
     "trainer_class_for",
 ]
