@@ -3,6 +3,7 @@ uninformative, against the ideal 1/(1-p), and the time spent on groups that are 
 
     python benchmarks/dynamic_sampling.py           # full: p = 0, .25, .5, .75, .9; 3 configs x 3 repetitions
     python benchmarks/dynamic_sampling.py --quick   # the same grid, 1 repetition of 1 step, 8 prompts per step
+    python benchmarks/dynamic_sampling.py --render benchmarks/results/dynamic_sampling.json   # rebuild the report from raw data
 
 Synthetic reward: of the 600 training prompts of the demo, exactly round(p x 600) (the lowest SHA-256 of
 ``"seed:prompt"``) are uninformative: all their completions get reward 0. Every other prompt's completions get their

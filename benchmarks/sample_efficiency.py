@@ -3,6 +3,7 @@ the same warm-start checkpoint, with the same budget of generated completions, s
 
     python benchmarks/sample_efficiency.py           # full: 3 seeds x 38,400 completions each, ~35-45 min on 2 cores
     python benchmarks/sample_efficiency.py --quick   # 1 seed x 2,048 completions, under 2 minutes
+    python benchmarks/sample_efficiency.py --render benchmarks/results/sample_efficiency.json   # report only
 
 Every algorithm is its preset (``trl_ext.get_preset``) on the demo's tuned RL setting (``recipes/configs/demo/
 dapo.yaml``: 16 prompts x 8 completions per step, max 6 tokens, lr 5e-4 constant, the arithmetic reward) and is
@@ -22,7 +23,9 @@ generation cycle at which the count reaches ``--budget``. Held-out greedy accura
 the 240 held-out problems) is measured before training and after the first cycle at or past every ``--eval-every``
 completions; it is deterministic (greedy decoding), so it does not disturb the training's random stream.
 
-**Time to target**: the first evaluation at which the mean of the last three evaluations reaches ``--target`` (the
+**Per optimizer step**: accuracy after the fewest optimizer steps any run made within the budget (dynamic
+sampling's, since its refills eat into the budget), interpolated between evaluations: the test of DAPO's claim that
+dynamic sampling reaches a given accuracy in fewer steps. **Time to target**: the first evaluation at which the mean of the last three evaluations reaches ``--target`` (the
 mean damps the evaluation noise of 240 problems, about +-3 points); its optimizer steps, completions and training
 seconds are reported. **Wall clock**: the algorithms of one seed run in parallel worker processes that take turns one
 optimizer step at a time (``_common.run_lockstep``), so every algorithm trains under the same machine load; a
@@ -347,12 +350,22 @@ def markdown(runs, summary, options, prov) -> tuple[list[str], list[str]]:
     return head, body
 
 
-def _compare(a: float, b: float, noise: float) -> str:
-    if a - b > noise:
+def _noise(a: list[float], b: list[float]) -> float:
+    """Two standard errors of the difference of two means over seeds (from the seed-to-seed spread, which includes
+    the evaluation noise; with one seed, the binomial noise of one evaluation on 240 problems)."""
+    def var(x):
+        return statistics.variance(x) if len(x) > 1 else 0.35 * 0.65 / 240
+
+    return 2 * math.sqrt(var(a) / len(a) + var(b) / len(b))
+
+
+def _compare(a: list[float], b: list[float]) -> str:
+    difference, noise = statistics.mean(a) - statistics.mean(b), _noise(a, b)
+    if difference > noise:
         return "higher"
-    if b - a > noise:
+    if -difference > noise:
         return "lower"
-    return "no different beyond the noise"
+    return f"no different beyond the noise (+-{noise:.3f})"
 
 
 def findings(summary: dict, options) -> list[str]:
@@ -360,13 +373,14 @@ def findings(summary: dict, options) -> list[str]:
     out, n, target = [], len(options.seeds), options.target
     mean = statistics.mean
     finals = {a: mean(summary[a]["final"]) for a in options.algorithms}
-    noise = 2 * math.sqrt(0.35 * 0.65 / 240 / n)  # 2 standard errors of a mean of n evaluations on 240 problems
     ranked = sorted(options.algorithms, key=finals.get, reverse=True)
+    noise = statistics.median(_noise(summary[a]["final"], summary[b]["final"])
+                              for a in ranked for b in ranked if a < b) if len(ranked) > 1 else 0.0
     out.append("- Accuracy at the budget, best first: " + ", ".join(f"{ALGORITHMS[a][0]} {finals[a]:.3f}"
                                                                      for a in ranked)
-               + f" (start {summary[ranked[0]]['start']:.3f}). Differences under about {noise:.2f} are within "
-               "evaluation noise (2 standard errors of a mean over the seeds, 240 problems each); the seed-to-seed "
-               "spread is in the table and the plot.")
+               + f" (start {summary[ranked[0]]['start']:.3f}). With {n} seed(s), a difference between two "
+               f"algorithms needs to exceed about {noise:.3f} (two standard errors, from the seed-to-seed spread) to "
+               "be more than noise.")
     always = [a for a in options.algorithms if len(summary[a]["reached"]) == n]
     if always:
         fastest = min(always, key=lambda a: mean(h["completions"] for h in summary[a]["reached"]))
@@ -376,10 +390,9 @@ def findings(summary: dict, options) -> list[str]:
     ds, no_ds = summary.get("dapo"), summary.get("dapo_no_ds")
     if ds and no_ds and ds["rounds"]:
         k = summary["common_steps"]
-        per_step = _compare(mean(ds["at_common_steps"]), mean(no_ds["at_common_steps"]), noise)
-        per_budget = _compare(mean(ds["final"]), mean(no_ds["final"]), noise)
-        holds = {"higher": "holds here", "lower": "does not hold here",
-                 "no different beyond the noise": "is not confirmed here"}[per_step]
+        per_step = _compare(ds["at_common_steps"], no_ds["at_common_steps"])
+        per_budget = _compare(ds["final"], no_ds["final"])
+        holds = {"higher": "holds here", "lower": "does not hold here"}.get(per_step, "is not confirmed here")
         out.append(
             f"- Dynamic sampling. DAPO's claim: a given accuracy in fewer optimizer steps despite the extra "
             f"generation. After the same {k} optimizer steps, DAPO with dynamic sampling was at "
@@ -387,9 +400,10 @@ def findings(summary: dict, options) -> list[str]:
             f"so the claim {holds}. Target {target}: reached by step {k} in {ds['reached_by_common_steps']}/{n} seeds "
             f"with dynamic sampling and {no_ds['reached_by_common_steps']}/{n} without (without it, "
             f"{len(no_ds['reached'])}/{n} by the end of its {mean(no_ds['steps']):.0f} steps). At the same "
-            f"generation budget it is {per_budget}: {mean(ds['final']):.3f} against {mean(no_ds['final']):.3f}, "
-            f"because each step generated {ds['rounds']:.2f} batches (a refill round generates a whole batch however "
-            f"few groups are missing), which left {mean(ds['steps']):.0f} optimizer steps in the budget instead of "
+            f"generation budget its accuracy is {per_budget}: {mean(ds['final']):.3f} against "
+            f"{mean(no_ds['final']):.3f}. Each of its steps generated {ds['rounds']:.2f} batches (a refill round "
+            f"generates a whole batch however few groups are missing), which left {mean(ds['steps']):.0f} optimizer "
+            "steps in the budget instead of "
             f"{mean(no_ds['steps']):.0f}; it used {ds['time_ratio']:.2f}x GRPO's training time for the budget against "
             f"{no_ds['time_ratio']:.2f}x without dynamic sampling (fewer backward passes)."
         )
