@@ -136,6 +136,13 @@ def held_out_accuracy(model: PreTrainedModel, tokenizer: Any, eval_dataset: Data
     """Greedy accuracy on a dataset with ``prompt`` and ``answer`` columns (the demo's metric); None otherwise."""
     if eval_dataset is None or not {"prompt", "answer"} <= set(eval_dataset.column_names):
         return None
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if is_deepspeed_zero3_enabled():  # sharded weights must be gathered (on every rank) before generate
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(model.parameters())):
+            return greedy_accuracy(model, tokenizer, eval_dataset)
     return greedy_accuracy(model, tokenizer, eval_dataset)
 
 
