@@ -16,7 +16,7 @@ Two comparisons, each "ours / TRL", both arms built from the same config fields:
   eps 3e-4/4e-4, 4 minibatches per rollout), i.e. TRL's ``GRPOTrainer(importance_sampling_level="sequence")``.
 
 Both arms train the demo's SFT warm start on the demo's RL setting (``recipes/configs/demo/dapo.yaml``: 16 prompts x
-8 completions per step, 6 tokens, lr 5e-4). The model is tiny (0.8M parameters), so a step is mostly Python and
+8 completions per step, 6 tokens, lr 5e-4). The model is tiny (0.6M parameters), so a step is mostly Python and
 generation overhead: the place where a layer's own cost shows most; on a real model the ratio can only be closer to 1.
 
 Method. The two arms run in two worker processes (same imports and settings; neither arm's allocations or caches can
@@ -237,10 +237,10 @@ def markdown(data, summary, options, prov) -> tuple[list[str], list[str]]:
     prompts = rl["per_device_train_batch_size"] // rl["num_generations"]
     head = common.header(prov)
     head.append(
-        f"- setting: demo SFT warm start (0.8M-parameter Qwen2-style model), {prompts} prompts x "
+        f"- setting: demo SFT warm start (0.6M-parameter Qwen2-style model), {prompts} prompts x "
         f"{rl['num_generations']} completions per step, max {rl['max_completion_length']} tokens, lr "
         f"{rl['learning_rate']:g}; reward = arithmetic correctness + 1e-3 x index in group (every group informative); "
-        f"DAPO arm: soft_overlong_punishment=False in both arms; {options.pairs} interleaved pairs; measured steps per "
+        f"DAPO arm: soft_overlong_punishment=False in both arms; {options.pairs} lock-stepped pairs; measured steps per "
         + ", ".join(f"{n}: {data['plan'][n][1]} after a warm-up of {data['plan'][n][0]}" for n in options.comparisons)
     )
 

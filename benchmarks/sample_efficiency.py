@@ -55,7 +55,7 @@ import _common as common  # noqa: E402
 ALGORITHMS = {  # name: (label, preset, overrides)
     "grpo": ("GRPO", "grpo", {}),
     "dr_grpo": ("Dr. GRPO", "dr_grpo", {}),
-    "dapo_no_ds": ("DAPO, no dynamic sampling", "dapo", {"dynamic_sampling": False}),
+    "dapo_no_ds": ("DAPO (no dynamic sampling)", "dapo", {"dynamic_sampling": False}),
     "dapo": ("DAPO (dynamic sampling)", "dapo", {}),
     "gspo": ("GSPO", "gspo", {}),
 }
@@ -361,11 +361,12 @@ def _noise(a: list[float], b: list[float]) -> float:
 
 def _compare(a: list[float], b: list[float]) -> str:
     difference, noise = statistics.mean(a) - statistics.mean(b), _noise(a, b)
+    detail = f"difference {difference:+.3f}, noise +-{noise:.3f}"
     if difference > noise:
-        return "higher"
+        return f"higher ({detail})"
     if -difference > noise:
-        return "lower"
-    return f"no different beyond the noise (+-{noise:.3f})"
+        return f"lower ({detail})"
+    return f"no different beyond the noise ({detail})"
 
 
 def findings(summary: dict, options) -> list[str]:
@@ -392,7 +393,7 @@ def findings(summary: dict, options) -> list[str]:
         k = summary["common_steps"]
         per_step = _compare(ds["at_common_steps"], no_ds["at_common_steps"])
         per_budget = _compare(ds["final"], no_ds["final"])
-        holds = {"higher": "holds here", "lower": "does not hold here"}.get(per_step, "is not confirmed here")
+        holds = {"higher": "holds here", "lower": "does not hold here"}.get(per_step.split()[0], "is not confirmed here")
         out.append(
             f"- Dynamic sampling. DAPO's claim: a given accuracy in fewer optimizer steps despite the extra "
             f"generation. After the same {k} optimizer steps, DAPO with dynamic sampling was at "
@@ -412,9 +413,9 @@ def findings(summary: dict, options) -> list[str]:
         low, high = min(kept.values()), max(kept.values())
         out.append(f"- Informative (kept) group fraction of generated groups over the whole run: {low:.2f} to "
                    f"{high:.2f} across algorithms (" + ", ".join(f"{ALGORITHMS[a][0]} {v:.2f}" for a, v in kept.items())
-                   + f"). On this task about {1 - high:.0%}-{1 - low:.0%} of the groups are uninformative: dynamic "
-                   "sampling has little to drop, yet each drop costs a refill of a whole batch "
-                   "(see benchmarks/results/dynamic_sampling.md).")
+                   + f"). On this task {1 - high:.0%}-{1 - low:.0%} of the groups are uninformative; dynamic sampling "
+                   "replaces them, but a refill round generates a whole batch however few groups are missing "
+                   "(cost against p: benchmarks/results/dynamic_sampling.md).")
     return out
 
 

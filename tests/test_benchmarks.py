@@ -80,11 +80,11 @@ def test_sample_efficiency_quick_counts_the_budget(tmp_path, warm_cache):
     _provenance(text)
     assert (tmp_path / "sample_efficiency.png").stat().st_size > 0
     summary = {row[0]: row for row in _table(text, "## At the same budget")}
-    assert list(summary) == ["GRPO", "Dr. GRPO", "DAPO, no dynamic sampling", "DAPO (dynamic sampling)", "GSPO"]
+    assert list(summary) == ["GRPO", "Dr. GRPO", "DAPO (no dynamic sampling)", "DAPO (dynamic sampling)", "GSPO"]
     assert summary["GRPO"][8] == "1.00"  # time ratio of GRPO to itself
     runs = {row[0]: row for row in _table(text, "## Every run")}
     # 16 completions per step: exactly 4 steps for the budget of 64, GSPO in one 4-step cycle of 64 completions
-    for name in ("GRPO", "Dr. GRPO", "DAPO, no dynamic sampling", "GSPO"):
+    for name in ("GRPO", "Dr. GRPO", "DAPO (no dynamic sampling)", "GSPO"):
         assert (runs[name][2], runs[name][3]) == ("4", "64")
     steps, completions = int(runs["DAPO (dynamic sampling)"][2]), int(runs["DAPO (dynamic sampling)"][3])
     assert completions >= 64 and steps <= 4 and completions % 16 == 0  # refill rounds count in the budget

@@ -45,6 +45,7 @@ from trl_ext.demo import (
     greedy_accuracy,
     make_problems,
     warm_start,
+    warm_start_sft_kwargs,
 )
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -160,23 +161,7 @@ def report(recipe: str, output_dir: str, before: float | None, after: float | No
 def warm_start_sft_config(output_dir: str, sft: WarmStartConfig | None = None) -> dict[str, Any]:
     """The ``SFTConfig`` fields of the demo warm start (``trl_ext.demo.warm_start``): the defaults of
     ``recipes/sft.py`` with no arguments, so that the recipe and the demo train the same way."""
-    sft = sft or WarmStartConfig()
-    return dict(
-        output_dir=output_dir,
-        max_steps=sft.max_steps,
-        learning_rate=sft.learning_rate,
-        lr_scheduler_type="constant",
-        per_device_train_batch_size=sft.per_device_train_batch_size,
-        seed=sft.seed,
-        logging_steps=max(sft.max_steps // 4, 1),
-        save_strategy="no",
-        report_to="none",
-        bf16=False,
-        max_length=32,
-        completion_only_loss=True,
-        use_cpu=not torch.cuda.is_available(),
-        disable_tqdm=True,
-    )
+    return warm_start_sft_kwargs(output_dir, sft)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -401,6 +386,8 @@ def run_pipeline(args: PipelineArguments) -> dict[str, Any]:
     from trl_ext.rl_recipe import run as run_rl
 
     start = time.time()
+    if "OMP_NUM_THREADS" not in os.environ:  # the 0.6M-parameter demo model gains nothing from threads
+        torch.set_num_threads(1)  # and on a busy machine they thrash
     timings: dict[str, float] = {}
     accuracies: dict[str, float] = {}
     _, held_out = make_problems(DemoTaskConfig())
