@@ -315,11 +315,21 @@ def _parse(verdicts: list[bytes], stderr: bytes, nonce: str, n_tests: int, wall:
         result.status, result.detail = "syntax_error", " ".join(program["syntax_error"])
     elif "solution_error" in program:
         result.status, result.detail = "solution_error", " ".join(program["solution_error"])
-    elif launcher["exit"][1:2] == ["1"]:
-        result.status = "timeout"
+    elif launcher["exit"][1:2] == ["1"] or _killed_by_cpu_limit(launcher["exit"][0]):
+        result.status = "timeout"  # the wall-clock deadline or RLIMIT_CPU, whichever struck first
     elif "done" not in program:
         result.status, result.detail = "crashed", f"exit status {launcher['exit'][0]}"
     return result
+
+
+def _killed_by_cpu_limit(raw_status: str) -> bool:
+    """Whether a wait status says the program died of SIGXCPU (RLIMIT_CPU's soft limit). Which of the CPU limit and
+    the wall-clock deadline strikes first depends on the machine's load, so both count as a timeout."""
+    try:
+        status = int(raw_status)
+    except ValueError:
+        return False
+    return status == -signal.SIGXCPU  # the launcher reports death by signal N as -N
 
 
 def run_program(
