@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -340,7 +341,15 @@ def test_deepspeed_zero2_and_zero3_train_identically_on_two_cpu_processes(tmp_pa
             "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(_free_port()),
             os.path.join(REPO, "recipes", "dapo.py"), "--config", str(config), "--output_dir", str(out),
         ]  # fmt: skip
-        result = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=400)
+        for _attempt in range(2):
+            if out.exists():
+                shutil.rmtree(out)
+            result = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=400)
+            # Seen once under load: a rank aborts at interpreter exit, after training and saving, in the C++
+            # teardown ("terminate called without an active exception"). Relaunch once from scratch in that case
+            # only; every assertion below still applies to the run that completed.
+            if result.returncode == 0 or "terminate called without an active exception" not in result.stderr:
+                break
         assert result.returncode == 0, result.stderr[-4000:]
 
         # DeepSpeed really ran this stage on two ranks: one optimizer shard per rank, stage and world in the state.
