@@ -41,6 +41,8 @@ import json
 import logging
 import os
 import time
+import types
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +50,7 @@ import torch
 from accelerate.utils import pad_across_processes
 from datasets import IterableDataset
 
-from trl_ext.group_filter import group_reward_range, informative_groups
+from trl_ext.group_filter import nanstd, group_advantages, group_reward_range, informative_groups
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +115,22 @@ def _pad_width(tensor: torch.Tensor, width: int, value: float, left: bool) -> to
     return torch.cat([pad, tensor] if left else [tensor, pad], dim=1)
 
 
+@dataclass
+class _Round:
+    """One generation round: TRL's output plus what the ``_calculate_rewards`` wrapper captured (global order)."""
+
+    output: dict[str, Any]
+    rewards_per_func: torch.Tensor  # [rows, num_funcs], NaN where a function returned None
+    metric: torch.Tensor  # [rows] the weighted sum that decides informativeness (dynamic_sampling_metric)
+    lengths: torch.Tensor  # [rows] completion lengths, TRL's definition (len of the sampled ids)
+    truncated: torch.Tensor  # [rows] no EOS at the end (TRL's completions/clipped_ratio)
+    seconds: float
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.metric.numel())
+
+
 class DynamicSamplingMixin:
     """Adds ``dynamic_sampling`` (a ``GRPOFamilyConfig`` field) to any TRL ``GRPOTrainer`` subclass.
 
@@ -120,14 +138,20 @@ class DynamicSamplingMixin:
     ``args.dynamic_sampling`` False (or a plain ``GRPOConfig``), every method defers to TRL unchanged.
     """
 
+    #: Reward functions that shape the reward but say nothing about the task's accuracy: left out of the default
+    #: ``dynamic_sampling_metric`` (DAPO filters on accuracy; verl's recipe filters on ``acc``, not the overlong term).
+    shaping_reward_names: tuple[str, ...] = ("soft_overlong_punishment_reward",)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._ds_last_rewards: torch.Tensor | None = None
+        self._ds_capture: dict[str, torch.Tensor] | None = None
         self._ds_warned = False
         self._ds_empty_steps = 0
         self._ds_reward_low = float("inf")
         self._ds_reward_high = float("-inf")
         self._ds_stream: PromptStream | None = None
+        self._ds_window_tokens = 0
+        self._ds_metric_columns: list[int] = []
         if self._ds_enabled:
             if isinstance(self.train_dataset, IterableDataset) or not hasattr(self.train_dataset, "__len__"):
                 raise ValueError(
@@ -136,21 +160,53 @@ class DynamicSamplingMixin:
                     "dynamic_sampling=False."
                 )
             self._ds_stream = PromptStream(len(self.train_dataset), seed=self.args.seed + _STREAM_SEED_OFFSET)
+            self._ds_metric_columns = self._resolve_metric_columns()
 
     @property
     def _ds_enabled(self) -> bool:
         return bool(getattr(self.args, "dynamic_sampling", False))
+
+    def _resolve_metric_columns(self) -> list[int]:
+        """Indices of the reward functions whose weighted sum decides whether a group is informative."""
+        names = list(self.reward_func_names)
+        requested = getattr(self.args, "dynamic_sampling_metric", None)
+        if requested is None:
+            columns = [i for i, name in enumerate(names) if name not in self.shaping_reward_names]
+            return columns or list(range(len(names)))
+        requested = [requested] if isinstance(requested, str) else list(requested)
+        unknown = [name for name in requested if name not in names]
+        if unknown or not requested:
+            raise ValueError(
+                f"dynamic_sampling_metric={requested} names no reward function of this trainer ({unknown} unknown). "
+                f"Known reward functions: {names}. Name the task reward(s) (e.g. the accuracy reward), or leave it "
+                f"unset for every reward function except the shaping ones {list(self.shaping_reward_names)}."
+            )
+        return [i for i, name in enumerate(names) if name in requested]
 
     # -- hooks ---------------------------------------------------------------------------------------------------
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self._ds_enabled and self.model.training:
-            # The scalar each completion's advantage is computed from (TRL's sum_then_normalize), NaN if unscorable.
-            weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
-            total = (rewards_per_func * weights).nansum(dim=1)
-            total[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-            self._ds_last_rewards = total
+            # The metric (DAPO Eq. 11's accuracy): weighted sum over dynamic_sampling_metric, NaN if unscorable.
+            columns = torch.tensor(self._ds_metric_columns, device=rewards_per_func.device)
+            selected = rewards_per_func.index_select(1, columns)
+            weights = self.reward_weights.to(rewards_per_func.device).index_select(0, columns).unsqueeze(0)
+            metric = (selected * weights).nansum(dim=1)
+            metric[torch.isnan(selected).all(dim=1)] = torch.nan
+            # Completion lengths and truncation as TRL logs them, gathered like the rewards (global order).
+            device = self.accelerator.device
+            eos_and_pad = [self._tokenizer.eos_token_id, self._tokenizer.pad_token_id]
+            lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=device)
+            truncated = torch.tensor(
+                [len(ids) > 0 and int(ids[-1]) not in eos_and_pad for ids in completion_ids_list], device=device
+            )
+            self._ds_capture = {
+                "rewards_per_func": rewards_per_func.detach().cpu(),
+                "metric": metric.detach().cpu(),
+                "lengths": self.accelerator.gather(lengths).cpu(),
+                "truncated": self.accelerator.gather(truncated).cpu(),
+            }
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
@@ -159,24 +215,48 @@ class DynamicSamplingMixin:
 
         args = self.args
         num_generations = self.num_generations
-        started = time.perf_counter()
-        output = super()._generate_and_score_completions(inputs)
-        rounds = [(output, self._take_round_rewards(), time.perf_counter() - started)]
-        keep = informative_groups(rounds[0][1], num_generations, args.dynamic_sampling_atol)
-        num_groups = keep.numel()
-        kept = int(keep.sum())
+        # TRL logs per call (metrics and the completions table); while rounds are generated they go to scratch
+        # buffers, and only what describes the trained batch reaches the real ones (``_merge_logs``).
+        metrics, logs = self._metrics["train"], self._logs
+        self._metrics["train"], self._logs = defaultdict(list), _scratch_logs(logs)
+        try:
+            rounds = [self._run_round(inputs)]
+            keep = informative_groups(rounds[0].metric, num_generations, args.dynamic_sampling_atol)
+            num_groups = keep.numel()
+            kept = int(keep.sum())
+            while kept < num_groups and len(rounds) < args.dynamic_sampling_max_rounds:
+                rounds.append(self._run_round(self._refill_inputs(inputs)))
+                kept += int(informative_groups(rounds[-1].metric, num_generations, args.dynamic_sampling_atol).sum())
+        finally:
+            round_metrics, round_logs = self._metrics["train"], self._logs
+            self._metrics["train"], self._logs = metrics, logs
 
-        while kept < num_groups and len(rounds) < args.dynamic_sampling_max_rounds:
-            started = time.perf_counter()
-            refill = super()._generate_and_score_completions(self._refill_inputs(inputs))
-            rewards = self._take_round_rewards()
-            rounds.append((refill, rewards, time.perf_counter() - started))
-            kept += int(informative_groups(rewards, num_generations, args.dynamic_sampling_atol).sum())
+        chosen, fillers, surplus = self._select(rounds, num_groups)
+        self._log_round_stats(rounds, num_groups, len(surplus))
+        if len(rounds) == 1 and not fillers:
+            # Nothing dropped: exactly TRL's step, logs included.
+            self._merge_logs(round_metrics, round_logs, rounds, rows=None, advantages=None)
+            return rounds[0].output
+        batch, rows, advantages = self._assemble(rounds, chosen, fillers, local_rows=len(inputs))
+        self._merge_logs(round_metrics, round_logs, rounds, rows=rows, advantages=advantages)
+        return batch
 
-        self._log_round_stats(rounds, num_groups)
-        if len(rounds) == 1 and kept == num_groups:
-            return output  # nothing dropped: exactly TRL's step
-        return self._assemble(rounds, num_groups, local_rows=len(inputs))
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if self._ds_enabled and self.model.training:
+            # Tokens this micro-batch trains on; the optimizer gate reads the sum over the accumulation window.
+            mask = inputs["completion_mask"]
+            if "tool_mask" in inputs:
+                mask = mask * inputs["tool_mask"]
+            self._ds_window_tokens += int(mask.sum())
+        return super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
+
+    def create_optimizer(self, *args: Any, **kwargs: Any):
+        optimizer = super().create_optimizer(*args, **kwargs)
+        if self._ds_enabled:
+            self._gate_optimizer(self.optimizer)
+        return optimizer
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
@@ -208,20 +288,76 @@ class DynamicSamplingMixin:
                 "its beginning, so the resumed run will not reproduce an uninterrupted one exactly."
             )
 
+    # -- the optimizer gate (a step that trains no token changes nothing) -------------------------------------------
+
+    def _gate_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Skip ``optimizer.step()`` for an accumulation window in which no process trained a single token.
+
+        Zero-weight filler groups give a zero gradient, but AdamW would still apply its momentum (and weight decay)
+        and advance its step count. The gate wraps the torch optimizer's ``step`` (below accelerate's wrapper, which
+        calls it), so the weights and the optimizer state (moments, step count) stay exactly as they were. The
+        Trainer still counts the step: ``global_step`` and the LR schedule advance (the schedule stays a function of
+        the step count, so ``max_steps``, logging, saving and exact resume are unchanged), and
+        ``dynamic_sampling/skipped_optimizer_steps`` logs it. Not applied under DeepSpeed, whose engine owns the step.
+        """
+        if getattr(optimizer, "_trl_ext_gated", False):
+            return
+        if getattr(self, "is_deepspeed_enabled", False):
+            logger.warning(
+                "Dynamic sampling under DeepSpeed: an optimizer step whose batch is only zero-weight filler groups "
+                "still applies the optimizer's momentum (the DeepSpeed engine owns the step)."
+            )
+            return
+        inner_step = optimizer.step
+        trainer = self
+
+        def step(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+            if trainer._window_trained_nothing():
+                return None
+            return inner_step(*args, **kwargs)
+
+        optimizer.step = types.MethodType(step, optimizer)
+        optimizer._trl_ext_gated = True
+
+    def _window_trained_nothing(self) -> bool:
+        tokens = torch.tensor(float(self._ds_window_tokens), device=self.accelerator.device)
+        self._ds_window_tokens = 0
+        if self.accelerator.num_processes > 1:
+            tokens = self.accelerator.reduce(tokens, reduction="sum")
+        empty = bool(tokens.item() == 0)
+        self._metrics["train"]["dynamic_sampling/skipped_optimizer_steps"].append(float(empty))
+        return empty
+
     # -- internals -----------------------------------------------------------------------------------------------
 
-    def _take_round_rewards(self) -> torch.Tensor:
-        rewards, self._ds_last_rewards = self._ds_last_rewards, None
-        if rewards is None:
+    def _run_round(self, inputs: list[dict[str, Any]]) -> _Round:
+        started = time.perf_counter()
+        self._ds_capture = None
+        output = super()._generate_and_score_completions(inputs)
+        capture, self._ds_capture = self._ds_capture, None
+        if capture is None:
             raise RuntimeError(
                 "Dynamic sampling found no rewards for this round: TRL's _generate_and_score_completions no longer "
-                "calls _calculate_rewards. trl-ext is tested against trl==1.12.0; pin that version."
+                "calls _calculate_rewards. trl-ext is tested against trl 1.12 to 1.16; pin one of those versions."
             )
-        finite = rewards[torch.isfinite(rewards)]
+        finite = capture["metric"][torch.isfinite(capture["metric"])]
         if finite.numel():
             self._ds_reward_low = min(self._ds_reward_low, finite.min().item())
             self._ds_reward_high = max(self._ds_reward_high, finite.max().item())
-        return rewards.detach().cpu()
+        return _Round(output=output, seconds=time.perf_counter() - started, **capture)
+
+    def _select(self, rounds: list[_Round], num_groups: int) -> tuple[list, list, list]:
+        """(round, group) pairs: the informative groups trained (in round order), the fillers (uninformative groups
+        of the last rounds, only when the round limit was hit) and the surplus (informative, discarded)."""
+        informative, uninformative = [], []
+        for index, round_ in enumerate(rounds):
+            keep = informative_groups(round_.metric, self.num_generations, self.args.dynamic_sampling_atol)
+            for group in range(keep.numel()):
+                (informative if keep[group] else uninformative).append((index, group))
+        chosen, surplus = informative[:num_groups], informative[num_groups:]
+        num_filler = num_groups - len(chosen)
+        fillers = uninformative[len(uninformative) - num_filler :] if num_filler else []
+        return chosen, fillers, surplus
 
     def _refill_inputs(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Fresh prompts for one refill round, laid out as TRL's RepeatSampler lays out a generation batch."""
@@ -237,10 +373,78 @@ class DynamicSamplingMixin:
             rows.append({k: v for k, v in row.items() if k in keys})
         return rows
 
-    def _log_round_stats(self, rounds: list[tuple[dict, torch.Tensor, float]], num_groups: int) -> None:
+    def _describe(self, per_func: torch.Tensor, lengths: torch.Tensor, truncated: torch.Tensor) -> dict[str, float]:
+        """TRL's per-batch metrics (``reward``, ``reward_std``, ``frac_reward_zero_std``, ``rewards/<f>/*``,
+        ``completions/*``) for the given rows, with TRL's definitions. ``frac_reward_zero_std`` is the fraction of
+        rows whose group's rewards have zero std."""
+        out: dict[str, float] = {}
+        for i, name in enumerate(self.reward_func_names):
+            out[f"rewards/{name}/mean"] = torch.nanmean(per_func[:, i]).item()
+            out[f"rewards/{name}/std"] = nanstd(per_func[:, i]).item()
+        rewards = (per_func * self.reward_weights.to(per_func.dtype).unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+        out["reward"] = torch.nanmean(rewards).item()
+        out["reward_std"] = nanstd(rewards).item()
+        group_std = nanstd(rewards.view(-1, self.num_generations), dim=1)
+        out["frac_reward_zero_std"] = torch.isclose(group_std, torch.zeros_like(group_std)).float().mean().item()
+        lengths = lengths.float()
+        out["completions/mean_length"] = lengths.mean().item()
+        out["completions/min_length"] = lengths.min().item()
+        out["completions/max_length"] = lengths.max().item()
+        out["completions/clipped_ratio"] = truncated.float().mean().item()
+        terminated = lengths[~truncated.bool()]
+        if terminated.numel() == 0:
+            terminated = torch.zeros(1)
+        out["completions/mean_terminated_length"] = terminated.mean().item()
+        out["completions/min_terminated_length"] = terminated.min().item()
+        out["completions/max_terminated_length"] = terminated.max().item()
+        return out
+
+    def _merge_logs(
+        self,
+        round_metrics: dict[str, list],
+        round_logs: dict[str, Any],
+        rounds: list[_Round],
+        rows: torch.Tensor | None,
+        advantages: torch.Tensor | None,
+    ) -> None:
+        """Move what TRL logged during the rounds into the real buffers: the per-batch metrics and the completions
+        table describe the trained batch (global ``rows`` of the concatenated rounds; ``None``: the one round as
+        is); what was generated is logged as ``dynamic_sampling/generated_<metric>``."""
+        metrics = self._metrics["train"]
+        per_func = torch.cat([r.rewards_per_func for r in rounds])
+        lengths = torch.cat([r.lengths for r in rounds])
+        truncated = torch.cat([r.truncated for r in rounds])
+        generated = self._describe(per_func, lengths, truncated)
+        for key, value in generated.items():
+            metrics[f"dynamic_sampling/generated_{key}"].append(value)
+        trained = None
+        if rows is not None:
+            rows_cpu = rows.cpu()
+            trained = self._describe(per_func[rows_cpu], lengths[rows_cpu], truncated[rows_cpu])
+        for key, values in round_metrics.items():
+            if key == "num_tokens":  # TRL assigns the running total
+                metrics[key] = list(values[-1:])
+            elif trained is not None and key in trained:
+                metrics[key].append(trained[key])
+            else:
+                metrics[key].extend(values)
+
+        total = per_func.size(0)
+        index = None if rows is None else rows.cpu().tolist()
+        for key, value in round_logs.items():
+            if isinstance(value, dict):
+                for column, entries in value.items():
+                    self._logs[key][column].extend(_pick(entries, index, total))
+            elif key == "advantages" and advantages is not None:
+                self._logs[key].extend(advantages.tolist())
+            else:
+                self._logs[key].extend(_pick(value, index, total))
+
+    def _log_round_stats(self, rounds: list[_Round], num_groups: int, num_surplus: int) -> None:
         args, metrics = self.args, self._metrics["train"]
         num_generations = self.num_generations
-        all_rewards = torch.cat([r for _, r, _ in rounds])
+        all_rewards = torch.cat([r.metric for r in rounds])
         keep = informative_groups(all_rewards, self.num_generations, args.dynamic_sampling_atol)
         group_max, group_min = group_reward_range(all_rewards, self.num_generations)
         if args.dynamic_sampling_reward_range is not None:
@@ -253,19 +457,23 @@ class DynamicSamplingMixin:
         all_max = uninformative & (group_min >= high - atol) if scale_known else torch.zeros_like(keep)
         all_min = uninformative & (group_max <= low + atol) if scale_known else torch.zeros_like(keep)
         generated = keep.numel()
-        kept = int(keep.sum())
+        kept = min(int(keep.sum()), num_groups)
         dropped_time = 0.0
-        for _, rewards, seconds in rounds:
-            round_keep = informative_groups(rewards, self.num_generations, atol)
-            dropped_time += seconds * (1.0 - round_keep.float().mean().item())
+        for round_ in rounds:
+            round_keep = informative_groups(round_.metric, self.num_generations, atol)
+            dropped_time += round_.seconds * (1.0 - round_keep.float().mean().item())
+        last = rounds[-1]
         metrics["dynamic_sampling/rounds"].append(float(len(rounds)))
-        metrics["dynamic_sampling/kept_group_frac"].append(kept / generated)
+        metrics["dynamic_sampling/kept_group_frac"].append(int(keep.sum()) / generated)
         metrics["dynamic_sampling/all_max_frac"].append(all_max.float().mean().item())
         metrics["dynamic_sampling/all_min_frac"].append(all_min.float().mean().item())
-        metrics["dynamic_sampling/filler_groups"].append(float(max(num_groups - kept, 0)))
+        metrics["dynamic_sampling/filler_groups"].append(float(num_groups - kept))
+        metrics["dynamic_sampling/surplus_groups"].append(float(num_surplus))
         metrics["dynamic_sampling/limit_hit"].append(float(kept < num_groups))
-        metrics["dynamic_sampling/generation_time"].append(sum(s for _, _, s in rounds))
+        metrics["dynamic_sampling/generation_time"].append(sum(r.seconds for r in rounds))
         metrics["dynamic_sampling/dropped_time"].append(dropped_time)
+        # Surplus groups all come from the last round: the batch was full as soon as it had enough.
+        metrics["dynamic_sampling/surplus_time"].append(last.seconds * num_surplus * num_generations / last.num_rows)
         self._ds_empty_steps = self._ds_empty_steps + 1 if kept == 0 else 0
         if kept < num_groups and not self._ds_warned:
             self._ds_warned = True
@@ -297,12 +505,16 @@ class DynamicSamplingMixin:
                 "(SFT first), the group size (num_generations) or the reward function."
             )
 
-    def _assemble(self, rounds: list[tuple[dict, torch.Tensor, float]], num_groups: int, local_rows: int) -> dict:
-        """Join the kept groups of all rounds into one generation batch with the first round's shapes."""
+    def _assemble(
+        self, rounds: list[_Round], chosen: list, fillers: list, local_rows: int
+    ) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """Join the chosen groups (then the fillers) of all rounds into one generation batch with the first round's
+        shapes; advantages are recomputed on that batch. Returns this rank's slice, the selected global rows of the
+        concatenated rounds and their advantages."""
         accelerator = self.accelerator
         num_generations = self.num_generations
         pad_id = self._tokenizer.pad_token_id
-        keys = list(rounds[0][0].keys())
+        keys = list(rounds[0].output.keys())
         unknown = [k for k in keys if k not in _LEFT_PADDED | _RIGHT_PADDED | _PER_ROW | _SCALARS]
         if unknown:
             raise NotImplementedError(
@@ -312,54 +524,49 @@ class DynamicSamplingMixin:
 
         # 1. Each round's per-row tensors, gathered to the global batch (a group may straddle two ranks).
         gathered: list[dict[str, torch.Tensor]] = []
-        for output, _, _ in rounds:
+        for round_ in rounds:
             round_global = {}
             for key in keys:
-                if key in _SCALARS:
-                    continue
-                value = output[key]
-                if key in _PER_ROW:
-                    round_global[key] = accelerator.gather(value)
-                    continue
+                if key in _SCALARS or key in _PER_ROW:
+                    continue  # advantages are recomputed below
+                value = round_.output[key]
                 pad_value = pad_id if key.endswith("_ids") else (1.0 if key == "tool_mask" else 0)
                 value = pad_across_processes(value, dim=1, pad_index=pad_value, pad_first=key in _LEFT_PADDED)
                 round_global[key] = accelerator.gather(value)
             gathered.append(round_global)
 
-        # 2. Which global rows to keep: informative groups in round order, then fillers if the limit was hit.
-        chosen: list[tuple[int, int]] = []
-        fillers: list[tuple[int, int]] = []
-        for round_index, (_, rewards, _) in enumerate(rounds):
-            keep = informative_groups(rewards, num_generations, self.args.dynamic_sampling_atol)
-            for group in range(keep.numel()):
-                (chosen if keep[group] else fillers).append((round_index, group))
-        chosen = chosen[:num_groups]
-        num_filler = num_groups - len(chosen)
-        selected = chosen + fillers[len(fillers) - num_filler :] if num_filler else chosen
-
-        # 3. Concatenate the rounds (widths padded to the widest round) and pick the chosen rows.
-        offsets, total = [], 0
-        for round_global in gathered:
-            offsets.append(total)
-            total += round_global["advantages"].size(0)
+        # 2. The selected global rows: informative groups in round order, then fillers if the limit was hit.
+        offsets = [sum(r.num_rows for r in rounds[:i]) for i in range(len(rounds))]
         rows = torch.tensor(
-            [offsets[r] + g * num_generations + j for r, g in selected for j in range(num_generations)],
+            [offsets[r] + g * num_generations + j for r, g in chosen + fillers for j in range(num_generations)],
             device=accelerator.device,
         )
         batch: dict[str, torch.Tensor] = {}
         for key in gathered[0]:
             parts = [round_global[key] for round_global in gathered]
-            if key not in _PER_ROW:
-                width = max(p.size(1) for p in parts)
-                pad_value = pad_id if key.endswith("_ids") else (1.0 if key == "tool_mask" else 0)
-                parts = [_pad_width(p, width, pad_value, left=key in _LEFT_PADDED) for p in parts]
+            width = max(p.size(1) for p in parts)
+            pad_value = pad_id if key.endswith("_ids") else (1.0 if key == "tool_mask" else 0)
+            parts = [_pad_width(p, width, pad_value, left=key in _LEFT_PADDED) for p in parts]
             batch[key] = torch.cat(parts).index_select(0, rows)
 
-        # 4. Fillers carry no signal: zero advantage and loss mask (and so no token in the normalizer).
-        if num_filler:
-            filler_rows = torch.arange(len(chosen) * num_generations, rows.numel(), device=accelerator.device)
-            batch["advantages"][filler_rows] = 0.0
-            batch["completion_mask"][filler_rows] = 0
+        # 3. Advantages of the batch that is trained: TRL's formula (scale_rewards, multi_objective_aggregation)
+        #    over the chosen rows' stored rewards, with this batch's group / batch statistics. Fillers: zero.
+        num_chosen = len(chosen) * num_generations
+        per_func = torch.cat([r.rewards_per_func for r in rounds])[rows.cpu()]
+        advantages = torch.zeros(rows.numel(), dtype=per_func.dtype)
+        if num_chosen:
+            advantages[:num_chosen] = group_advantages(
+                per_func[:num_chosen],
+                self.reward_weights.cpu(),
+                num_generations,
+                scale_rewards=self.scale_rewards,
+                multi_objective_aggregation=getattr(self, "multi_objective_aggregation", "sum_then_normalize"),
+            )
+        batch["advantages"] = advantages.to(accelerator.device)
+
+        # 4. Fillers carry no signal: zero loss mask (and so no token in the normalizer).
+        if fillers:
+            batch["completion_mask"][num_chosen:] = 0
         loss_mask = batch["completion_mask"] * batch["tool_mask"] if "tool_mask" in batch else batch["completion_mask"]
         num_items_in_batch = loss_mask.sum()
 
@@ -376,4 +583,16 @@ class DynamicSamplingMixin:
             if local[key].dim() > 1 and local[key].size(1) > 1:
                 local[key] = local[key][:, :last]
         local["num_items_in_batch"] = num_items_in_batch
-        return local
+        return local, rows, advantages
+
+
+def _scratch_logs(logs: dict[str, Any]) -> dict[str, Any]:
+    """Unbounded buffers with the keys of TRL's ``_logs`` (its deques keep only one generation batch)."""
+    return {key: defaultdict(list) if isinstance(value, dict) else [] for key, value in logs.items()}
+
+
+def _pick(entries: list, index: list[int] | None, total: int) -> list:
+    """The entries of the selected rows when ``entries`` holds one per generated row; otherwise all of them."""
+    if index is None or len(entries) != total:
+        return list(entries)
+    return [entries[i] for i in index]

@@ -13,6 +13,7 @@ pre-flight probe.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -108,11 +109,103 @@ def group_stats(
     )
 
 
-def expected_rounds(informative_frac: float, max_rounds: int | None = None) -> float:
-    """Expected generation rounds per step for dynamic sampling when a fraction ``p = informative_frac`` of groups
-    is informative and each round generates a full batch: the batch fills after about ``1 / p`` rounds (geometric),
-    capped at ``max_rounds``."""
-    if informative_frac <= 0:
+def expected_rounds(informative_frac: float, max_rounds: int | None = None, num_groups: int = 1) -> float:
+    """Expected generation rounds per step under the trainer's refill policy (``trl_ext.dynamic_sampling``): every
+    round generates a whole generation batch of ``num_groups`` groups, each informative with probability
+    ``p = informative_frac`` independently, until ``num_groups`` informative groups are in hand or ``max_rounds``
+    rounds were made. With R that number of rounds, E[R] = sum_{r >= 0, r < max_rounds} P(R > r) and
+    P(R > r) = P(Binomial(r * num_groups, p) < num_groups) (1 for r = 0).
+
+    ``num_groups=1`` gives the geometric 1/p (uncapped); a larger batch needs more rounds than 1/p on average
+    (e.g. p = 0.5, 2 groups, 3 rounds at most: 1 + 3/4 + 5/16 = 2.06) because a round's surplus is discarded.
+    ``max_rounds=None`` sums until the remaining tail is negligible.
+    """
+    if num_groups < 1:
+        raise ValueError(f"num_groups={num_groups} must be >= 1 (prompts per generation batch).")
+    p = min(max(float(informative_frac), 0.0), 1.0)
+    if p <= 0.0:
         return float(max_rounds) if max_rounds else float("inf")
-    rounds = 1.0 / informative_frac
-    return min(rounds, float(max_rounds)) if max_rounds else rounds
+    limit = max_rounds if max_rounds else 100_000
+    total = 0.0
+    for r in range(limit):
+        n = r * num_groups
+        if n == 0:
+            tail = 1.0
+        else:  # P(Bin(n, p) < num_groups), summed in log space for large n
+            tail = sum(
+                math.exp(
+                    math.lgamma(n + 1)
+                    - math.lgamma(k + 1)
+                    - math.lgamma(n - k + 1)
+                    + _xlogy(k, p)
+                    + _xlogy(n - k, 1.0 - p)
+                )
+                for k in range(min(num_groups, n + 1))
+            )
+        total += tail
+        if max_rounds is None and tail < 1e-12:
+            break
+    return total
+
+
+def _xlogy(k: int, x: float) -> float:
+    return 0.0 if k == 0 else k * math.log(x) if x > 0 else float("-inf")
+
+
+def nanstd(tensor: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+    """TRL's ``trl.trainer.utils.nanstd``: the nan-aware standard deviation with Bessel's correction."""
+    mean = torch.nanmean(tensor, dim=dim, keepdim=True)
+    variance = torch.nanmean((tensor - mean) ** 2, dim=dim, keepdim=keepdim)
+    count = torch.sum(~torch.isnan(tensor), dim=dim, keepdim=keepdim)
+    return torch.sqrt(variance * (count / (count - 1)))
+
+
+def group_advantages(
+    rewards_per_func: torch.Tensor,
+    reward_weights: torch.Tensor,
+    num_generations: int,
+    scale_rewards: str = "group",
+    multi_objective_aggregation: str = "sum_then_normalize",
+) -> torch.Tensor:
+    """Advantages of a batch of whole groups from its per-function rewards, exactly as TRL's ``GRPOTrainer``
+    computes them in ``_generate_and_score_completions`` (TRL 1.12 to 1.16; GRPO's A_i = (r_i - mean) / std):
+
+    - ``sum_then_normalize``: r = sum_k w_k r_k; A = r - group mean, divided by ``std + 1e-4`` where std is the
+      group's (``scale_rewards="group"``), the whole batch's (``"batch"``) or not at all (``"none"``).
+    - ``normalize_then_sum``: each function normalized within its group, the weighted sum then normalized over the
+      whole batch.
+
+    Unscorable rows (every function NaN) get advantage 0. Dynamic sampling calls this on the assembled batch, so the
+    group / batch statistics are those of the batch that is trained, not of the rounds that were generated.
+    """
+    weights = reward_weights.to(rewards_per_func.device, rewards_per_func.dtype).unsqueeze(0)
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    if multi_objective_aggregation == "sum_then_normalize":
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        grouped = rewards.view(-1, num_generations)
+        mean = torch.nanmean(grouped, dim=1).repeat_interleave(num_generations)
+        if scale_rewards in ("group", "none"):
+            std = nanstd(grouped, dim=1).repeat_interleave(num_generations)
+        elif scale_rewards == "batch":
+            std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+        else:
+            raise ValueError(f"scale_rewards={scale_rewards!r} must be one of 'batch', 'group', 'none'.")
+        advantages = rewards - mean
+        if scale_rewards != "none":
+            advantages = advantages / (std + 1e-4)
+    elif multi_objective_aggregation == "normalize_then_sum":
+        grouped = rewards_per_func.view(-1, num_generations, rewards_per_func.size(1))
+        mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
+        std_k = nanstd(grouped, dim=1, keepdim=True)
+        normalized = ((grouped - mean_k) / (std_k + 1e-4)).view(-1, rewards_per_func.size(1))
+        rewards = (normalized * weights).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+        advantages = (rewards - torch.nanmean(rewards)) / (std + 1e-4)
+    else:
+        raise ValueError(
+            f"multi_objective_aggregation={multi_objective_aggregation!r} must be 'sum_then_normalize' or "
+            "'normalize_then_sum'."
+        )
+    return torch.nan_to_num(advantages, nan=0.0)

@@ -47,6 +47,12 @@ class GRPOFamilyConfig(GRPOConfig):
             warning is printed once and ``dynamic_sampling/limit_hit`` is logged.
         dynamic_sampling_atol (`float`, defaults to `1e-6`):
             A group is uninformative when ``max(r) - min(r) <= atol`` over its scorable rewards.
+        dynamic_sampling_metric (`list[str]` or `None`, defaults to `None`):
+            Names of the reward functions (as logged under ``rewards/<name>/mean``) whose weighted sum decides whether
+            a group is informative: DAPO Eq. 11 filters on the task's accuracy, and verl's recipe on ``acc``, not on
+            shaping terms. ``None``: every reward function except the shaping ones the trainer adds itself (DAPO's
+            soft overlong punishment, TRL's ``soft_overlong_punishment_reward``). Unknown names fail when the
+            trainer is built, listing the known ones. Advantages still use every reward function.
         dynamic_sampling_reward_range (`list[float]` or `None`, defaults to `None`):
             ``[min, max]`` of the reward scale, used only to label uninformative groups as all-min ("too hard") or
             all-max ("too easy") in the logs. ``None``: the extremes seen so far in training.
@@ -70,6 +76,13 @@ class GRPOFamilyConfig(GRPOConfig):
     dynamic_sampling_atol: float = field(
         default=1e-6,
         metadata={"help": "Tolerance under which a group's reward range counts as 'all equal'."},
+    )
+    dynamic_sampling_metric: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Reward function name(s) whose weighted sum decides whether a group is informative (DAPO Eq. 11: "
+            "the accuracy). None: all reward functions except the overlong shaping reward."
+        },
     )
     dynamic_sampling_reward_range: list[float] | None = field(
         default=None,
@@ -142,6 +155,15 @@ class GRPOFamilyConfig(GRPOConfig):
                     "gradient_accumulation_steps or steps_per_generation so that the generation batch holds whole "
                     "groups."
                 )
+        if isinstance(self.dynamic_sampling_metric, str):
+            self.dynamic_sampling_metric = [self.dynamic_sampling_metric]
+        if self.dynamic_sampling_metric is not None and (
+            not self.dynamic_sampling_metric or not all(isinstance(n, str) for n in self.dynamic_sampling_metric)
+        ):
+            raise ValueError(
+                f"dynamic_sampling_metric={self.dynamic_sampling_metric} must be a non-empty list of reward function "
+                "names (e.g. ['accuracy']), or None for every reward function except the overlong shaping one."
+            )
         if self.dynamic_sampling_reward_range is not None:
             low_high = list(self.dynamic_sampling_reward_range)
             if len(low_high) != 2 or not low_high[0] < low_high[1]:
@@ -178,6 +200,15 @@ class DAPOConfig(GRPOFamilyConfig):
         loss_type: ``"dapo"``, token-level policy-gradient loss (section 3.3, Eq. 12).
         beta: 0.0, no KL term (section 2.3, "removing KL divergence").
         num_generations: 16 (section 4.1, "16 responses per prompt").
+        num_minibatches (`int`, defaults to `16`): optimizer steps per rollout batch. Section 4.1: "a prompt batch
+            size of 512 and 16 responses per prompt ... the mini-batch size is set to 512, i.e., 16 gradient updates
+            for each rollout step" (verl's recipe: ``train_prompt_mini_bsz=32`` of ``train_prompt_bsz=512``). Sets
+            ``steps_per_generation`` to ``num_minibatches * gradient_accumulation_steps`` unless that or
+            ``generation_batch_size`` is given, so the rollout batch is ``num_minibatches`` optimizer steps and the
+            updates after the first are off-policy: the ratio pi/pi_old moves away from 1 and clip-higher acts.
+            With TRL's default ``per_device_train_batch_size=8`` the defaults give 8 completions per step and 128
+            (8 prompts x 16) per rollout, so ``DAPOConfig(output_dir=...)`` constructs as it is. With 1, every
+            update is on-policy (ratio 1) and the clip never acts.
         dynamic_sampling: True (section 3.2).
         soft_overlong_punishment (`bool`, defaults to `True`): Eq. 13, added to the rule reward by the trainer.
         overlong_buffer_len (`int` or `None`, defaults to `None`): L_cache of Eq. 13; ``None`` means 20% of
@@ -190,6 +221,9 @@ class DAPOConfig(GRPOFamilyConfig):
     loss_type: str = field(default="dapo", metadata={"help": "DAPO 3.3: token-level loss."})
     beta: float = field(default=0.0, metadata={"help": "DAPO 2.3: no KL penalty."})
     num_generations: int | None = field(default=16, metadata={"help": "DAPO 4.1: 16 responses per prompt."})
+    num_minibatches: int = field(
+        default=16, metadata={"help": "DAPO 4.1: mini-batch 512 of 512 x 16 responses = 16 updates per rollout."}
+    )
     dynamic_sampling: bool = field(default=True, metadata={"help": "DAPO 3.2: dynamic sampling."})
     soft_overlong_punishment: bool = field(
         default=True, metadata={"help": "DAPO 3.4, Eq. 13: soft overlong punishment added to the reward."}
@@ -200,6 +234,12 @@ class DAPOConfig(GRPOFamilyConfig):
     overlong_penalty_factor: float = field(default=1.0, metadata={"help": "Weight of the overlong reward (1.0)."})
 
     def __post_init__(self) -> None:
+        if self.num_minibatches < 1:
+            raise ValueError(
+                f"num_minibatches={self.num_minibatches} must be >= 1 (DAPO uses 16 gradient updates per rollout)."
+            )
+        if self.steps_per_generation is None and self.generation_batch_size is None:
+            self.steps_per_generation = self.num_minibatches * self.gradient_accumulation_steps
         super().__post_init__()
         if self.soft_overlong_punishment:
             if self.overlong_buffer_len is None:
