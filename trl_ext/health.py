@@ -40,8 +40,14 @@ and would be the newest, which ``resume_from_checkpoint=True`` picks, so by defa
 the checkpoints written before are kept. The check runs per log, so use ``logging_steps=1`` to stop at the first bad
 step.
 
-Running levels (the KL EMA, the starting entropy, the reward window) live in memory: after a resume they re-learn
-over ``warmup_logs`` logs.
+**Resume.** The running levels (the KL EMA, the starting entropy, the reward window, the streaks and the active
+episodes) are saved in every checkpoint (the monitor is a ``transformers`` ``ExportableState``: they go into
+``trainer_state.json`` under ``stateful_callbacks["HealthMonitor"]``) and restored at the start of a resumed run, so
+a resumed run warns exactly as the uninterrupted one would.
+
+**Reward-stall window.** The trend is measured over at least ``stall_window`` logs and, when the trainer's
+``logging_steps`` is known, at least ``stall_steps`` training steps (200 logs at ``logging_steps=1``): a per-step
+reward is noisy, and 20 single-step logs of a healthy run often show no least-squares rise.
 """
 
 from __future__ import annotations
@@ -49,10 +55,11 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_callback import ExportableState
 
 from trl_ext.group_filter import expected_rounds
 
@@ -90,8 +97,8 @@ class HealthThresholds:
         kept_frac_min, kept_patience: fraction of groups with a learning signal.
         truncated_frac_max, truncated_patience: fraction of completions cut at ``max_completion_length``.
     Reward stall:
-        stall_window, reward_stall_delta, loss_move_delta, reward_ceiling: ``reward_stall`` when, over the last
-            ``stall_window`` logs, the least-squares rise of ``reward`` is below ``reward_stall_delta`` while
+        stall_window, stall_steps, reward_stall_delta, loss_move_delta, reward_ceiling: ``reward_stall`` when,
+            over the last ``max(stall_window, stall_steps / logging_steps)`` logs, the least-squares rise of ``reward`` is below ``reward_stall_delta`` while
             ``loss`` spanned more than ``loss_move_delta``; never when the mean reward is at or above
             ``reward_ceiling`` (``None``: no ceiling).
     Fatal:
@@ -118,6 +125,10 @@ class HealthThresholds:
     truncated_frac_max: float = field(default=0.1, metadata={"help": "Truncated fraction considered high."})
     truncated_patience: int = field(default=2, metadata={"help": "Logs in a row truncation must stay high."})
     stall_window: int = field(default=20, metadata={"help": "Logs over which the reward trend is measured."})
+    stall_steps: int = field(
+        default=200,
+        metadata={"help": "Training steps the reward-trend window spans at least (when logging_steps is known)."},
+    )
     reward_stall_delta: float = field(default=0.01, metadata={"help": "Minimum reward rise over the window."})
     loss_move_delta: float = field(
         default=1e-3, metadata={"help": "Loss range over the window that counts as moving."}
@@ -156,6 +167,7 @@ class HealthThresholds:
         for name in ("clip_patience", "kept_patience", "truncated_patience"):
             need(getattr(self, name) >= 1, name, "pass 1 or more")
         need(self.stall_window >= 3, "stall_window", "pass 3 or more logs (e.g. 20)")
+        need(self.stall_steps >= 0, "stall_steps", "pass 0 or more steps (e.g. 200)")
         need(self.reward_stall_delta >= 0, "reward_stall_delta", "pass 0 or more")
         need(self.loss_move_delta >= 0, "loss_move_delta", "pass 0 or more")
 
@@ -187,14 +199,16 @@ def _hint(args: Any, name: str) -> str:
     return f" (now {value:g})" if isinstance(value, int | float) and not isinstance(value, bool) else ""
 
 
-class HealthMonitor(TrainerCallback):
+class HealthMonitor(TrainerCallback, ExportableState):
     """Watches logged metrics and warns, once per episode, with the suggested action (see :mod:`trl_ext.health`).
 
     ``check(logs, step)`` is the whole logic and needs no trainer; ``on_log`` calls it, writes the ``health/*``
     metrics into the logs and stops training on a fatal condition. ``events`` holds every warning given.
     """
 
-    def __init__(self, thresholds: HealthThresholds | None = None):
+    def __init__(self, thresholds: HealthThresholds | dict | None = None):
+        if isinstance(thresholds, dict):  # as saved in a checkpoint (``state()``)
+            thresholds = HealthThresholds(**thresholds)
         self.thresholds = thresholds or HealthThresholds()
         self.reset()
 
@@ -206,7 +220,33 @@ class HealthMonitor(TrainerCallback):
         self._kl_level: float | None = None
         self._kl_count = 0
         self._entropy_start: list[float] = []
-        self._window: deque[tuple[float, float]] = deque(maxlen=self.thresholds.stall_window)
+        self._window: deque[tuple[float, float]] = deque()
+
+    _LEVELS = ("_streak", "_kl_level", "_kl_count", "_entropy_start")
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps (``transformers.trainer_callback.ExportableState``): the thresholds as ``args`` and
+        the running levels, streaks and active episodes as ``attributes``."""
+        levels = {name: getattr(self, name) for name in self._LEVELS}
+        levels["_window"] = [list(item) for item in self._window]
+        levels["active"] = sorted(self.active)
+        return {"args": {"thresholds": asdict(self.thresholds)}, "attributes": {"levels": levels}}
+
+    def load_levels(self, levels: dict[str, Any]) -> None:
+        """Restore what ``state()`` saved (called at the start of a resumed run)."""
+        for name in self._LEVELS:
+            if name in levels:
+                setattr(self, name, levels[name])
+        self._window = deque(tuple(item) for item in levels.get("_window", []))
+        self.active = set(levels.get("active", []))
+
+    @property
+    def levels(self) -> dict[str, Any]:
+        return self.state()["attributes"]["levels"]
+
+    @levels.setter
+    def levels(self, value: dict[str, Any]) -> None:  # transformers' restore_callback_states_from_checkpoint path
+        self.load_levels(value)
 
     @property
     def fatal(self) -> bool:
@@ -376,8 +416,14 @@ class HealthMonitor(TrainerCallback):
         reward, loss, th = _value(logs, "reward"), _value(logs, "loss"), self.thresholds
         if reward is None or loss is None or not (math.isfinite(reward) and math.isfinite(loss)):
             return None, ""
+        size = th.stall_window
+        logging_steps = getattr(args, "logging_steps", None)
+        if isinstance(logging_steps, int | float) and logging_steps >= 1:
+            size = max(size, math.ceil(th.stall_steps / logging_steps))
         self._window.append((reward, loss))
-        if len(self._window) < th.stall_window:
+        while len(self._window) > size:
+            self._window.popleft()
+        if len(self._window) < size:
             return None, ""
         rewards = [r for r, _ in self._window]
         losses = [x for _, x in self._window]
@@ -439,6 +485,11 @@ class HealthMonitor(TrainerCallback):
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
         self.reset()
+        saved = (state.stateful_callbacks or {}).get(type(self).__name__) if state.global_step > 0 else None
+        if isinstance(saved, list):
+            saved = saved[0] if saved else None
+        if saved:  # a resumed run: the checkpoint's trainer_state.json holds the levels
+            self.load_levels(saved.get("attributes", {}).get("levels", {}))
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs=None, **kwargs):
         if not logs:

@@ -9,7 +9,8 @@ scores them with the run's reward functions and reports:
 - the fractions of **all-correct, all-wrong and mixed groups** (by success), and the fraction of groups that
   dynamic sampling keeps (rewards not all equal: ``trl_ext.group_filter.informative_groups``, DAPO Eq. 11);
 - the **expected generation rounds per step** that dynamic sampling needs at this difficulty
-  (``trl_ext.group_filter.expected_rounds``: about ``1 / kept fraction``), and how the kept fraction would change
+  (``trl_ext.group_filter.expected_rounds``: whole-batch refills of ``groups_per_batch`` prompts, as the trainer
+  does, until that many informative groups are in hand, capped at ``max_rounds``), and how the kept fraction would change
   with a smaller or larger group;
 - the reward distribution, completion lengths and the fraction truncated (no EOS within ``max_completion_length``,
   TRL's ``completions/clipped_ratio``);
@@ -83,6 +84,8 @@ class ProbeArguments:
     Judging and output:
         success_threshold: a completion passes when its reward is ``>=`` this value.
         max_rounds: the cap on dynamic-sampling rounds of your run (``None``: uncapped), for the expected rounds.
+        groups_per_batch: prompts per generation batch of your run (``generation_batch_size / num_generations``;
+            ``from_training_args`` sets it), for the expected rounds: every refill round generates that many groups.
         sft_pass_at_g, easy_group_frac, mixed_group_frac, truncated_frac: the thresholds of the recommendations.
         output_dir: where ``report.json`` and ``histogram.png`` go (``None``: ``outputs/probe/<model>``).
     """
@@ -126,6 +129,10 @@ class ProbeArguments:
     max_rounds: int | None = field(
         default=None, metadata={"help": "Cap on dynamic-sampling rounds per step of your run (None: uncapped)."}
     )
+    groups_per_batch: int = field(
+        default=16,
+        metadata={"help": "Prompts per generation batch of your run (generation_batch_size / num_generations)."},
+    )
     sft_pass_at_g: float = field(default=0.1, metadata={"help": "Recommend SFT first when pass@G is below this."})
     easy_group_frac: float = field(
         default=0.25,
@@ -157,6 +164,8 @@ class ProbeArguments:
             raise ValueError(f"top_p={self.top_p}: pass --top_p in (0, 1].")
         if self.top_k < 0:
             raise ValueError(f"top_k={self.top_k}: pass --top_k 0 (off) or a positive integer.")
+        if self.groups_per_batch < 1:
+            raise ValueError(f"groups_per_batch={self.groups_per_batch}: pass a positive value (e.g. 16).")
         if self.generation_batch_size < 1:
             raise ValueError(f"generation_batch_size={self.generation_batch_size}: pass a positive value.")
         if not self.reward_funcs:
@@ -176,6 +185,11 @@ class ProbeArguments:
         ``overrides`` set any other field (e.g. ``model_name_or_path``, ``num_prompts``)."""
         keys = ("num_generations", "max_completion_length", "temperature", "top_p", "top_k", "seed")
         values = {key: getattr(training_args, key) for key in keys if getattr(training_args, key, None) is not None}
+        batch = getattr(training_args, "generation_batch_size", None)
+        if batch and values.get("num_generations"):
+            values["groups_per_batch"] = max(1, batch // values["num_generations"])
+        if getattr(training_args, "dynamic_sampling", False):
+            values["max_rounds"] = training_args.dynamic_sampling_max_rounds
         return cls(**{**values, **overrides})
 
     @property
@@ -262,6 +276,7 @@ def summarize(
     success_threshold: float = 1.0,
     max_rounds: int | None = None,
     reward_bins: int = 10,
+    groups_per_batch: int = 1,
 ) -> dict[str, Any]:
     """The probe's numbers from ``[num_prompts, G]`` tensors of rewards (NaN = unscorable), completion lengths in
     tokens (EOS included, as TRL counts) and truncation flags. Returns the JSON-ready ``pass_at``, ``groups``,
@@ -293,7 +308,7 @@ def summarize(
         "informative_frac": informative_frac,
         "all_max_frac": stats.all_max_frac,
         "all_min_frac": stats.all_min_frac,
-        "expected_rounds": expected_rounds(informative_frac, max_rounds),
+        "expected_rounds": expected_rounds(informative_frac, max_rounds, groups_per_batch),
     }
 
     prior = fit_beta_prior(successes, group_size)
@@ -304,7 +319,7 @@ def summarize(
             {
                 "num_generations": k,
                 "mixed_frac": mixed,
-                "expected_rounds": expected_rounds(mixed, max_rounds),
+                "expected_rounds": expected_rounds(mixed, max_rounds, groups_per_batch),
                 "estimate": "unbiased" if k <= group_size else "beta-binomial model",
             }
         )
@@ -764,7 +779,12 @@ def probe_model(
 
     shape = (len(rows), group_size)
     summary = summarize(
-        rewards.view(shape), lengths.view(shape), truncated.view(shape), args.success_threshold, args.max_rounds
+        rewards.view(shape),
+        lengths.view(shape),
+        truncated.view(shape),
+        args.success_threshold,
+        args.max_rounds,
+        groups_per_batch=args.groups_per_batch,
     )
     rewards_grouped = rewards.view(shape)
     per_prompt = [
