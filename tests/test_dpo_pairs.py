@@ -136,3 +136,56 @@ def test_length_margin_decomposition_by_hand():
         parts["per_token_part"], torch.tensor([0.0])
     )
     assert torch.allclose(parts["margin"], parts["length_part"] + parts["per_token_part"])
+
+
+def test_truncated_completion_is_never_chosen():
+    # index 0 is correct but truncated (no EOS) and the closest in length to the rejected ones: never chosen
+    rewards = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    lengths = [3, 8, 3, 3]
+    assert select_pairs(rewards, lengths, 4) == [(0, 2)]  # without the flag, length matching picks it
+    assert select_pairs(rewards, lengths, 4, truncated=[True, False, False, False]) == [(1, 2)]
+    # when every best-reward completion is truncated, the chosen tier is the best among those that ended
+    rewards = torch.tensor([1.0, 0.5, 0.0, 0.0])
+    assert select_pairs(rewards, [3, 3, 3, 3], 4, truncated=[True, False, False, False]) == [(1, 2)]
+    # no completion ended: no pair
+    assert select_pairs(rewards, [3] * 4, 4, truncated=[True] * 4) == []
+    # an excluded completion enters no pair, on either side
+    assert select_pairs(torch.tensor([1.0, 0.0, 0.0, 1.0]), [1, 1, 2, 2], 4, excluded=[True, True, False, False]) == [
+        (3, 2)
+    ]
+
+
+def test_mined_pairs_train_on_the_sampled_ids(tokenizer, tiny_model, monkeypatch):
+    from datasets import Dataset
+
+    from trl_ext.pairs import mine_pairs, round_trips, sample_groups
+
+    # the demo tokenizer: text -> ids is exact, with the EOS TRL's DPOTrainer appends
+    ids = tokenizer("12", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert round_trips(tokenizer, "12", ids) and round_trips(tokenizer, "12", ids[:-1])
+    assert not round_trips(tokenizer, "13", ids)
+    prompts = ["1+2=", "3+4=", "5+5=", "7+1="]
+    completions, sampled = sample_groups(tiny_model, tokenizer, prompts, 4, max_new_tokens=3)
+    # a random model samples <pad>/<unk> too: decode drops them, so that text does not give back the sampled ids
+    special = {tokenizer.pad_token_id, tokenizer.unk_token_id}
+    faithful = [round_trips(tokenizer, c, i) for c, i in zip(completions, sampled, strict=True)]
+    assert faithful == [not special & set(i) for i in sampled]
+    assert 0 < sum(faithful) < len(faithful)
+
+    def by_length(completions, completion_ids, **kwargs):
+        return [float(len(i)) for i in completion_ids]  # long completions (the truncated ones) score highest
+
+    eos, unk = tokenizer.eos_token_id, tokenizer.unk_token_id
+    ids_of = {text: tokenizer(text, add_special_tokens=False)["input_ids"] for text in ("12", "1", "123", "9")}
+    crafted = [  # one group of 4: (text, sampled ids)
+        ("123", ids_of["123"]),  # truncated (no EOS), longest: the best reward, never chosen
+        ("12", [*ids_of["12"], unk]),  # decoded text drops <unk>: does not round-trip, left out
+        ("1", [*ids_of["1"], eos]),  # ended, length 2: chosen
+        ("", [eos]),  # ended, length 1: rejected
+    ]
+    monkeypatch.setattr(pairs, "sample_groups", lambda *a, **k: ([t for t, _ in crafted], [i for _, i in crafted]))
+    data = Dataset.from_dict({"prompt": ["1+2="]})
+    mined, stats = mine_pairs(tiny_model, tokenizer, data, [by_length], num_generations=4, max_new_tokens=3)
+    assert (stats.num_truncated, stats.num_not_round_trip) == (2, 1)  # "12"+<unk> did not end with EOS either
+    assert stats.as_dict()["mining/truncated"] == 2
+    assert mined["chosen"] == ["1"] and mined["rejected"] == [""]

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import TrainerControl, TrainerState
+from transformers import TrainerCallback, TrainerControl, TrainerState
 
 from trl_ext.health import CONDITIONS, HealthMonitor, HealthThresholds
 
@@ -316,3 +316,67 @@ def test_grpo_metric_names_and_tensorboard_see_health_flags(tmp_path, monkeypatc
         accumulator.Reload()
         tags |= set(accumulator.Tags()["scalars"])
     assert {"train/health/non_finite", "train/health/truncation_high"} <= tags, sorted(tags)
+
+
+def test_reward_stall_quiet_on_a_healthy_run_logged_every_step():
+    # per-step rewards of a run that learns (+0.001 per step) with the noise of a single batch (std 0.08)
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.randn(600, generator=generator) * 0.08
+    stream = [{"reward": 0.3 + 0.001 * i + noise[i].item(), "loss": 0.05 * math.sin(i)} for i in range(600)]
+    monitor = HealthMonitor()
+    metrics = run(monitor, stream, args=SimpleNamespace(logging_steps=1))
+    assert [e.condition for e in monitor.events] == []
+    assert metrics[-1]["health/reward_stall"] == 0.0  # evaluated (the window spans 200 steps), and quiet
+    # the same run logged every 10 steps (means of 10 steps) keeps the 20-log window
+    assert "health/reward_stall" not in run(HealthMonitor(), stream[:19], args=SimpleNamespace(logging_steps=10))[-1]
+    # a stalled run logged every step still warns
+    flat = [{"reward": 0.5 + noise[i].item() * 0.01, "loss": 0.05 * math.sin(i)} for i in range(300)]
+    stalled = HealthMonitor()
+    run(stalled, flat, args=SimpleNamespace(logging_steps=1))
+    assert [e.condition for e in stalled.events] == ["reward_stall"]
+
+
+class _InjectReward(TrainerCallback):
+    """Puts a deterministic 'reward' and 'kl' into each log, before the monitor reads it."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and "loss" in logs:
+            logs["reward"] = 0.1 * state.global_step
+            logs["kl"] = 0.001 * state.global_step
+            logs["entropy"] = 1.0 - 0.01 * state.global_step
+
+
+def test_running_levels_are_saved_in_checkpoints_and_restored_on_resume(tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    data = [{"x": torch.tensor([1.0, 2.0])} for _ in range(64)]
+
+    def trainer_for(output_dir, monitor):
+        args = TrainingArguments(
+            output_dir=str(output_dir), max_steps=6, per_device_train_batch_size=2, logging_steps=1,
+            save_strategy="steps", save_steps=3, report_to="none", use_cpu=True, disable_tqdm=True,
+            learning_rate=1e-3,
+        )  # fmt: skip
+        thresholds = HealthThresholds(stall_window=4, stall_steps=0, print_warnings=False)
+        model = _NaNAfter(bad_call=10**9)
+        return Trainer(model=model, args=args, train_dataset=data, callbacks=[_InjectReward(), monitor(thresholds)])
+
+    full_monitor = []
+    full = trainer_for(tmp_path / "full", lambda th: full_monitor.append(HealthMonitor(th)) or full_monitor[-1])
+    full.train()
+    import json
+
+    saved = json.loads((tmp_path / "full" / "checkpoint-3" / "trainer_state.json").read_text())
+    levels = saved["stateful_callbacks"]["HealthMonitor"]["attributes"]["levels"]
+    assert [r for r, _ in levels["_window"]] == pytest.approx([0.1, 0.2, 0.3])
+    assert levels["_kl_count"] == 3 and levels["_entropy_start"] == pytest.approx([0.99, 0.98, 0.97])
+
+    resumed_monitor = []
+    resumed = trainer_for(
+        tmp_path / "full", lambda th: resumed_monitor.append(HealthMonitor(th)) or resumed_monitor[-1]
+    )
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))
+    a, b = full_monitor[0], resumed_monitor[0]
+    assert len(b._window) == 4 and [r for r, _ in b._window] == pytest.approx([r for r, _ in a._window])
+    assert [x for _, x in b._window] == pytest.approx([x for _, x in a._window])  # two steps from before the resume
+    assert (b._kl_level, b._kl_count, b._entropy_start) == (pytest.approx(a._kl_level), a._kl_count, a._entropy_start)

@@ -230,3 +230,14 @@ def test_warm_start_moves_the_probe(demo):
     assert warm.lengths["truncated_frac"] < cold.lengths["truncated_frac"]
     assert math.isfinite(warm.groups["expected_rounds"])
     assert warm.groups["expected_rounds"] < cold.groups["expected_rounds"]
+
+
+def test_expected_rounds_follow_the_trainers_whole_batch_refills():
+    # informative fraction 0.5; a run with 2 prompts per generation batch and at most 3 rounds
+    summary = summarize(*hand_batch(), success_threshold=1.0, max_rounds=3, groups_per_batch=2)
+    assert summary["groups"]["expected_rounds"] == pytest.approx(1 + 3 / 4 + 5 / 16)  # not 1/p = 2
+    from trl_ext import DAPOConfig, ProbeArguments
+
+    args = DAPOConfig(output_dir="x", bf16=False, per_device_train_batch_size=16, num_minibatches=4)
+    probe = ProbeArguments.from_training_args(args)
+    assert probe.groups_per_batch == 16 * 4 // 16 and probe.max_rounds == args.dynamic_sampling_max_rounds

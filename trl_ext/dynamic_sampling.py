@@ -50,7 +50,7 @@ import torch
 from accelerate.utils import pad_across_processes
 from datasets import IterableDataset
 
-from trl_ext.group_filter import nanstd, group_advantages, group_reward_range, informative_groups
+from trl_ext.group_filter import group_advantages, group_reward_range, informative_groups, nanstd
 
 logger = logging.getLogger(__name__)
 

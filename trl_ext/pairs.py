@@ -13,6 +13,12 @@ module does the same with any reward functions of the GRPO family (TRL's signatu
    with the worst-reward tier, taking the pair whose lengths are closest. Pairing by reward alone would let a
    length difference ride along with the preference and teach it (Park et al., "Disentangling Length from Quality
    in DPO", arXiv 2403.19159); matching lengths within the reward tiers removes most of it at no cost.
+   A truncated completion (no EOS within the length limit) is never the chosen one: TRL's ``DPOTrainer`` appends
+   EOS to every completion, so a truncated "chosen" would teach the model to stop at an arbitrary cut.
+
+TRL's ``DPOTrainer`` re-tokenizes the text (prompt + completion + EOS). ``mine_pairs`` checks that this gives back
+exactly the sampled token ids (``round_trips``) and leaves out of the pairs any completion for which it does not,
+so that DPO trains on the tokens the model sampled; ``mining/not_round_trip`` counts them.
 
 ``mine_pairs`` chains the three. ``build_pairs`` is usable on its own to turn scored rollouts (e.g. logged by a GRPO
 run) into a ``datasets.Dataset`` with ``prompt`` / ``chosen`` / ``rejected`` columns for ``DPOTrainer``.
@@ -45,6 +51,8 @@ class PairStats:
     mean_reward: float  # over scorable completions
     mean_length_gap: float  # mean of len(chosen) - len(rejected) over the pairs (0 when there are none)
     mean_abs_length_gap: float
+    num_truncated: int = 0  # completions without EOS (never chosen)
+    num_not_round_trip: int = 0  # completions whose text does not re-tokenize to the sampled ids (left out)
 
     @property
     def informative_frac(self) -> float:
@@ -58,6 +66,8 @@ class PairStats:
             f"{prefix}mean_reward": self.mean_reward,
             f"{prefix}length_gap": self.mean_length_gap,
             f"{prefix}abs_length_gap": self.mean_abs_length_gap,
+            f"{prefix}truncated": self.num_truncated,
+            f"{prefix}not_round_trip": self.num_not_round_trip,
         }
 
 
@@ -118,6 +128,8 @@ def select_pairs(
     atol: float = DEFAULT_ATOL,
     pairs_per_group: int = 1,
     max_length_gap: int | None = None,
+    truncated: Sequence[bool] | None = None,
+    excluded: Sequence[bool] | None = None,
 ) -> list[tuple[int, int]]:
     """Indices ``(chosen, rejected)`` into the flat, group-contiguous ``rewards`` (TRL's ``view(-1, G)`` order).
 
@@ -126,6 +138,8 @@ def select_pairs(
     candidate pairs whose rewards differ by more than ``atol``, take the one with the smallest ``|len(c) - len(r)|``
     (ties: lowest indices), then the next closest with unused completions, up to ``pairs_per_group``. Pairs whose
     length gap exceeds ``max_length_gap`` are skipped (``None``: no limit). NaN rewards never enter a pair.
+    A ``truncated`` completion (no EOS) is never chosen: the chosen tier is the best reward among the completions
+    that ended; an ``excluded`` one (e.g. text that does not re-tokenize to its sampled ids) enters no pair.
     """
     if pairs_per_group < 1:
         raise ValueError(f"pairs_per_group={pairs_per_group} must be >= 1.")
@@ -134,14 +148,24 @@ def select_pairs(
     rewards = rewards.detach().float().flatten()
     if len(lengths) != rewards.numel():
         raise ValueError(f"lengths has {len(lengths)} entries for {rewards.numel()} rewards; give one per completion.")
+    for name, flags in (("truncated", truncated), ("excluded", excluded)):
+        if flags is not None and len(flags) != rewards.numel():
+            raise ValueError(
+                f"{name} has {len(flags)} entries for {rewards.numel()} rewards; give one per completion."
+            )
+    truncated = [False] * rewards.numel() if truncated is None else [bool(t) for t in truncated]
+    excluded = [False] * rewards.numel() if excluded is None else [bool(e) for e in excluded]
     informative = informative_groups(rewards, num_generations, atol)
     pairs: list[tuple[int, int]] = []
     for group in torch.nonzero(informative).flatten().tolist():
         idx = range(group * num_generations, (group + 1) * num_generations)
-        scorable = [i for i in idx if math.isfinite(rewards[i].item())]
-        best = max(rewards[i].item() for i in scorable)
+        scorable = [i for i in idx if math.isfinite(rewards[i].item()) and not excluded[i]]
+        ended = [i for i in scorable if not truncated[i]]
+        if not ended:
+            continue
+        best = max(rewards[i].item() for i in ended)
         worst = min(rewards[i].item() for i in scorable)
-        top = [i for i in scorable if rewards[i].item() >= best - atol]
+        top = [i for i in ended if rewards[i].item() >= best - atol]
         bottom = [i for i in scorable if rewards[i].item() <= worst + atol]
         candidates = [(c, r) for c, r in itertools.product(top, bottom) if rewards[c] - rewards[r] > atol]
         candidates.sort(key=lambda cr: (abs(lengths[cr[0]] - lengths[cr[1]]), cr[0], cr[1]))
@@ -180,18 +204,30 @@ def build_pairs(
     atol: float = DEFAULT_ATOL,
     pairs_per_group: int = 1,
     max_length_gap: int | None = None,
+    truncated: Sequence[bool] | None = None,
+    excluded: Sequence[bool] | None = None,
 ) -> Dataset:
     """Scored rollouts to a preference ``Dataset`` (``prompt``, ``chosen``, ``rejected`` plus the rewards and lengths
     of both sides), ready for ``DPOTrainer``. Groups are contiguous runs of ``num_generations`` completions; prompts
     may be given once per group or once per completion. ``lengths`` defaults to the completions' character counts
-    (pass token counts when you have them). Selection rules: ``select_pairs``."""
+    (pass token counts when you have them); ``truncated`` marks completions without EOS (never chosen),
+    ``excluded`` those that must enter no pair. Selection rules: ``select_pairs``."""
     rewards = torch.as_tensor(rewards, dtype=torch.float32).flatten()
     n = len(completions)
     if rewards.numel() != n:
         raise ValueError(f"rewards has {rewards.numel()} entries for {n} completions; give one per completion.")
     prompts = _per_completion(prompts, n, num_generations, "prompts")
     lengths = [len(completion_text(c)) for c in completions] if lengths is None else list(lengths)
-    pairs = select_pairs(rewards, lengths, num_generations, atol, pairs_per_group, max_length_gap)
+    pairs = select_pairs(
+        rewards,
+        lengths,
+        num_generations,
+        atol,
+        pairs_per_group,
+        max_length_gap,
+        truncated=truncated,
+        excluded=excluded,
+    )
     rows: dict[str, list[Any]] = {column: [] for column in PAIR_COLUMNS}
     for c, r in pairs:
         rows["prompt"].append(prompts[c])
@@ -281,6 +317,18 @@ def sample_groups(
     return completions, completion_ids
 
 
+def round_trips(tokenizer: Any, text: str, ids: Sequence[int]) -> bool:
+    """Whether TRL's ``DPOTrainer`` would train on exactly the sampled ``ids``: it appends EOS to the completion text
+    (when missing) and tokenizes it; the result must equal ``ids`` (EOS-terminated; a truncated completion gets the
+    EOS appended). Tokenized after the prompt in TRL; checked here on the completion alone, which is exact for
+    tokenizers that do not merge across the prompt boundary (character-level, and BPE with a prompt ending in a
+    separator) and errs on the side of leaving a completion out otherwise."""
+    eos, eos_id = tokenizer.eos_token, tokenizer.eos_token_id
+    expected = list(ids) if ids and ids[-1] == eos_id else [*ids, eos_id]
+    full = text if text.endswith(eos) else text + eos
+    return tokenizer(full, add_special_tokens=False)["input_ids"] == expected
+
+
 def mine_pairs(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -314,5 +362,24 @@ def mine_pairs(
         reward_funcs, flat_prompts, completions, reward_weights, completion_ids=completion_ids, **repeated
     )
     lengths = [len(ids) for ids in completion_ids]
-    pairs = build_pairs(prompts, completions, rewards, num_generations, lengths, atol, pairs_per_group, max_length_gap)
-    return pairs, pair_stats(rewards, num_generations, pairs, atol)
+    eos = tokenizer.eos_token_id
+    truncated = [eos is not None and (not ids or ids[-1] != eos) for ids in completion_ids]
+    excluded = [
+        not _is_conversational(p) and not round_trips(tokenizer, completion_text(c), ids)
+        for p, c, ids in zip(flat_prompts, completions, completion_ids, strict=True)
+    ]
+    pairs = build_pairs(
+        prompts,
+        completions,
+        rewards,
+        num_generations,
+        lengths,
+        atol,
+        pairs_per_group,
+        max_length_gap,
+        truncated=truncated,
+        excluded=excluded,
+    )
+    stats = pair_stats(rewards, num_generations, pairs, atol)
+    stats.num_truncated, stats.num_not_round_trip = sum(truncated), sum(excluded)
+    return pairs, stats
