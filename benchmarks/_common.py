@@ -25,7 +25,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = ROOT / "benchmarks" / "results"  # the committed results: written only by full runs (or --out)
+QUICK_RESULTS = ROOT / "outputs" / "benchmarks-quick"  # where --quick runs write unless --out says otherwise
+
+
+def results_dir(out: str | None, quick: bool) -> Path:
+    """``--out`` if given; else ``outputs/benchmarks-quick`` for ``--quick`` (a smoke run must never overwrite the
+    committed results) and ``benchmarks/results`` for a full run."""
+    if out:
+        return Path(out)
+    return QUICK_RESULTS if quick else RESULTS
 DEMO_YAML = ROOT / "recipes" / "configs" / "demo" / "dapo.yaml"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -66,9 +75,12 @@ def demo_settings(prompts_per_step: int | None = None) -> tuple[dict[str, Any], 
         demo = yaml.safe_load(f)
     rl = {key: demo[key] for key in _DEMO_KEYS}
     rl["learning_rate"] = float(rl["learning_rate"])
+    # The demo splits each rollout of 16 x 8 completions into num_minibatches optimizer steps; the benchmarks keep
+    # measuring one optimizer step per rollout of 16 x 8 (their committed results were measured so), DAPO included.
+    rl["per_device_train_batch_size"] *= demo.get("num_minibatches", 1)
     if prompts_per_step is not None:
         rl["per_device_train_batch_size"] = prompts_per_step * rl["num_generations"]
-    return rl, {key: demo[key] for key in _DAPO_KEYS}
+    return rl, {**{key: demo[key] for key in _DAPO_KEYS}, "num_minibatches": 1}
 
 
 def run_args(output_dir: str, seed: int = 0, **overrides: Any) -> dict[str, Any]:

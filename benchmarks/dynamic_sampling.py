@@ -53,7 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402
 
 CONFIGS = {  # name: (label, preset, overrides)
-    "dapo": ("DAPO (beta 0, on-policy: no old/ref log-probs)", "dapo", {"soft_overlong_punishment": False}),
+    "dapo": (
+        "DAPO (beta 0, on-policy: no old/ref log-probs)", "dapo", {"soft_overlong_punishment": False, "num_minibatches": 1}
+    ),
     "grpo_kl": ("GRPO beta 0.04 (+ reference log-probs)", "grpo", {"dynamic_sampling": True}),
     "gspo": ("GSPO, 4 minibatches (+ old-policy log-probs)", "gspo", {"dynamic_sampling": True}),
 }
@@ -395,7 +397,7 @@ def parse(argv):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
     parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
-    parser.add_argument("--out", default=str(common.RESULTS), help="directory for dynamic_sampling.md, .png, .json")
+    parser.add_argument("--out", default=None, help="directory for dynamic_sampling.md, .png, .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)")
     parser.add_argument("--render", help="rebuild the report from a saved dynamic_sampling.json instead of measuring")
     options = parser.parse_args(argv)
     options.ps = [float(p) for p in options.ps.split(",")]
@@ -415,7 +417,7 @@ def parse(argv):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     options = parse(argv)
-    out = Path(options.out)
+    out = common.results_dir(options.out, options.quick)
     out.mkdir(parents=True, exist_ok=True)
     if options.render:
         options, prov, runs = common.load_raw(options.render, options)

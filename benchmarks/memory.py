@@ -141,7 +141,7 @@ def _run_group(method: str, path: str, output_dir: str) -> None:
     from trl_ext.presets import get_preset
     from trl_ext.trainers import trainer_class_for
 
-    extra = {"overlong_buffer_len": 2} if method == "dapo" else {}
+    extra = {"overlong_buffer_len": 2, "num_minibatches": 1} if method == "dapo" else {}  # one step = one rollout
     args = get_preset(
         method,
         **_common(output_dir),
@@ -304,11 +304,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny model (the test's setting), under 2 minutes")
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
-    parser.add_argument("--output", default="benchmarks/results/memory.md", help="markdown table ('' = don't write)")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help="markdown table ('' = don't write; default: benchmarks/results/memory.md, "
+        "--quick: outputs/benchmarks-quick/memory.md, so that a smoke run never overwrites the committed results)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="methods measured at once (each in its own process)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.output is None:
+        args.output = "outputs/benchmarks-quick/memory.md" if args.quick else "benchmarks/results/memory.md"
 
     if args.worker:  # child process: one method
         print("RESULT " + json.dumps(worker(args.worker, args.checkpoint)), flush=True)

@@ -331,7 +331,7 @@ def parse(argv):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
     parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
-    parser.add_argument("--out", default=str(common.RESULTS), help="directory for overhead.md, .png and .json")
+    parser.add_argument("--out", default=None, help="directory for overhead.md, .png and .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)")
     parser.add_argument("--render", help="rebuild the report from a saved overhead.json instead of measuring")
     options = parser.parse_args(argv)
     options.pairs = options.pairs or (5 if options.quick else 16)
@@ -346,7 +346,7 @@ def parse(argv):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     options = parse(argv)
-    out = Path(options.out)
+    out = common.results_dir(options.out, options.quick)
     out.mkdir(parents=True, exist_ok=True)
     if options.render:
         options, prov, data = common.load_raw(options.render, options)

@@ -227,8 +227,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="helpers/sandbox workers (default: usable cores)")
     parser.add_argument("--timeout", type=float, default=1.0, help="code time limit per program, seconds")
     parser.add_argument("--no-serial", action="store_true", help="skip the one-worker code run")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "rewards.md")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="markdown file (default: benchmarks/results/rewards.md; --quick: "
+        "outputs/benchmarks-quick/rewards.md, so that a smoke run never overwrites the committed results)",
+    )
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = ROOT / ("outputs/benchmarks-quick" if args.quick else "benchmarks/results") / "rewards.md"
     math_n = args.math_n or (128 if args.quick else 512)
     code_n = args.code_n or (32 if args.quick else 128)
     workers = args.workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)

@@ -431,7 +431,7 @@ def parse(argv):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
     parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
-    parser.add_argument("--out", default=str(common.RESULTS), help="directory for sample_efficiency.md, .png, .json")
+    parser.add_argument("--out", default=None, help="directory for sample_efficiency.md, .png, .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)")
     parser.add_argument("--render", help="rebuild the report from a saved sample_efficiency.json instead of training")
     options = parser.parse_args(argv)
     options.seeds = [int(s) for s in (options.seeds or ("0" if options.quick else "0,1,2")).split(",")]
@@ -447,7 +447,7 @@ def parse(argv):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     options = parse(argv)
-    out = Path(options.out)
+    out = common.results_dir(options.out, options.quick)
     out.mkdir(parents=True, exist_ok=True)
     if options.render:
         options, prov, runs = common.load_raw(options.render, options)

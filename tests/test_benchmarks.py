@@ -153,3 +153,27 @@ def test_lockstep_workers_take_turns_one_step_each():
     stamps = common.run_lockstep(_turns, [(steps,)] * 3, timeout=120)
     order = [me for _, me in sorted((t, me) for me, runs in enumerate(stamps) for t in runs[0])]
     assert order == [0, 1, 2, 0, 1, 2, 0, 2, 2]  # a ring over the workers still running
+
+
+def test_quick_runs_never_write_over_the_committed_results(monkeypatch, tmp_path):
+    common = _load("_common")
+    root = Path(common.ROOT)
+    assert common.results_dir(None, quick=True) == root / "outputs" / "benchmarks-quick"
+    assert common.results_dir(None, quick=False) == root / "benchmarks" / "results"
+    assert common.results_dir("/tmp/x", quick=True) == Path("/tmp/x")  # --out says so
+    for name in ("overhead", "sample_efficiency", "dynamic_sampling"):
+        options = _load(name).parse(["--quick"])
+        assert common.results_dir(options.out, options.quick) == common.QUICK_RESULTS, name
+    # the rewards benchmark (its scoring stubbed out): --quick writes under outputs/, a full run under results/
+    bench = _load("rewards_bench")
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    monkeypatch.setattr(bench, "bench_math", lambda n, workers: [])
+    monkeypatch.setattr(bench, "bench_code", lambda n, workers, timeout, serial: [])
+    monkeypatch.setattr(bench, "table", lambda math_rows, code_rows: "table")
+    assert bench.main(["--quick"]) == 0
+    assert (tmp_path / "outputs" / "benchmarks-quick" / "rewards.md").exists()
+    assert not (tmp_path / "benchmarks").exists()
+    # the memory benchmark resolves its default the same way (not run here: it trains five methods)
+    import inspect
+
+    assert '"outputs/benchmarks-quick/memory.md" if args.quick' in inspect.getsource(_load("memory").main)
