@@ -1,23 +1,44 @@
 """DAPO dynamic sampling (arXiv 2503.14476, section 3.2, Eq. 11) as a mixin over TRL's ``GRPOTrainer``.
 
-What it does, relative to the paper: after TRL generates and scores a generation batch, groups whose rewards are all
-equal (zero advantage, see ``trl_ext.group_filter``) are dropped, and completions are generated for fresh training
-prompts until the generation batch again holds as many informative groups as it was meant to hold. Extra informative
-groups of the last round are discarded (not buffered: a buffered group would be off-policy at the next step). When
-``dynamic_sampling_max_rounds`` is reached first, the missing groups are filled with uninformative ones whose loss
-mask and advantage are zeroed, so they change nothing in the gradient, and ``num_items_in_batch`` (DAPO's token
-normalizer) counts only the tokens that are trained on.
+What it does, relative to the paper: after TRL generates and scores a generation batch, groups whose *accuracy* is
+all equal are dropped (``trl_ext.group_filter``), and completions are generated for fresh training prompts until the
+generation batch again holds as many informative groups as it was meant to hold. Extra informative groups of the
+last round are discarded (not buffered: a buffered group would be off-policy at the next step) and counted
+(``dynamic_sampling/surplus_groups``, ``surplus_time``).
 
-How it plugs into TRL 1.12 without copying TRL code (see DESIGN.md, "Override stable hooks, post-process super()"):
+- **The metric** (``dynamic_sampling_metric``): the weighted sum of the named reward functions; by default every
+  reward function except the shaping ones the trainer adds itself (``shaping_reward_names``: DAPO's soft overlong
+  punishment). The paper keeps prompts with 0 < #correct < G, and verl filters on ``acc``: a length penalty that
+  varies inside an all-correct group must not make it "informative".
+- **Advantages of the batch that is trained.** Whenever something was dropped, the kept rows' advantages are
+  recomputed from their stored per-function rewards with the assembled batch's statistics
+  (``group_filter.group_advantages``: TRL's formula for every ``scale_rewards`` and ``multi_objective_aggregation``).
+  TRL's per-round advantages would carry each round's scale (with ``scale_rewards="batch"``, dropped groups in it).
+- **Fillers change nothing.** When ``dynamic_sampling_max_rounds`` is reached first, the missing groups are filled
+  with uninformative ones whose loss mask and advantage are zeroed, and ``num_items_in_batch`` (DAPO's token
+  normalizer) counts only the tokens that are trained on. An optimizer step whose accumulation window trains no token
+  on any process is skipped (``_gate_optimizer``): weights and optimizer state stay exactly as they were, while
+  ``global_step`` and the LR schedule advance (the schedule stays a function of the step count, so ``max_steps``,
+  logging, saving and exact resume are unchanged). A window that trains some tokens is a normal step: its gradient
+  comes from those tokens only, normalized by the generation batch's trained-token count as TRL does.
+- **Logs describe what was trained.** TRL logs per call; while the rounds run, its metrics and completions table go
+  to scratch buffers, and one entry per step reaches the real ones: ``reward``, ``reward_std``,
+  ``frac_reward_zero_std``, ``rewards/<f>/*``, ``completions/*`` and the table for the assembled batch (fillers
+  included, with zero weight), ``dynamic_sampling/generated_<metric>`` for everything that was generated. Other
+  per-call metrics (e.g. the reward guard's counts) are kept per round.
 
-- ``_calculate_rewards`` is wrapped to remember the rewards it returns (already gathered across processes; groups
-  are contiguous in that global order).
+How it plugs into TRL (1.12 to 1.16) without copying TRL code (see DESIGN.md, "Override stable hooks, post-process
+super()"):
+
+- ``_calculate_rewards`` is wrapped to remember the per-function rewards it returns (already gathered across
+  processes; groups are contiguous in that global order), the metric, and the completion lengths / truncation.
 - ``_generate_and_score_completions`` is wrapped: it calls ``super()`` once per round and, only when something was
   dropped, assembles the kept groups. A group's completions may sit on two ranks, so each round's tensors are padded
   and gathered across processes, the kept rows are selected in global order and every rank takes its own slice:
   shapes are equal on every process and all ranks log the same figures.
 - When every group of the first round is informative the output of ``super()`` is returned untouched: the step is
-  exactly TRL's (same data, same loss, no extra work).
+  exactly TRL's (same data, same loss, same logs, no extra work).
+- ``compute_loss`` counts the trained tokens of each micro-batch; ``create_optimizer`` installs the step gate.
 - Refill prompts come from a second, seeded stream over the training set; its position is saved with each checkpoint
   (``dynamic_sampling_state.json``) and restored on resume, like TRL's own ``entropy_ctrl_state.json``. Under
   ``trl_ext.checkpointing.AtomicCheckpointMixin`` (the trainers of ``trl_ext.trainers``) ``_get_output_dir`` points
@@ -25,14 +46,15 @@ How it plugs into TRL 1.12 without copying TRL code (see DESIGN.md, "Override st
 
 Cost: each refill round costs a full generation batch. Old-policy and reference log-probs are computed inside TRL
 before rewards, so a dropped group has already cost those forward passes when they are needed (``beta > 0``, or
-off-policy minibatches such as GSPO's); with DAPO's defaults (``beta = 0``, on-policy, no vLLM) there are none, and a
-dropped group costs only its generation. No dropped group ever reaches the training forward/backward pass.
-``dynamic_sampling/generation_time`` and ``dynamic_sampling/dropped_time`` log the seconds spent per step.
+off-policy minibatches such as DAPO's ``num_minibatches`` and GSPO's). No dropped group ever reaches the training
+forward/backward pass. ``dynamic_sampling/generation_time`` and ``dynamic_sampling/dropped_time`` log the seconds
+spent per step.
 
 Limits: text-only batches (multimodal keys raise), map-style datasets (an ``IterableDataset`` raises at
-construction). With ``loss_type`` ``"grpo"`` or ``"dr_grpo"`` the loss is normalized by the number of rows, so filler
-rows (only when the round limit is hit) add zero to the numerator but count in the denominator, like TRL's own
-masked truncated completions: the step is scaled by the kept fraction, its direction is unchanged.
+construction); the optimizer gate is not applied under DeepSpeed (its engine owns the step). With ``loss_type``
+``"grpo"`` or ``"dr_grpo"`` the loss is normalized by the number of rows, so filler rows (only when the round limit is
+hit) add zero to the numerator but count in the denominator, like TRL's own masked truncated completions: the step is
+scaled by the kept fraction, its direction is unchanged.
 """
 
 from __future__ import annotations
