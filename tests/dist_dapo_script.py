@@ -46,6 +46,7 @@ def main(out: str) -> None:
         disable_tqdm=True,
         seed=0,
         soft_overlong_punishment=False,
+        num_minibatches=1,  # one rollout per step: 12 rows, so that a group straddles the ranks
         dynamic_sampling_max_rounds=3,
         temperature=1.5,
     )

@@ -77,6 +77,7 @@ def build(algo: str, out: str, callbacks: list):
             num_generations=4,
             max_completion_length=4,
             soft_overlong_punishment=False,
+            num_minibatches=1,  # one rollout per step (the off-policy split is the GSPO case's)
             dynamic_sampling_max_rounds=3,
             temperature=1.5,
         )

@@ -327,7 +327,7 @@ def test_deepspeed_zero2_and_zero3_train_identically_on_two_cpu_processes(tmp_pa
     config.write_text(
         f"model_name_or_path: {os.path.abspath(model_dir)}\ndataset_name: {data}\nreward_funcs: [arithmetic]\n"
         "num_generations: 4\nper_device_train_batch_size: 8\nmax_completion_length: 4\n"
-        "soft_overlong_punishment: false\nmax_steps: 2\noptim: sgd\nlearning_rate: 0.1\nmax_grad_norm: 1000.0\n"
+        "soft_overlong_punishment: false\nnum_minibatches: 1\nmax_steps: 2\noptim: sgd\nlearning_rate: 0.1\nmax_grad_norm: 1000.0\n"
         "logging_steps: 1\nsave_strategy: steps\nsave_steps: 2\nuse_cpu: true\nbf16: false\nreport_to: none\n"
         "disable_tqdm: true\nseed: 0\nhealth_monitor: false\n"
     )
