@@ -324,3 +324,64 @@ def test_multi_round_step_logs_the_trained_batch_once(tiny_model, tokenizer, pro
     assert [int(p.split("+")[0]) + int(p.split("+")[1].rstrip("=")) for p in logs["prompt"]] == _answers_of(
         out, tokenizer, problems
     )
+
+
+# -- IterableDataset: refill prompts from the stream, exact resume ------------------------------------------------
+
+
+def _iterable_trainer(tokenizer, problems, out, **overrides):
+    from trl_ext.demo import DemoModelConfig, build_model
+
+    small = DemoModelConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+    )
+    args = tiny_args(
+        "dapo", out, soft_overlong_punishment=False, dynamic_sampling_max_rounds=6, max_steps=4, **overrides
+    )
+    stream = problems[0].to_iterable_dataset()
+    return DAPOTrainer(
+        build_model(tokenizer, small),
+        [even_answer_reward],
+        args=args,
+        train_dataset=stream,
+        processing_class=tokenizer,
+    )
+
+
+def test_iterable_dataset_refills_from_the_stream_and_resumes_exactly(tokenizer, problems, tmp_path):
+    from trl_ext.dynamic_sampling import IterablePromptStream
+
+    full = _iterable_trainer(tokenizer, problems, tmp_path / "full", save_strategy="steps", save_steps=2)
+    assert isinstance(full._ds_stream, IterablePromptStream)
+    full.train()
+    rounds = [h["dynamic_sampling/rounds"] for h in full.state.log_history if "dynamic_sampling/rounds" in h]
+    assert len(rounds) == 4 and max(rounds) > 1  # refill rounds drew prompts from the stream
+    assert full._ds_stream.position > 0 or full._ds_stream.epoch > 0
+    checkpoint = tmp_path / "full" / "out" / "checkpoint-2"
+    assert (checkpoint / "dynamic_sampling_state.json").exists()
+
+    resumed = _iterable_trainer(tokenizer, problems, tmp_path / "resumed")
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert torch.equal(_params(resumed), _params(full))
+    assert resumed._ds_stream.state_dict() == full._ds_stream.state_dict()
+    after = [h["dynamic_sampling/rounds"] for h in resumed.state.log_history if "dynamic_sampling/rounds" in h]
+    assert after == rounds  # the checkpoint's log history, then the same two steps as the uninterrupted run
+
+
+def test_iterable_prompt_stream_is_seeded_and_resumable(problems):
+    from trl_ext.dynamic_sampling import IterablePromptStream
+
+    data = problems[0].select(range(10)).to_iterable_dataset()
+    a = IterablePromptStream(data, seed=3)
+    first = [r["prompt"] for r in a.take_rows(7)]
+    b = IterablePromptStream(data, seed=3)
+    b.load_state_dict(a.state_dict())
+    assert [r["prompt"] for r in b.take_rows(8)] == [r["prompt"] for r in a.take_rows(8)]  # crosses an epoch
+    assert (a.epoch, a.position) == (1, 5)
+    again = IterablePromptStream(data, seed=3)
+    assert [r["prompt"] for r in again.take_rows(7)] == first
+    assert sorted(first + [r["prompt"] for r in again.take_rows(3)]) == sorted(problems[0]["prompt"][:10])
+
+
+def _params(trainer):
+    return torch.cat([p.detach().flatten() for p in trainer.model.parameters()])

@@ -50,8 +50,10 @@ off-policy minibatches such as DAPO's ``num_minibatches`` and GSPO's). No droppe
 forward/backward pass. ``dynamic_sampling/generation_time`` and ``dynamic_sampling/dropped_time`` log the seconds
 spent per step.
 
-Limits: text-only batches (multimodal keys raise), map-style datasets (an ``IterableDataset`` raises at
-construction); the optimizer gate is not applied under DeepSpeed (its engine owns the step). With ``loss_type``
+- With an ``IterableDataset`` the refill prompts come from the stream itself (``IterablePromptStream``: a second,
+  seeded pass; its epoch and position are checkpointed, and a resumed run skips the rows already read).
+
+Limits: text-only batches (multimodal keys raise); the optimizer gate is not applied under DeepSpeed (its engine owns the step). With ``loss_type``
 ``"grpo"`` or ``"dr_grpo"`` the loss is normalized by the number of rows, so filler rows (only when the round limit is
 hit) add zero to the numerator but count in the denominator, like TRL's own masked truncated completions: the step is
 scaled by the kept fraction, its direction is unchanged.
@@ -129,6 +131,59 @@ class PromptStream:
         self.seed, self.epoch, self.position = state["seed"], state["epoch"], state["position"]
 
 
+class IterablePromptStream:
+    """A seeded, resumable stream of rows of an ``IterableDataset`` for refill rounds: the dataset itself, shuffled
+    with its own seed (``IterableDataset.shuffle``, a buffered shuffle whose order also depends on the epoch) when the
+    trainer shuffles, read epoch after epoch. Refill prompts come from the stream, as verl draws them from its
+    dataloader, but from a second pass of it so that TRL's own iteration (and its resume) is untouched. Its position
+    is the number of rows read in the current epoch: a resumed run reopens the epoch and skips exactly those rows."""
+
+    def __init__(self, dataset: IterableDataset, seed: int, shuffle: bool = True) -> None:
+        self.dataset, self.seed, self.shuffle = dataset, seed, shuffle
+        self.epoch = 0
+        self.position = 0
+        self._iterator: Any = None
+
+    def _open(self) -> None:
+        dataset = self.dataset
+        if self.shuffle:
+            dataset = dataset.shuffle(seed=self.seed)  # a new object: the trainer's dataset keeps its own epoch
+            dataset.set_epoch(self.epoch)
+        self._iterator = iter(dataset)
+        for _ in range(self.position):
+            next(self._iterator)
+
+    def take_rows(self, n: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while len(out) < n:
+            if self._iterator is None:
+                self._open()
+            try:
+                row = next(self._iterator)
+            except StopIteration:
+                if self.position == 0:
+                    raise ValueError(
+                        "dynamic sampling: the train_dataset stream yielded no row to refill from."
+                    ) from None
+                self.epoch, self.position, self._iterator = self.epoch + 1, 0, None
+                continue
+            out.append(row)
+            self.position += 1
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kind": "iterable", "seed": self.seed, "epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("kind") != "iterable":
+            raise ValueError(
+                "The checkpoint's dynamic-sampling prompt stream was built over a map-style dataset, but the "
+                "train_dataset is now an IterableDataset. Resume with the same train_dataset, or start a new run in a "
+                "fresh output_dir."
+            )
+        self.seed, self.epoch, self.position, self._iterator = state["seed"], state["epoch"], state["position"], None
+
+
 def _pad_width(tensor: torch.Tensor, width: int, value: float, left: bool) -> torch.Tensor:
     missing = width - tensor.size(1)
     if missing <= 0:
@@ -171,17 +226,22 @@ class DynamicSamplingMixin:
         self._ds_empty_steps = 0
         self._ds_reward_low = float("inf")
         self._ds_reward_high = float("-inf")
-        self._ds_stream: PromptStream | None = None
+        self._ds_stream: PromptStream | IterablePromptStream | None = None
         self._ds_window_tokens = 0
         self._ds_metric_columns: list[int] = []
         if self._ds_enabled:
-            if isinstance(self.train_dataset, IterableDataset) or not hasattr(self.train_dataset, "__len__"):
+            seed = self.args.seed + _STREAM_SEED_OFFSET
+            if isinstance(self.train_dataset, IterableDataset):
+                shuffle = bool(getattr(self, "shuffle_dataset", True))
+                self._ds_stream = IterablePromptStream(self.train_dataset, seed=seed, shuffle=shuffle)
+            elif hasattr(self.train_dataset, "__len__"):
+                self._ds_stream = PromptStream(len(self.train_dataset), seed=seed)
+            else:
                 raise ValueError(
-                    "dynamic_sampling=True needs a map-style train_dataset (refill rounds draw fresh prompts by "
-                    "index); got an IterableDataset. Materialize it (e.g. Dataset.from_list) or set "
-                    "dynamic_sampling=False."
+                    f"dynamic_sampling=True needs a datasets.Dataset or datasets.IterableDataset train_dataset to "
+                    f"draw refill prompts from; got {type(self.train_dataset).__name__}. Wrap it (e.g. "
+                    "Dataset.from_list or IterableDataset.from_generator) or set dynamic_sampling=False."
                 )
-            self._ds_stream = PromptStream(len(self.train_dataset), seed=self.args.seed + _STREAM_SEED_OFFSET)
             self._ds_metric_columns = self._resolve_metric_columns()
 
     @property
@@ -386,14 +446,17 @@ class DynamicSamplingMixin:
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
         local_rows = len(inputs)
         num_prompts = local_rows * world // self.num_generations
-        indices = self._ds_stream.take(num_prompts)  # identical on every rank (same seed, same state)
-        global_rows = [i for i in indices for _ in range(self.num_generations)]
+        # identical on every rank (same seed, same state): each rank reads the whole stream, then takes its slice
+        if isinstance(self._ds_stream, IterablePromptStream):
+            prompts = self._ds_stream.take_rows(num_prompts)
+        else:
+            prompts = [self.train_dataset[i] for i in self._ds_stream.take(num_prompts)]
+        global_rows = [row for row in prompts for _ in range(self.num_generations)]
         keys = set(inputs[0].keys())
-        rows = []
-        for index in global_rows[rank * local_rows : (rank + 1) * local_rows]:
-            row = self.train_dataset[index]
-            rows.append({k: v for k, v in row.items() if k in keys})
-        return rows
+        return [
+            {k: v for k, v in row.items() if k in keys}
+            for row in global_rows[rank * local_rows : (rank + 1) * local_rows]
+        ]
 
     def _describe(self, per_func: torch.Tensor, lengths: torch.Tensor, truncated: torch.Tensor) -> dict[str, float]:
         """TRL's per-batch metrics (``reward``, ``reward_std``, ``frac_reward_zero_std``, ``rewards/<f>/*``,
