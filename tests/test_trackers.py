@@ -49,6 +49,11 @@ def recipe_argv(tmp_path_factory):
     ]  # fmt: skip
 
 
+# DAPOConfig splits a rollout into 16 optimizer steps; these two-step runs generate at each step (dynamic sampling
+# metrics are logged at the steps that generate).
+ONE_ROLLOUT_PER_STEP = ["--num_minibatches", "1"]
+
+
 def report_to(tmp_path, *trackers: str) -> list[str]:
     """``--config`` with ``report_to: [...]``: several trackers are a YAML list (transformers' ``--report_to`` takes
     one name on the command line)."""
@@ -140,7 +145,14 @@ def test_dapo_recipe_reports_to_tensorboard_and_wandb(recipe_argv, tmp_path, mon
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "dapo"
-    argv = [*recipe_argv, "--output_dir", str(out), *report_to(tmp_path, "tensorboard", "wandb"), "--run_name", "dapo"]
+    argv = [
+        *recipe_argv,
+        *ONE_ROLLOUT_PER_STEP,
+        "--output_dir",
+        str(out),
+        *report_to(tmp_path, "tensorboard", "wandb"),
+    ]
+    argv += ["--run_name", "dapo"]
     try:
         run_recipe("dapo", argv, monkeypatch)
     finally:
@@ -198,7 +210,8 @@ def test_trackio_receives_metrics_and_completion_table(recipe_argv, tmp_path):
     pytest.importorskip("trackio")
     out = tmp_path / "dapo"
     env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    argv = [*recipe_argv, "--output_dir", str(out), "--report_to", "trackio", "--project", "trl-ext-tests"]
+    argv = [*recipe_argv, *ONE_ROLLOUT_PER_STEP, "--output_dir", str(out), "--report_to", "trackio"]
+    argv += ["--project", "trl-ext-tests"]
     command = [sys.executable, os.path.join(REPO, "recipes", "dapo.py"), *argv, "--run_name", "dapo-trackio"]
     result = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
