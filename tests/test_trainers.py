@@ -130,7 +130,8 @@ def _final_params(trainer):
     return torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
 
 
-def test_nothing_to_filter_is_exactly_trls_step(tokenizer, problems, tmp_path):
+@pytest.mark.parametrize("num_minibatches", [1, 2])
+def test_nothing_to_filter_is_exactly_trls_step(tokenizer, problems, tmp_path, num_minibatches):
     from trl_ext.demo import DemoModelConfig, build_model
 
     small = DemoModelConfig(
@@ -138,7 +139,9 @@ def test_nothing_to_filter_is_exactly_trls_step(tokenizer, problems, tmp_path):
     )
     runs = {}
     for name, trainer_class in (("trl", trl.GRPOTrainer), ("ours", DAPOTrainer)):
-        args = tiny_args("dapo", tmp_path / name, soft_overlong_punishment=False, max_steps=3)
+        args = tiny_args(
+            "dapo", tmp_path / name, soft_overlong_punishment=False, max_steps=4, num_minibatches=num_minibatches
+        )
         assert args.dynamic_sampling
         trainer = trainer_class(
             build_model(tokenizer, small),
@@ -153,7 +156,9 @@ def test_nothing_to_filter_is_exactly_trls_step(tokenizer, problems, tmp_path):
     assert torch.equal(_final_params(ours), _final_params(theirs))
     loss = [h["loss"] for h in ours.state.log_history if "loss" in h]
     assert loss == [h["loss"] for h in theirs.state.log_history if "loss" in h]
-    assert [h["dynamic_sampling/rounds"] for h in ours.state.log_history if "loss" in h] == [1.0, 1.0, 1.0]
+    rounds = [h.get("dynamic_sampling/rounds") for h in ours.state.log_history if "loss" in h]
+    assert rounds == ([1.0] * 4 if num_minibatches == 1 else [1.0, None, 1.0, None])  # logged when generating
+    assert ours.optimizer.optimizer.state_dict()["state"][0]["step"] == 4  # no step skipped: every step trained
 
 
 def test_round_limit_trains_on_nothing_and_warns_once(tiny_model, tokenizer, problems, tmp_path, caplog):
