@@ -140,11 +140,11 @@ def test_gspo_token_per_token_advantages_match_hand_computation(tokenizer, probl
     clipped, 0 where it is (Eq. 13: the value of s_i,t is s_i, its gradient that of s_i log pi(y_it))."""
     args = tiny_args("gspo", tmp_path, gspo_token=True)
     model = _small_model(tokenizer)
-    trainer = GSPOTrainer(
-        model, [position_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
-    )
+    trainer = GSPOTrainer(model, [position_reward], args=args, train_dataset=problems[0], processing_class=tokenizer)
     # sequence log-ratios 1e-4 (inside), 1e-3 (above 1 + 4e-4), -1e-3 (below 1 - 3e-4), 0 (inside)
-    log_ratio = torch.tensor([[0.5e-4, 1.5e-4], [0.0, 2e-3], [-2e-3, 0.0], [1e-3, -1e-3]], )
+    log_ratio = torch.tensor(
+        [[0.5e-4, 1.5e-4], [0.0, 2e-3], [-2e-3, 0.0], [1e-3, -1e-3]],
+    )
     advantages = torch.tensor([[1.0, -2.0], [1.0, -1.0], [-1.0, 0.5], [3.0, -1.0]])
     inputs = _fixed_batch(trainer, tokenizer, log_ratio, advantages)
     trainer.model.train()

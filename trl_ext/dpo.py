@@ -180,7 +180,9 @@ class DPOTrainer(trl.DPOTrainer):
         # TRL <= 1.14 sets `use_liger_kernel` (Liger's DPO loss builds no per-token outputs to read); TRL >= 1.15
         # always uses its fused LM head, Liger or not, and no longer has the attribute.
         liger_loss = getattr(self, "use_liger_kernel", False)
-        return getattr(self.args, "length_diagnostics", True) and not liger_loss and not getattr(self, "_is_vlm", False)
+        return (
+            getattr(self.args, "length_diagnostics", True) and not liger_loss and not getattr(self, "_is_vlm", False)
+        )
 
     @contextlib.contextmanager
     def _capture_sequence_logps(self) -> Iterator[dict[str, list[torch.Tensor]]]:
