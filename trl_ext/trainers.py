@@ -56,6 +56,11 @@ def _check_ratio_level(args: Any) -> None:
             "TRL's GRPOTrainer knows (TRL >= 1.14 rejects it). Use trl_ext.GSPOConfig(gspo_token=True), which runs "
             "GSPO-token on every supported TRL release."
         )
+    if getattr(args, "gspo_token", False) and getattr(args, "use_liger_kernel", False):
+        raise ValueError(
+            "gspo_token=True with use_liger_kernel=True: Liger's fused GRPO loss bypasses the ratio GSPO-token forms. "
+            "Set use_liger_kernel=False."
+        )
     if getattr(args, "gspo_token", False) and level != "token":
         raise ValueError(
             f"gspo_token=True needs importance_sampling_level='token' (GSPO-token's ratio is formed from TRL's token "
