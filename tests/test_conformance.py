@@ -313,14 +313,36 @@ def test_environment_rewards_and_routing_column_match_trl(kind, tool_tokenizer, 
     )
 
 
-def test_dapo_default_config_when_args_is_none(tokenizer, problems):
-    """``DAPOTrainer(model, reward_funcs)`` builds its own DAPOConfig, as trl.GRPOTrainer builds a GRPOConfig."""
+def test_dapo_default_config_when_args_is_none(tokenizer, problems, monkeypatch):
+    """``DAPOTrainer(model, reward_funcs)`` builds its own DAPOConfig, as trl.GRPOTrainer builds a GRPOConfig.
+    Default configs ask for bf16 (TRL's too), which transformers refuses on a CPU-only machine: this construction-only
+    test lets transformers believe bf16 is available."""
+    monkeypatch.setattr("transformers.training_args.is_torch_bf16_gpu_available", lambda: True)
     try:
-        DAPOConfig(output_dir="unused", use_cpu=True)
+        DAPOConfig(output_dir="unused")
     except ValueError as error:  # DAPOConfig's own defaults are another change's concern
         pytest.xfail(f"DAPOConfig() defaults do not construct yet (fixed in trl_ext.presets.DAPOConfig): {error}")
-    model = build_model(tokenizer, dataclasses.replace(SMALL, max_position_embeddings=512))
+    model = build_model(tokenizer, dataclasses.replace(SMALL, max_position_embeddings=1024))
     trainer = DAPOTrainer(model, [position_reward], train_dataset=problems[0], processing_class=tokenizer)
     assert type(trainer.args) is DAPOConfig and trainer.args.output_dir.endswith("-DAPO")
     assert trainer.args.dynamic_sampling and trainer.args.loss_type == "dapo"
     assert trainer.reward_func_names[-1] == "soft_overlong_punishment_reward"
+
+
+def test_dapo_trainer_builds_its_own_config_when_args_is_none(tokenizer, problems, monkeypatch):
+    """The trainer side of ``args=None``, independent of DAPOConfig's own defaults: DAPOTrainer builds whatever
+    DAPOConfig is (here one whose batch holds a 16-completion group), named after the model, like TRL's trainer."""
+
+    @dataclasses.dataclass
+    class BatchOf16(DAPOConfig):
+        per_device_train_batch_size: int = 16
+        use_cpu: bool = True
+
+    monkeypatch.setattr("trl_ext.trainers.DAPOConfig", BatchOf16)
+    model = build_model(tokenizer, dataclasses.replace(SMALL, max_position_embeddings=1024))
+    trainer = DAPOTrainer(model, [position_reward], train_dataset=problems[0], processing_class=tokenizer)
+    assert type(trainer.args) is BatchOf16 and trainer.args.output_dir.endswith("-DAPO")
+    assert trainer.args.dynamic_sampling and trainer.args.num_generations == 16
+    assert trainer.reward_func_names == ["position_reward", "soft_overlong_punishment_reward"]
+    # (TRL's own trainer builds GRPOConfig(output_dir=f"{name}-GRPO") the same way; its defaults ask for bf16, so
+    # that path cannot run on a CPU-only machine to compare.)
