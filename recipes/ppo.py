@@ -15,9 +15,11 @@ and reward, held-out greedy accuracy printed before and after, outputs in ``outp
 """
 
 from trl import ModelConfig
-from trl.experimental.ppo import PPOConfig
 
 from trl_ext.pipeline import PPOScriptArguments, parse_recipe_args, run_ppo
+from trl_ext.preflight import require_ppo
+
+PPOConfig, _ = require_ppo()  # trl 1.12 only: on a newer TRL this says so and names the install line
 
 
 def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: ModelConfig) -> dict:

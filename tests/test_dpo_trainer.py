@@ -195,3 +195,83 @@ def test_no_informative_group_fails_with_a_fix(tiny_model, tokenizer, problems, 
 def test_config_errors_name_the_field(tmp_path, field, value, message):
     with pytest.raises(ValueError, match=message):
         DPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **{field: value})
+
+
+def _count_forwards(trainer):
+    counts = {"policy": 0, "reference": 0}
+
+    def counter(key):
+        def hook(module, args, output):
+            counts[key] += 1
+
+        return hook
+
+    handles = [trainer.accelerator.unwrap_model(trainer.model).register_forward_hook(counter("policy"))]
+    if trainer.ref_model is not None:
+        handles.append(trainer.ref_model.register_forward_hook(counter("reference")))
+    return counts, handles
+
+
+def test_diagnostics_run_no_forward_pass_of_their_own(tiny_model, tokenizer, tmp_path):
+    """The diagnostics read TRL's own policy and reference forwards (TRL >= 1.15: the fused LM head's ``log_probs``;
+    older TRL: the logits), and never call ``compute_loss(return_outputs=True)``, which costs TRL >= 1.15 an extra
+    forward. Same number of forwards per loss as TRL's trainer."""
+    policy, ref = _policy_and_ref(tiny_model)
+    counted = {}
+    for name, trainer_class, config_class in (
+        ("trl", trl.DPOTrainer, trl.DPOConfig),
+        ("ours", DPOTrainer, DPOConfig),
+    ):
+        trainer = trainer_class(
+            model=copy.deepcopy(policy),
+            ref_model=copy.deepcopy(ref),
+            args=_args(config_class, tmp_path / name),
+            train_dataset=PAIRS,
+            processing_class=tokenizer,
+        )
+        trainer.model.train()
+        batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(PAIRS))])
+        counts, handles = _count_forwards(trainer)
+        trainer.compute_loss(trainer.model, batch)
+        for handle in handles:
+            handle.remove()
+        counted[name] = counts
+    assert counted["ours"] == counted["trl"] == {"policy": 1, "reference": 1}
+    assert "length_bias/gap" in trainer._metrics["train"]
+
+
+def test_diagnostics_with_peft_read_the_adapter_disabled_reference(tiny_model, tokenizer, tmp_path):
+    """With PEFT and no ref_model, TRL's reference is the policy with its adapter disabled, called after the policy:
+    the length split of the margin must add up to TRL's own ``rewards/margins``, which it computes from that pass."""
+    from peft import LoraConfig
+
+    trainer = DPOTrainer(
+        model=copy.deepcopy(tiny_model),
+        args=_args(DPOConfig, tmp_path, beta=0.5),
+        train_dataset=PAIRS,
+        processing_class=tokenizer,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    with torch.no_grad():  # a non-zero adapter, so that the policy differs from the adapter-disabled reference
+        generator = torch.Generator().manual_seed(2)
+        for name, p in trainer.model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.5 * torch.randn(p.shape, generator=generator))
+    trainer.model.train()
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(PAIRS))])
+    trainer.compute_loss(trainer.model, batch)
+    metrics = {key: values[-1] for key, values in trainer._metrics["train"].items()}
+    assert metrics["rewards/margins"] != pytest.approx(0.0, abs=1e-4)
+    chosen_len = torch.tensor([len(c) + 1 for c in PAIRS["chosen"]], dtype=torch.float)
+    rejected_len = torch.tensor([len(r) + 1 for r in PAIRS["rejected"]], dtype=torch.float)
+    assert metrics["length_bias/gap"] == pytest.approx((chosen_len - rejected_len).mean().item())
+    # the reference the diagnostics used is the one TRL used: both agree with a separate adapter-disabled forward
+    with torch.no_grad():
+        policy_ratio = _sequence_logps(trainer.model, batch)
+        with trainer.model.disable_adapter():
+            reference = _sequence_logps(trainer.model, batch)
+    ratio = policy_ratio - reference
+    aw, al = ratio[:4] / chosen_len, ratio[4:] / rejected_len
+    length_part = 0.5 * (chosen_len - rejected_len) * (aw + al) / 2
+    assert metrics["length_bias/margin_from_length"] == pytest.approx(length_part.mean().item(), abs=1e-4)
+    assert metrics["rewards/margins"] == pytest.approx(0.5 * (ratio[:4] - ratio[4:]).mean().item(), abs=1e-4)

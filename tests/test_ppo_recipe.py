@@ -6,6 +6,10 @@ import importlib.util
 import json
 import os
 
+import pytest
+
+pytest.importorskip("trl.experimental.ppo", reason='PPO needs trl 1.12 (removed in 1.13): pip install "trl-ext[ppo]"')
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
 

@@ -36,7 +36,8 @@ def test_gspo_defaults_are_the_papers(tmp_path):
         num_generations=8,
         gspo_token=True,
     )
-    assert token.importance_sampling_level == "sequence_token"
+    # GSPO-token is the token level plus our switch: TRL >= 1.14 rejects TRL 1.12's "sequence_token" level
+    assert token.importance_sampling_level == "token" and token.gspo_token
 
 
 @pytest.mark.parametrize("name", ["grpo", "dr_grpo", "dapo", "gspo", "gspo_token"])
@@ -59,7 +60,8 @@ def test_preset_specific_defaults(tmp_path):
     [
         ("gspo", {"epsilon": 0.2, "epsilon_high": 0.28}, "epsilon=0.2 with importance_sampling_level='sequence'"),
         ("gspo", {"loss_type": "dapo"}, "TRL issue #3823"),
-        ("gspo_token", {"importance_sampling_level": "token"}, "gspo_token=True"),
+        ("gspo_token", {"epsilon": 0.2, "epsilon_high": 0.28}, "epsilon=0.2 with gspo_token=True"),
+        ("gspo_token", {"importance_sampling_level": "sequnce"}, "gspo_token=True with importance_sampling_level"),
         ("dapo", {"epsilon_high": 0.1}, "epsilon_high=0.1 is below epsilon=0.2"),
         ("dapo", {"mask_truncated_completions": True}, "mask_truncated_completions"),
         ("dapo", {"overlong_buffer_len": 99}, "overlong_buffer_len=99"),

@@ -98,17 +98,26 @@ def test_gspo_sequence_ratio_and_clipping_match_hand_computation(tiny_model, tok
     assert trainer.state.log_history[-1]["gspo/seq_clip_frac_high"] == pytest.approx(1 / 4)
 
 
-def test_gspo_token_equals_gspo_with_sequence_advantages(tokenizer, problems, tmp_path):
+def _small_model(tokenizer):
     from trl_ext.demo import DemoModelConfig, build_model
 
     small = DemoModelConfig(
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
     )
+    return build_model(tokenizer, small)
+
+
+def test_gspo_token_equals_gspo_with_sequence_advantages(tokenizer, problems, tmp_path):
+    """GSPO-token (Eq. 13) equals GSPO (Eq. 7) in loss and gradient when all tokens of a sequence share one advantage
+    (paper, Eq. 14-17). TRL computes log-probabilities in float32 whatever the model's dtype, and GSPO-token's ratio
+    is formed over TRL's token level with one more subtraction at the scale of log pi (~3), so s_i may differ from
+    GSPO's by one float32 ulp of 1.0 (1.2e-7): the loss is compared to that absolute precision (it is
+    mean (s_i - 1) A_i ~ 5e-5 here, since sum A_i = 0), not to a relative one only a copy of TRL's code could meet."""
     losses, grads = [], []
     for gspo_token in (False, True):
         args = tiny_args("gspo", tmp_path / str(gspo_token), gspo_token=gspo_token)
         trainer = GSPOTrainer(
-            build_model(tokenizer, small),
+            _small_model(tokenizer),
             [position_reward],
             args=args,
             train_dataset=problems[0],
@@ -121,9 +130,47 @@ def test_gspo_token_equals_gspo_with_sequence_advantages(tokenizer, problems, tm
         loss.backward()
         losses.append(loss.item())
         grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]))
-    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
-    # GSPO-token's gradient equals GSPO's when all tokens of a sequence share one advantage (paper, Eq. 14-15)
+    assert losses[0] == pytest.approx(losses[1], abs=1.2e-7)
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
+
+
+def test_gspo_token_per_token_advantages_match_hand_computation(tokenizer, problems, tmp_path):
+    """With one advantage per token, GSPO-token's loss is (1/G) sum_i (1/|y_i|) sum_t -min(s_i A_it, clip(s_i) A_it)
+    and its gradient is sum_{i,t} w_it grad log pi(y_it) with w_it = -s_i A_it / (G |y_i|) where the token is not
+    clipped, 0 where it is (Eq. 13: the value of s_i,t is s_i, its gradient that of s_i log pi(y_it))."""
+    args = tiny_args("gspo", tmp_path, gspo_token=True)
+    model = _small_model(tokenizer)
+    trainer = GSPOTrainer(model, [position_reward], args=args, train_dataset=problems[0], processing_class=tokenizer)
+    # sequence log-ratios 1e-4 (inside), 1e-3 (above 1 + 4e-4), -1e-3 (below 1 - 3e-4), 0 (inside)
+    log_ratio = torch.tensor(
+        [[0.5e-4, 1.5e-4], [0.0, 2e-3], [-2e-3, 0.0], [1e-3, -1e-3]],
+    )
+    advantages = torch.tensor([[1.0, -2.0], [1.0, -1.0], [-1.0, 0.5], [3.0, -1.0]])
+    inputs = _fixed_batch(trainer, tokenizer, log_ratio, advantages)
+    trainer.model.train()
+    loss = trainer.compute_loss(trainer.model, inputs)
+    loss.backward()
+    grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters()])
+
+    s = log_ratio.mean(dim=1, keepdim=True).exp().expand(-1, 2)  # value of s_i,t = s_i on every token
+    clipped = s.clamp(1 - 3e-4, 1 + 4e-4)
+    expected = (-torch.minimum(s * advantages, clipped * advantages)).mean(dim=1).mean()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    # tokens whose clipped term is the minimum get no gradient: here sequence 1's A>0 token (s above the range) and
+    # sequence 2's A<0 token (s below it); sequence 1's A<0 and sequence 2's A>0 tokens keep theirs
+    active = (s * advantages <= clipped * advantages).float()
+    assert active.tolist() == [[1.0, 1.0], [0.0, 1.0], [0.0, 1.0], [1.0, 1.0]]
+    weights = -(s * advantages * active) / (4 * 2)
+    model.zero_grad()
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, -3:-1]
+    logps = torch.log_softmax(logits, -1).gather(-1, inputs["completion_ids"][..., None]).squeeze(-1)
+    (weights * logps).sum().backward()
+    reference = torch.cat([p.grad.flatten() for p in model.parameters()])
+    torch.testing.assert_close(grad, reference, rtol=1e-5, atol=1e-7)  # float32 sums
+    # ... and it is not GSPO's gradient, which weighs every token of sequence i by the same mean advantage
+    assert not torch.allclose(grad, torch.zeros_like(grad))
 
 
 def _final_params(trainer):

@@ -14,7 +14,9 @@ an exact split of each pair's margin. Logged (averaged like TRL's own metrics): 
 ``length_bias/margin_from_length`` (mean length part) and ``length_bias/length_share`` (sum |length part| /
 (sum |length part| + sum |per-token part|), in [0, 1]: 0 = length explains none of the margin). The diagnostics use
 the unweighted sequence log-ratios (DPO's implicit reward r = beta log pi/pi_ref, Eq. 5) whatever the loss; they
-cost one log-softmax gather over the policy logits per step, no extra forward pass, and never change the loss.
+read the per-token log-probabilities of TRL's own policy and reference forwards (forward hooks: TRL >= 1.15's fused LM
+head returns them as ``log_probs``; with older TRL one log-softmax gather over the logits), never run a forward pass of
+their own (nor ``compute_loss(return_outputs=True)``, which costs one on TRL >= 1.15), and never change the loss.
 
 TRL settings that counter length bias (all ``trl.DPOConfig`` fields, so also fields of ``DPOConfig`` below):
 
@@ -154,6 +156,18 @@ def length_margin_decomposition(
     }
 
 
+def _next_token_logps(output: Any, input_ids: torch.Tensor) -> torch.Tensor:
+    """``(batch, seq - 1)`` log p(input_ids[t + 1] | ...) from a causal LM's forward output: TRL's fused-head
+    ``log_probs`` when present (TRL >= 1.15), else gathered from ``logits``. Prompt-learning PEFT prepends virtual
+    positions: the last ``seq - 1`` positions are the real tokens' (as TRL slices them)."""
+    width = input_ids.size(1) - 1
+    log_probs = getattr(output, "log_probs", None)
+    if log_probs is not None:
+        return log_probs.detach()[:, -width:]
+    logits = output.logits.detach()[:, -input_ids.size(1) :]
+    return selective_log_softmax(logits[:, :-1, :], input_ids[:, 1:])
+
+
 class DPOTrainer(trl.DPOTrainer):
     """``trl.DPOTrainer`` (same constructor, same loss) plus ``length_bias/*`` metrics and group-mined pairs
     (``from_groups``). See the module docstring for the equations and the TRL settings that counter length bias."""
@@ -163,43 +177,63 @@ class DPOTrainer(trl.DPOTrainer):
 
     # ---- length-bias diagnostics -------------------------------------------------------------------------------
     def _length_diagnostics_on(self) -> bool:
-        return getattr(self.args, "length_diagnostics", True) and not self.use_liger_kernel and not self._is_vlm
+        # TRL <= 1.14 sets `use_liger_kernel` (Liger's DPO loss builds no per-token outputs to read); TRL >= 1.15
+        # always uses its fused LM head, Liger or not, and no longer has the attribute.
+        liger_loss = getattr(self, "use_liger_kernel", False)
+        return (
+            getattr(self.args, "length_diagnostics", True) and not liger_loss and not getattr(self, "_is_vlm", False)
+        )
 
     @contextlib.contextmanager
-    def _capture_reference_logits(self) -> Iterator[dict[str, torch.Tensor]]:
-        """Keep the logits of the last forward of the reference model (or, with PEFT and no ``ref_model``, of the
-        adapter-disabled policy, which TRL calls after the policy) with a forward hook: TRL's own reference pass,
-        read, not repeated."""
-        captured: dict[str, torch.Tensor] = {}
-        target = self.ref_model if self.ref_model is not None else self.accelerator.unwrap_model(self.model)
+    def _capture_sequence_logps(self) -> Iterator[dict[str, list[torch.Tensor]]]:
+        """Per-token log-probabilities of the forwards TRL runs inside one ``compute_loss``, read from its own outputs
+        with forward hooks (never a second forward): ``captured["policy"]`` and ``captured["reference"]`` are lists of
+        ``(batch, seq - 1)`` tensors, position t holding log p(input_ids[t + 1]). TRL >= 1.15's fused LM head returns
+        ``log_probs`` and no ``logits``; older TRL returns ``logits``, gathered here at the next token. Without a
+        ``ref_model`` (PEFT), TRL's reference is the adapter-disabled policy, called after the policy."""
+        captured: dict[str, list[torch.Tensor]] = {"policy": [], "reference": []}
+        policy = self.accelerator.unwrap_model(self.model)
 
-        def hook(module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-            captured["logits"] = output.logits.detach()
+        def hook_for(key: str) -> Callable:
+            def hook(module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+                input_ids = kwargs.get("input_ids", args[0] if args else None)
+                captured[key].append(_next_token_logps(output, input_ids))
 
-        handle = target.register_forward_hook(hook, with_kwargs=True) if not self.precompute_ref_logps else None
+            return hook
+
+        handles = [policy.register_forward_hook(hook_for("policy"), with_kwargs=True)]
+        if self.ref_model is not None and not self.precompute_ref_logps:
+            handles.append(self.ref_model.register_forward_hook(hook_for("reference"), with_kwargs=True))
         try:
             yield captured
         finally:
-            if handle is not None:
+            for handle in handles:
                 handle.remove()
+        if self.ref_model is None and len(captured["policy"]) > 1:  # PEFT: policy pass, then adapter-disabled pass
+            captured["reference"] = captured["policy"][1:2]
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if not self._length_diagnostics_on():
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        with self._capture_reference_logits() as captured:
-            loss, outputs = super().compute_loss(model, inputs, True, num_items_in_batch)
-        self._log_length_bias(inputs, outputs.logits, captured.get("logits"))
-        return (loss, outputs) if return_outputs else loss
+        with self._capture_sequence_logps() as captured:
+            result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if captured["policy"]:
+            reference = captured["reference"][0] if captured["reference"] else None
+            self._log_length_bias(inputs, captured["policy"][0], reference)
+        return result
 
     @torch.no_grad()
-    def _log_length_bias(self, inputs: dict, logits: torch.Tensor, ref_logits: torch.Tensor | None) -> None:
-        labels = inputs["input_ids"][..., 1:]
+    def _log_length_bias(
+        self, inputs: dict, token_logps: torch.Tensor, ref_token_logps: torch.Tensor | None = None
+    ) -> None:
+        """Log ``length_bias/*`` from next-token log-probabilities ``(batch, seq - 1)`` of the policy (and of the
+        reference, unless the batch carries precomputed ``ref_*_logps``)."""
         mask = inputs["completion_mask"][..., 1:].bool()
-        policy = selective_log_softmax(logits.detach()[..., :-1, :], labels).masked_fill(~mask, 0.0).sum(1)
+        policy = token_logps.detach().float().masked_fill(~mask, 0.0).sum(1)
         if "ref_chosen_logps" in inputs:
             ref = torch.cat([inputs["ref_chosen_logps"], inputs["ref_rejected_logps"]]).to(policy)
-        elif ref_logits is not None:
-            ref = selective_log_softmax(ref_logits[..., :-1, :], labels).masked_fill(~mask, 0.0).sum(1)
+        elif ref_token_logps is not None:
+            ref = ref_token_logps.float().masked_fill(~mask, 0.0).sum(1)
         else:
             return
         lengths = mask.sum(1)

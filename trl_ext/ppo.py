@@ -16,6 +16,9 @@ trained reward model there, or DDP).
 
 ``tokenize_prompts`` gives the ``input_ids``-only dataset TRL's PPO consumes, with the same tokenization the adapter
 keys its lookup on.
+
+PPO needs trl 1.12 (TRL removed it in 1.13): ``RuleRewardModel`` checks that at construction and names the install
+line (``pip install "trl-ext[ppo]"``, which pins trl 1.12.0).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from datasets import Dataset
 from transformers.modeling_outputs import BaseModelOutput
 
 from trl_ext.pairs import score_completions
+from trl_ext.preflight import require_ppo
 
 
 def _prompt_text(prompt: Any, tokenizer: Any) -> str:
@@ -77,6 +81,7 @@ class RuleRewardModel(torch.nn.Module):
         reward_weights: Sequence[float] | None = None,
         unscored_reward: float = 0.0,
     ) -> None:
+        require_ppo()  # fail here, naming the install line, rather than when TRL's PPOTrainer is imported
         super().__init__()
         self.reward_funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
         self.reward_weights = reward_weights

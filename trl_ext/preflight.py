@@ -30,9 +30,13 @@ def _columns(dataset: Any) -> list[str] | None:
     return list(columns) if isinstance(columns, list | tuple) else None
 
 
-def check_prompt_column(dataset: Any, name: str = "train_dataset") -> None:
-    """The GRPO family reads prompts from a ``prompt`` column."""
+def check_prompt_column(dataset: Any, name: str = "train_dataset", environment_factory: Any = None) -> None:
+    """The GRPO family reads prompts from a ``prompt`` column. As in ``trl.GRPOTrainer``, a dataset without one is
+    accepted when an ``environment_factory`` is given: each environment's ``reset()`` supplies the prompt (e.g. a
+    dataset that only routes rows to environments by an ``environment`` column)."""
     columns = _columns(dataset)
+    if environment_factory is not None:
+        return
     if columns is not None and "prompt" not in columns:
         raise ValueError(
             f"{name} has no 'prompt' column (columns: {columns}). GRPO-family trainers generate from the 'prompt' "
@@ -181,6 +185,18 @@ def check_vllm(args: Any) -> None:
         )
 
 
+PPO_INSTALL = 'pip install "trl-ext[ppo]"'  # the `ppo` extra pins trl==1.12.0
+
+
+def ppo_unavailable_message(trl_version: str) -> str:
+    return (
+        f"PPO needs trl.experimental.ppo.PPOTrainer, which the installed trl=={trl_version} does not have (TRL "
+        f"removed PPO in 1.13; trl-ext supports trl 1.12-1.16, and PPO only on 1.12). Install the PPO extra, which pins "
+        f'trl 1.12: {PPO_INSTALL} (or pip install "trl==1.12.0"), ideally in its own virtual environment; or train '
+        "with a GRPO-family recipe (recipes/dapo.py, recipes/grpo.py), which work on every supported TRL."
+    )
+
+
 def require_ppo() -> tuple[type, type]:
     """``(PPOConfig, PPOTrainer)`` from TRL, or an ImportError saying which TRL has them."""
     try:
@@ -188,11 +204,7 @@ def require_ppo() -> tuple[type, type]:
     except ImportError as error:
         import trl
 
-        raise ImportError(
-            f"PPO needs trl.experimental.ppo.PPOTrainer, which the installed trl=={trl.__version__} does not have "
-            "(TRL removed PPO after 1.12). Install the pinned version (pip install 'trl==1.12.0'), or train with a "
-            "GRPO-family recipe (recipes/dapo.py, recipes/grpo.py)."
-        ) from error
+        raise ImportError(ppo_unavailable_message(trl.__version__)) from error
     return PPOConfig, PPOTrainer
 
 

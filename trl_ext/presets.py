@@ -272,8 +272,10 @@ class GSPOConfig(GRPOFamilyConfig):
             rollout data is partitioned into four minibatches"). Sets ``steps_per_generation`` to
             ``num_minibatches * gradient_accumulation_steps`` unless given. With a single on-policy update s_i = 1
             and GSPO equals GRPO.
-        gspo_token (`bool`, defaults to `False`): GSPO-token (Eq. 13-14) through TRL's
-            ``trl.experimental.gspo_token`` trainer (``importance_sampling_level="sequence_token"``).
+        gspo_token (`bool`, defaults to `False`): GSPO-token (Eq. 13-14), s_{i,t} = sg[s_i] pi_t / sg[pi_t]
+            (``trl_ext.gspo_token``). It sets ``importance_sampling_level="token"``, the level every supported TRL
+            accepts, and the trainers form the GSPO-token ratio from it. ``importance_sampling_level=
+            "sequence_token"`` (TRL 1.12's experimental spelling, rejected by TRL >= 1.14) means the same.
     """
 
     importance_sampling_level: str = field(default="sequence", metadata={"help": "GSPO: sequence-level ratio."})
@@ -289,18 +291,23 @@ class GSPOConfig(GRPOFamilyConfig):
             raise ValueError(f"num_minibatches={self.num_minibatches} must be >= 1 (GSPO uses 4).")
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = self.num_minibatches * self.gradient_accumulation_steps
+        if self.importance_sampling_level == "sequence_token":  # TRL 1.12's experimental name for GSPO-token
+            self.gspo_token = True
         if self.gspo_token:
-            if self.importance_sampling_level == "sequence":
-                self.importance_sampling_level = "sequence_token"
-            elif self.importance_sampling_level != "sequence_token":
+            if self.importance_sampling_level not in ("sequence", "sequence_token", "token"):
                 raise ValueError(
                     f"gspo_token=True with importance_sampling_level={self.importance_sampling_level!r}: GSPO-token "
-                    "uses 'sequence_token'. Leave importance_sampling_level unset or set gspo_token=False."
+                    "forms its ratio from TRL's token level. Leave importance_sampling_level unset or set "
+                    "gspo_token=False."
                 )
+            # TRL >= 1.14 rejects "sequence_token": the token level plus this switch is GSPO-token on every release
+            self.importance_sampling_level = "token"
         super().__post_init__()
-        if self.importance_sampling_level in ("sequence", "sequence_token") and self.epsilon >= 0.01:
+        sequence_ratio = self.importance_sampling_level == "sequence" or self.gspo_token
+        if sequence_ratio and self.epsilon >= 0.01:
+            setting = "gspo_token=True" if self.gspo_token else "importance_sampling_level='sequence'"
             raise ValueError(
-                f"epsilon={self.epsilon} with importance_sampling_level={self.importance_sampling_level!r}: "
+                f"epsilon={self.epsilon} with {setting}: "
                 "a sequence ratio is a per-token geometric mean, so token-level clip ranges like 0.2 never clip. "
                 "Use GSPO's 3e-4 / 4e-4 (the defaults), or importance_sampling_level='token' for token-level eps."
             )

@@ -3,7 +3,8 @@ a non-finite loss, atomic checkpoints and an exact resume.
 
 ``GRPOReliabilityMixin`` is a base of every trainer of ``trl_ext.trainers``; each piece lives in its own module:
 
-- ``trl_ext.preflight``: at construction, the ``prompt`` column, the columns the reward functions read, a pad or EOS
+- ``trl_ext.preflight``: at construction, the ``prompt`` column (not needed when an ``environment_factory`` supplies
+  prompts from ``reset()``, as TRL allows), the columns the reward functions read, a pad or EOS
   token, ``max_completion_length`` (and the longest prompt) against the model's context, ``use_vllm`` without vLLM.
 - ``trl_ext.reward_guard``: every callable reward is wrapped (``reward_errors``, ``reward_timeout``; read with
   ``getattr`` so that configs without these fields keep the defaults ``"raise"`` / ``None``).
@@ -122,9 +123,9 @@ class GRPOReliabilityMixin(FiniteLossMixin, AtomicCheckpointMixin):
         timeout = getattr(config, "reward_timeout", None)
         validate_reward_settings(errors, timeout)
         dataset = params.get("train_dataset")
-        funcs = params["reward_funcs"]
-        funcs_list = list(funcs) if isinstance(funcs, list | tuple) else [funcs]
-        preflight.check_prompt_column(dataset)
+        funcs = params.get("reward_funcs")  # optional, as in TRL (an environment may own the reward)
+        funcs_list = list(funcs) if isinstance(funcs, list | tuple) else [] if funcs is None else [funcs]
+        preflight.check_prompt_column(dataset, environment_factory=params.get("environment_factory"))
         preflight.check_reward_columns(funcs_list, dataset)
         preflight.check_vllm(config)
         preflight.check_tokenizer(params.get("processing_class"))
@@ -133,7 +134,8 @@ class GRPOReliabilityMixin(FiniteLossMixin, AtomicCheckpointMixin):
             preflight.check_context_length(
                 getattr(model, "config", None), config, params.get("processing_class"), dataset
             )
-        params["reward_funcs"] = guard_reward_funcs(funcs, errors=errors, timeout=timeout)
+        if funcs is not None:
+            params["reward_funcs"] = guard_reward_funcs(funcs, errors=errors, timeout=timeout)
         self._repeat_sampler = None
         super().__init__(*bound.args[1:], **bound.kwargs)
         preflight.check_tokenizer(self._tokenizer)

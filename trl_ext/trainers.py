@@ -9,27 +9,36 @@ reward functions, stops on a non-finite loss, writes atomic checkpoints and resu
 - ``DAPOTrainer``: defaults to ``DAPOConfig`` and adds DAPO's soft overlong punishment (Eq. 13, TRL's
   ``get_soft_overlong_punishment``) to the reward functions when ``args.soft_overlong_punishment``.
 - ``GSPOTrainer``: defaults to ``GSPOConfig``; logs GSPO's sequence-level clip fractions under ``gspo/*``; with
-  ``args.gspo_token`` it builds a ``GSPOTokenTrainer``, composed over TRL's ``trl.experimental.gspo_token``.
+  ``args.gspo_token`` it builds a ``GSPOTokenTrainer`` (GSPO-token, ``trl_ext.gspo_token``: TRL's token-level loss
+  with the ratio of Eq. 13, on every supported TRL release).
+
+``reward_funcs`` is optional as in ``trl.GRPOTrainer`` (an ``environment_factory`` whose environments define
+``get_reward`` may own the reward; TRL raises its own error when there is no reward source at all). Nothing here
+imports ``trl.experimental``: TRL removes experimental modules without notice.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
-import os
 from typing import Any
 
 import trl
-
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # GSPO-token is deliberately TRL's experimental trainer
-from trl.experimental.gspo_token import GRPOTrainer as _TRLGSPOTokenTrainer
 from trl.rewards import get_soft_overlong_punishment
 
 from trl_ext.dynamic_sampling import DynamicSamplingMixin
+from trl_ext.gspo_token import GSPOTokenMixin
 from trl_ext.presets import DAPOConfig, GRPOFamilyConfig, GSPOConfig
 from trl_ext.reliability import GRPOReliabilityMixin
 
 logger = logging.getLogger(__name__)
+
+
+def _environment_factory(model: Any, args: Any, rest: tuple, kw: dict) -> Any:
+    """The ``environment_factory`` argument of a ``trl.GRPOTrainer`` call (positional or keyword), or None."""
+    bound = inspect.signature(trl.GRPOTrainer.__init__).bind_partial(None, model, None, args, *rest, **kw)
+    return bound.arguments.get("environment_factory")
 
 
 def _model_name(model: Any) -> str:
@@ -38,16 +47,41 @@ def _model_name(model: Any) -> str:
     return getattr(getattr(model, "config", None), "_name_or_path", "model").split("/")[-1] or "model"
 
 
-class GRPOTrainer(GRPOReliabilityMixin, DynamicSamplingMixin, trl.GRPOTrainer):
-    """``trl.GRPOTrainer`` with DAPO dynamic sampling available to any config (``GRPOFamilyConfig`` fields), and the
-    reliability layer (construction checks, guarded rewards, atomic checkpoints, exact resume)."""
+def _check_ratio_level(args: Any) -> None:
+    """GSPO-token is ``gspo_token=True`` over the token level; TRL >= 1.14 rejects ``"sequence_token"``."""
+    level = getattr(args, "importance_sampling_level", "token")
+    if level == "sequence_token":
+        raise ValueError(
+            "importance_sampling_level='sequence_token' (GSPO-token in TRL 1.12's experimental trainer) is not a level "
+            "TRL's GRPOTrainer knows (TRL >= 1.14 rejects it). Use trl_ext.GSPOConfig(gspo_token=True), which runs "
+            "GSPO-token on every supported TRL release."
+        )
+    if getattr(args, "gspo_token", False) and getattr(args, "use_liger_kernel", False):
+        raise ValueError(
+            "gspo_token=True with use_liger_kernel=True: Liger's fused GRPO loss bypasses the ratio GSPO-token forms. "
+            "Set use_liger_kernel=False."
+        )
+    if getattr(args, "gspo_token", False) and level != "token":
+        raise ValueError(
+            f"gspo_token=True needs importance_sampling_level='token' (GSPO-token's ratio is formed from TRL's token "
+            f"level), got {level!r}. Build the config with GSPOConfig(gspo_token=True), which sets it."
+        )
+
+
+class GRPOTrainer(GRPOReliabilityMixin, DynamicSamplingMixin, GSPOTokenMixin, trl.GRPOTrainer):
+    """``trl.GRPOTrainer`` with DAPO dynamic sampling available to any config (``GRPOFamilyConfig`` fields), GSPO-token
+    when the config says ``gspo_token``, and the reliability layer (construction checks, guarded rewards, atomic
+    checkpoints, exact resume). Same arguments and defaults as ``trl.GRPOTrainer`` (``reward_funcs`` optional)."""
 
     _default_config: type[GRPOFamilyConfig] = GRPOFamilyConfig
     _default_suffix = "GRPO"
 
-    def __init__(self, model: Any, reward_funcs: Any, args: trl.GRPOConfig | None = None, *rest: Any, **kw: Any):
+    def __init__(
+        self, model: Any, reward_funcs: Any = None, args: trl.GRPOConfig | None = None, *rest: Any, **kw: Any
+    ):
         if args is None:
             args = self._default_config(output_dir=f"{_model_name(model)}-{self._default_suffix}")
+        _check_ratio_level(args)
         super().__init__(model, reward_funcs, args, *rest, **kw)
 
 
@@ -67,7 +101,9 @@ class DAPOTrainer(GRPOTrainer):
         "Scale}},\n    author = {Qiying Yu and others},\n    year   = 2025,\n    eprint = {arXiv:2503.14476},\n}",
     }
 
-    def __init__(self, model: Any, reward_funcs: Any, args: trl.GRPOConfig | None = None, *rest: Any, **kw: Any):
+    def __init__(
+        self, model: Any, reward_funcs: Any = None, args: trl.GRPOConfig | None = None, *rest: Any, **kw: Any
+    ):
         if args is None:
             args = DAPOConfig(output_dir=f"{_model_name(model)}-DAPO")
         elif not isinstance(args, DAPOConfig):
@@ -76,7 +112,10 @@ class DAPOTrainer(GRPOTrainer):
                 "(no soft overlong punishment; dynamic sampling only if its fields say so). Use trl_ext.DAPOConfig "
                 "for DAPO's defaults."
             )
-        if getattr(args, "soft_overlong_punishment", False):
+        if reward_funcs is None and _environment_factory(model, args, rest, kw) is not None:
+            reward_funcs = []  # the environment owns the task reward; the overlong shaping is still DAPO's
+        if getattr(args, "soft_overlong_punishment", False) and reward_funcs is not None:
+            # (reward_funcs None and no environment: no reward source, TRL raises its own error)
             reward_funcs, args = self._with_overlong_reward(reward_funcs, args)
         super().__init__(model, reward_funcs, args, *rest, **kw)
 
@@ -120,7 +159,9 @@ class GSPOTrainer(GRPOTrainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # TRL averages self._metrics into the logs inside its own log(); alias the per-sequence clip fractions there.
-        if self.args.importance_sampling_level in ("sequence", "sequence_token"):
+        # (GSPO-token's ratio has the value s_i on every token, so TRL's token fractions are sequence fractions
+        # weighted by length.)
+        if self.args.importance_sampling_level == "sequence" or getattr(self.args, "gspo_token", False):
             metrics = self._metrics["train" if self.model.training else "eval"]
             for side in ("low", "high", "region"):
                 key = f"clip_ratio/{side}_mean"
@@ -129,18 +170,19 @@ class GSPOTrainer(GRPOTrainer):
         super().log(logs, start_time)
 
 
-class GSPOTokenTrainer(GSPOTrainer, _TRLGSPOTokenTrainer):
-    """GSPO-token (arXiv 2507.18071, Eq. 13): s_{i,t} = sg[s_i] * pi(o_t) / sg[pi(o_t)], through TRL's
-    ``trl.experimental.gspo_token.GRPOTrainer`` (``importance_sampling_level="sequence_token"``), with dynamic
-    sampling and ``gspo/*`` logging from this package."""
+class GSPOTokenTrainer(GSPOTrainer):
+    """GSPO-token (arXiv 2507.18071, Eq. 13): s_{i,t} = sg[s_i] * pi(o_t) / sg[pi(o_t)] (``trl_ext.gspo_token``,
+    over TRL's token-level loss), with dynamic sampling and ``gspo/*`` logging from this package."""
 
-    def __init__(self, model: Any, reward_funcs: Any, args: trl.GRPOConfig | None = None, *rest: Any, **kw: Any):
+    def __init__(
+        self, model: Any, reward_funcs: Any = None, args: trl.GRPOConfig | None = None, *rest: Any, **kw: Any
+    ):
         if args is None:
             args = GSPOConfig(output_dir=f"{_model_name(model)}-GSPO-token", gspo_token=True)
-        if args.importance_sampling_level != "sequence_token":
+        if not getattr(args, "gspo_token", False):
             raise ValueError(
-                f"GSPOTokenTrainer needs importance_sampling_level='sequence_token', got "
-                f"{args.importance_sampling_level!r}. Use GSPOConfig(gspo_token=True)."
+                f"GSPOTokenTrainer needs a config with gspo_token=True, got a {type(args).__name__} without it. Use "
+                "GSPOConfig(gspo_token=True)."
             )
         super().__init__(model, reward_funcs, args, *rest, **kw)
 
