@@ -50,6 +50,7 @@ from trl_ext.demo import (
     warm_start,
     warm_start_sft_kwargs,
 )
+from trl_ext.held_out import held_out_accuracy  # noqa: F401  (re-exported: the recipes' held-out metric)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Helpers shared by recipes/sft.py, recipes/dpo.py, recipes/ppo.py
@@ -74,7 +75,51 @@ def parse_recipe_args(dataclass_types: tuple, recipe: str, argv: list[str] | Non
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--config" not in argv and not any(a.startswith("--model_name_or_path") for a in argv):
         argv = ["--config", demo_config_path(recipe), *argv]
-    return TrlParser(dataclass_types).parse_args_and_config(args=argv)
+    return TrlParser(dataclass_types).parse_args_and_config(args=supported_precision(argv))
+
+
+def _setting(argv: list[str], name: str) -> tuple[bool, Any]:
+    """``(given, value)`` of a boolean training flag, from the command line (``--name``, ``--name X``,
+    ``--name=X``) or else from the ``--config`` YAML."""
+    flag = f"--{name}"
+    for i, arg in enumerate(argv):
+        if arg == flag:
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else "true"
+            return True, str(value).lower() in ("true", "1", "yes")
+        if arg.startswith(flag + "="):
+            return True, arg.split("=", 1)[1].lower() in ("true", "1", "yes")
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        import yaml
+
+        path = argv[argv.index("--config") + 1]
+        if os.path.exists(path):
+            with open(path) as f:
+                config = yaml.safe_load(f) or {}
+            if isinstance(config, dict) and name in config:
+                return True, bool(config[name])
+    return False, None
+
+
+def supported_precision(argv: list[str]) -> list[str]:
+    """``argv`` with ``--bf16 false`` appended when ``bf16`` is not set and no GPU here supports it.
+
+    TRL's configs default to bf16, which transformers refuses without a bf16-capable GPU ("Your setup doesn't support
+    bf16/gpu"); a recipe picks what the hardware supports instead and says which in its opening line. An explicit
+    ``bf16: true`` without such a GPU (and without ``use_cpu``, which runs bf16 autocast on the CPU) fails here, with
+    the fix."""
+    from transformers.utils import is_torch_bf16_gpu_available
+
+    if is_torch_bf16_gpu_available():
+        return argv
+    given, bf16 = _setting(argv, "bf16")
+    if not given:
+        return [*argv, "--bf16", "false"]
+    if bf16 and not _setting(argv, "use_cpu")[1]:
+        raise ValueError(
+            "bf16=True, but this machine has no GPU that supports bf16. Drop --bf16 (and bf16 from the config) to "
+            "let the recipe use fp32 here, or pass --use_cpu true to train with bf16 autocast on the CPU."
+        )
+    return argv
 
 
 def reward_functions(names: list[str], options: dict | str | None = None) -> list:
@@ -100,19 +145,31 @@ def reward_functions(names: list[str], options: dict | str | None = None) -> lis
     return get_rewards(list(names), options)
 
 
+def _load_file(path: str, field_name: str) -> Dataset:
+    extension = os.path.splitext(path)[1].lower()
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{field_name}={path!r}: no such file. Give a path to an existing file.")
+    return load_dataset(_FILE_FORMATS[extension], data_files=path, split="train")
+
+
 def load_data(
     dataset_name: str | None, dataset_config: str | None = None, train_split: str = "train", test_split: str = "test"
 ) -> tuple[Dataset, Dataset | None]:
-    """``(train, eval)``: the demo problems when ``dataset_name`` is None, a local ``.json/.jsonl/.csv/.parquet``
-    file (all of it for training, no eval split), or a dataset loadable by ``datasets.load_dataset``."""
+    """``(train, eval)``: the demo problems when ``dataset_name`` is None; a local ``.json/.jsonl/.csv/.parquet``
+    file (all of it for training); or a dataset loadable by ``datasets.load_dataset`` (Hub name, or a local folder
+    such as one holding ``train.jsonl`` and ``test.jsonl``), whose ``test_split`` is the eval set when it exists.
+    ``test_split`` may also be a local file of held-out problems."""
     if dataset_name is None:
         return make_problems(DemoTaskConfig())
-    extension = os.path.splitext(dataset_name)[1].lower()
-    if extension in _FILE_FORMATS:
-        if not os.path.exists(dataset_name):
-            raise FileNotFoundError(f"dataset_name={dataset_name!r}: no such file. Give a path to an existing file.")
-        return load_dataset(_FILE_FORMATS[extension], data_files=dataset_name, split="train"), None
+    test_file = os.path.splitext(test_split or "")[1].lower() in _FILE_FORMATS
+    held_out = _load_file(test_split, "dataset_test_split") if test_file else None
+    if os.path.splitext(dataset_name)[1].lower() in _FILE_FORMATS:
+        return _load_file(dataset_name, "dataset_name"), held_out
     data = load_dataset(dataset_name, dataset_config)
+    if test_file:
+        if train_split not in data:
+            raise ValueError(f"dataset_train_split={train_split!r} is not a split of {dataset_name}: {list(data)}.")
+        return data[train_split], held_out
     if train_split not in data:
         raise ValueError(f"dataset_train_split={train_split!r} is not a split of {dataset_name}: {list(data)}.")
     return data[train_split], data[test_split] if test_split in data else None
@@ -136,25 +193,18 @@ def fresh_demo_policy() -> tuple[PreTrainedModel, Any]:
     return build_model(tokenizer), tokenizer
 
 
-def held_out_accuracy(model: PreTrainedModel, tokenizer: Any, eval_dataset: Dataset | None) -> float | None:
-    """Greedy accuracy on a dataset with ``prompt`` and ``answer`` columns (the demo's metric); None otherwise."""
-    if eval_dataset is None or not {"prompt", "answer"} <= set(eval_dataset.column_names):
-        return None
-    from transformers.integrations import is_deepspeed_zero3_enabled
-
-    if is_deepspeed_zero3_enabled():  # sharded weights must be gathered (on every rank) before generate
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(list(model.parameters())):
-            return greedy_accuracy(model, tokenizer, eval_dataset)
-    return greedy_accuracy(model, tokenizer, eval_dataset)
-
-
 def report(recipe: str, output_dir: str, before: float | None, after: float | None, **extra: Any) -> dict:
     """Print the held-out accuracies and write them to ``output_dir/accuracy.json``."""
+    from trl_ext.console import summary_table
+
     result = {"recipe": recipe, "accuracy_before": before, "accuracy_after": after, **extra}
     if before is not None and after is not None:
-        print(f"[{recipe}] held-out accuracy: before {before:.3f} -> after {after:.3f}", flush=True)
+        rows = [
+            ("held-out greedy accuracy", f"{before:.3f} -> {after:.3f}"),
+            ("gain", f"{100 * (after - before):+.1f} points"),
+            ("outputs", f"{output_dir}/: accuracy.json, model"),
+        ]
+        print(summary_table(f"== {recipe} ==", rows), flush=True)
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "accuracy.json"), "w") as f:
         json.dump(result, f, indent=2)
@@ -226,14 +276,42 @@ def _load(script_args: SFTScriptArguments) -> tuple[Dataset, Dataset | None]:
     )
 
 
+def _announce(
+    recipe: str, trainer_name: str, script_args: Any, training_args: Any, model_args: Any, data: tuple
+) -> None:
+    """The opening line of a recipe (``trl_ext.console``): what runs, on what, for how long, in what precision."""
+    from trl_ext.console import opening_line, precision_label, quiet_libraries
+
+    quiet_libraries()
+    if getattr(training_args, "process_index", 0) != 0:
+        return
+    train_dataset, eval_dataset = data
+    name = "built-in arithmetic demo" if script_args.dataset_name is None else script_args.dataset_name
+    held_out = f"{len(eval_dataset)} held-out" if eval_dataset is not None else "no held-out split"
+    default_model = "demo model, random init" if recipe == "sft" else "demo model, SFT warm start (cached)"
+    steps = getattr(training_args, "max_steps", -1)
+    parts = [
+        trainer_name,
+        f"model {model_args.model_name_or_path or default_model}",
+        f"data {name} ({len(train_dataset)} train / {held_out})",
+        f"{steps} steps" if steps and steps > 0 else None,
+        precision_label(training_args),
+        f"outputs in {training_args.output_dir}",
+    ]
+    print(opening_line(recipe, parts), flush=True)
+
+
 def run_sft(script_args: SFTScriptArguments, training_args: Any, model_args: Any) -> dict:
     """``recipes/sft.py``: TRL's ``SFTTrainer`` on prompt/completion (demo) or any format it accepts."""
     from transformers import set_seed
     from trl import SFTTrainer, get_peft_config
 
+    from trl_ext.console import use_console
+
     set_seed(training_args.seed)
     _demo_threads(model_args)
     train_dataset, eval_dataset = _load(script_args)
+    _announce("sft", "SFTTrainer", script_args, training_args, model_args, (train_dataset, eval_dataset))
 
     # No model given: the demo's randomly initialised model (the warm start starts from scratch).
     if model_args.model_name_or_path is None:
@@ -241,7 +319,7 @@ def run_sft(script_args: SFTScriptArguments, training_args: Any, model_args: Any
     else:
         model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype)
 
-    before = held_out_accuracy(model, tokenizer, eval_dataset)
+    before = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (before)")
     columns = [c for c in ("prompt", "completion", "messages", "text") if c in train_dataset.column_names]
     trainer = SFTTrainer(
         model=model,
@@ -250,11 +328,12 @@ def run_sft(script_args: SFTScriptArguments, training_args: Any, model_args: Any
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
     )
+    use_console(trainer, "sft")
     trainer.train()
     trainer.save_model(training_args.output_dir)
     tokenizer.save_pretrained(training_args.output_dir)
 
-    after = held_out_accuracy(trainer.model, tokenizer, eval_dataset)
+    after = held_out_accuracy(trainer.model, tokenizer, eval_dataset, progress="evaluation (after)")
     return report("sft", training_args.output_dir, before, after)
 
 
@@ -263,6 +342,7 @@ def run_dpo(script_args: DPOScriptArguments, training_args: Any, model_args: Any
     from transformers import set_seed
     from trl import get_peft_config
 
+    from trl_ext.console import use_console
     from trl_ext.dpo import DPOTrainer, train_iterative_dpo
 
     set_seed(training_args.seed)
@@ -271,10 +351,12 @@ def run_dpo(script_args: DPOScriptArguments, training_args: Any, model_args: Any
     # Data: preference pairs (trained on as they are), or prompts to mine pairs from.
     train_dataset, eval_dataset = _load(script_args)
     offline = {"chosen", "rejected"} <= set(train_dataset.column_names)
+    mode = "offline DPO" if offline else "group-mined iterative DPO"
+    _announce("dpo", f"DPOTrainer ({mode})", script_args, training_args, model_args, (train_dataset, eval_dataset))
 
     # Model and tokenizer (no model given: the demo's SFT warm start).
     model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype)
-    before = held_out_accuracy(model, tokenizer, eval_dataset)
+    before = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (before)")
 
     if offline:
         preference_eval = eval_dataset if eval_dataset is not None and "chosen" in eval_dataset.column_names else None
@@ -286,6 +368,7 @@ def run_dpo(script_args: DPOScriptArguments, training_args: Any, model_args: Any
             processing_class=tokenizer,
             peft_config=get_peft_config(model_args),
         )
+        use_console(trainer, "dpo")
         trainer.train()
         model = trainer.accelerator.unwrap_model(trainer.model)
         rounds = []
@@ -297,7 +380,7 @@ def run_dpo(script_args: DPOScriptArguments, training_args: Any, model_args: Any
     tokenizer.save_pretrained(training_args.output_dir)
     for r in rounds:  # reusable offline: --dataset_name <output_dir>/pairs-round-0.jsonl
         r.pairs.to_json(os.path.join(training_args.output_dir, f"pairs-round-{r.round}.jsonl"))
-    after = held_out_accuracy(model, tokenizer, eval_dataset)
+    after = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (after)")
     mined = [{**r.stats.as_dict(), "train_loss": r.train_loss} for r in rounds]
     return report("dpo", training_args.output_dir, before, after, mode="offline" if offline else "mined", rounds=mined)
 
@@ -315,6 +398,7 @@ def run_ppo(script_args: PPOScriptArguments, training_args: Any, model_args: Any
 
     # Data: prompts (plus the columns the rewards read); PPO itself consumes token ids only.
     train_dataset, eval_dataset = _load(script_args)
+    _announce("ppo", "PPOTrainer", script_args, training_args, model_args, (train_dataset, eval_dataset))
 
     # Policy (left padding: PPO generates from padded queries) and value model (default: the policy's checkpoint).
     policy, tokenizer, policy_path = load_policy(model_args.model_name_or_path, model_args.dtype)
@@ -332,7 +416,7 @@ def run_ppo(script_args: PPOScriptArguments, training_args: Any, model_args: Any
         prompt_sets = [d for d in (train_dataset, eval_dataset) if d is not None]
         reward_model = RuleRewardModel(reward_funcs, tokenizer, prompt_sets, script_args.reward_weights)
 
-    before = held_out_accuracy(policy, tokenizer, eval_dataset)
+    before = held_out_accuracy(policy, tokenizer, eval_dataset, progress="evaluation (before)")
     trainer = PPOTrainer(
         args=training_args,
         processing_class=tokenizer,
@@ -344,11 +428,14 @@ def run_ppo(script_args: PPOScriptArguments, training_args: Any, model_args: Any
         eval_dataset=tokenize_prompts(eval_dataset, tokenizer) if eval_dataset is not None else None,
         peft_config=get_peft_config(model_args),
     )
+    from trl_ext.console import use_console
+
+    use_console(trainer, "ppo")
     trainer.train()
     trainer.save_model(training_args.output_dir)
     tokenizer.save_pretrained(training_args.output_dir)
 
-    after = held_out_accuracy(trainer.policy_model, tokenizer, eval_dataset)
+    after = held_out_accuracy(trainer.policy_model, tokenizer, eval_dataset, progress="evaluation (after)")
     return report("ppo", training_args.output_dir, before, after)
 
 
