@@ -101,24 +101,37 @@ def _setting(argv: list[str], name: str) -> tuple[bool, Any]:
 
 
 def supported_precision(argv: list[str]) -> list[str]:
-    """``argv`` with ``--bf16 false`` appended when ``bf16`` is not set and no GPU here supports it.
+    """``argv`` fitted to the hardware: ``--bf16 false`` when ``bf16`` is not set and no GPU here supports it, and
+    ``--use_cpu true`` when ``use_cpu`` is not set and there is no GPU or other accelerator at all.
 
     TRL's configs default to bf16, which transformers refuses without a bf16-capable GPU ("Your setup doesn't support
     bf16/gpu"); a recipe picks what the hardware supports instead and says which in its opening line. An explicit
     ``bf16: true`` without such a GPU (and without ``use_cpu``, which runs bf16 autocast on the CPU) fails here, with
-    the fix."""
+    the fix. ``use_cpu`` on a machine that has nothing else changes no result; it only spares the data loader's
+    "pin_memory ... no accelerator is found" warning."""
+    import torch
     from transformers.utils import is_torch_bf16_gpu_available
 
     if is_torch_bf16_gpu_available():
         return argv
+    argv = list(argv)
     given, bf16 = _setting(argv, "bf16")
-    if not given:
-        return [*argv, "--bf16", "false"]
-    if bf16 and not _setting(argv, "use_cpu")[1]:
+    if given and bf16 and not _setting(argv, "use_cpu")[1]:
         raise ValueError(
             "bf16=True, but this machine has no GPU that supports bf16. Drop --bf16 (and bf16 from the config) to "
             "let the recipe use fp32 here, or pass --use_cpu true to train with bf16 autocast on the CPU."
         )
+    if not given:
+        argv += ["--bf16", "false"]
+    mps = getattr(torch.backends, "mps", None)
+    xpu = getattr(torch, "xpu", None)
+    accelerator = (
+        torch.cuda.is_available()
+        or (mps is not None and mps.is_available())
+        or (xpu is not None and xpu.is_available())
+    )
+    if not accelerator and not _setting(argv, "use_cpu")[0]:
+        argv += ["--use_cpu", "true"]
     return argv
 
 

@@ -148,7 +148,7 @@ def plot_curves(
         accuracy_ax.annotate(
             f"warm start {warm_start:.3f}",
             xy=(0, warm_start),
-            xytext=(4, -12),
+            xytext=(4, 4),
             textcoords="offset points",
             color="gray",
             fontsize=9,
@@ -158,7 +158,7 @@ def plot_curves(
     accuracy_ax.grid(alpha=0.3)
     if len(runs) > 1:
         accuracy_ax.legend()
-    titles = ["reward", "kept-group fraction (solid), rounds (dotted)", "clip fraction", "entropy"]
+    titles = ["reward", "kept-group fraction", "clip fraction", "entropy"]
     for ax, title in zip(axes, titles, strict=True):
         ax.set_title(title, fontsize=10)
         ax.tick_params(labelsize=8)
@@ -167,6 +167,7 @@ def plot_curves(
         ax.set_xlabel("optimizer step", fontsize=9)
     if rounds_ax is not None:
         rounds_ax.tick_params(labelsize=8)
+        rounds_ax.set_ylabel("rounds per step (dotted)", fontsize=8)
     fig.tight_layout()
     if out_path is not None:
         fig.savefig(out_path, dpi=90)
