@@ -121,7 +121,7 @@ def plot_curves(
     grid = fig.add_gridspec(2, 4, width_ratios=[1.6, 1.6, 1, 1])
     accuracy_ax = fig.add_subplot(grid[:, :2])
     axes = [fig.add_subplot(grid[r, c]) for r, c in ((0, 2), (0, 3), (1, 2), (1, 3))]
-    colors = ["tab:orange", "tab:blue", "tab:green", "tab:red"]
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
 
     def series(rows: list[dict], key: str, transform=lambda v: v) -> tuple[list, list]:
         points = [(r["step"], transform(r[key])) for r in rows if isinstance(r.get(key), int | float)]
@@ -138,7 +138,7 @@ def plot_curves(
         if any("dynamic_sampling/kept_group_frac" in r for r in rows):
             axes[1].plot(*series(rows, "dynamic_sampling/kept_group_frac"), color=color, label=label)
             rounds_ax = rounds_ax or axes[1].twinx()
-            rounds_ax.plot(*series(rows, "dynamic_sampling/rounds"), color=color, linestyle=":", alpha=0.8)
+            rounds_ax.plot(*series(rows, "dynamic_sampling/rounds"), color=color, linestyle=":", alpha=0.5)
         else:
             axes[1].plot(*series(rows, "frac_reward_zero_std", lambda v: 1 - v), color=color, label=label)
         axes[2].plot(*series(rows, "clip_ratio/region_mean"), color=color, label=label)
