@@ -15,10 +15,14 @@ and reward, held-out greedy accuracy printed before and after, outputs in ``outp
 """
 
 from trl import ModelConfig
-from trl.experimental.ppo import PPOConfig
 
 from trl_ext.console import quiet_libraries
 from trl_ext.pipeline import PPOScriptArguments, parse_recipe_args, run_ppo
+
+if __name__ == "__main__":
+    quiet_libraries()  # before the import below: TRL's "importing from trl.experimental" notice is our choice, not yours
+
+from trl.experimental.ppo import PPOConfig  # noqa: E402
 
 
 def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: ModelConfig) -> dict:
@@ -26,5 +30,4 @@ def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: 
 
 
 if __name__ == "__main__":
-    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
     main(*parse_recipe_args((PPOScriptArguments, PPOConfig, ModelConfig), "ppo"))

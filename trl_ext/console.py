@@ -3,7 +3,7 @@
 - :func:`quiet_libraries` (called by the recipe entry points, never on import) hides what the libraries print that a
   user cannot act on: transformers' ``FutureWarning``s about renamed ``gradient_checkpointing*`` arguments and
   methods (TRL's config default and TRL's generation helper use the old names), its "``past_key_values`` is
-  deprecated" notice (TRL's SFT loss), DeepSpeed's "Setting accelerator to CPU" line (DeepSpeed would pick the CPU
+  deprecated" notice (TRL's SFT loss), TRL's notice on importing ``trl.experimental`` (the PPO recipe), DeepSpeed's "Setting accelerator to CPU" line (DeepSpeed would pick the CPU
   anyway) and the loading / writing progress bars of transformers and datasets. Warnings that ask the user to act
   (``trl_ext.dynamic_sampling``'s round limit, ``trl_ext.health``) are always shown. ``TRL_EXT_LIBRARY_WARNINGS=1``
   turns all of this off and shows everything as the libraries print it.
@@ -68,6 +68,8 @@ def quiet_libraries() -> None:
         "ignore", message=r"`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning
     )
     logging.getLogger("transformers.utils.generic").addFilter(_DropMessages("`past_key_values`/`cache_params`"))
+    # recipes/ppo.py uses TRL's PPOTrainer, which only trl.experimental still ships: our choice, TRL's notice.
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     # DeepSpeed (installed by the dev / deepspeed extras) logs its accelerator guess on import; on a machine without
     # CUDA it picks the CPU either way, so saying so up front changes nothing but the noise.
     if "DS_ACCELERATOR" not in os.environ:

@@ -415,9 +415,16 @@ def run_ppo(script_args: PPOScriptArguments, training_args: Any, model_args: Any
 
     # Policy (left padding: PPO generates from padded queries) and value model (default: the policy's checkpoint).
     policy, tokenizer, policy_path = load_policy(model_args.model_name_or_path, model_args.dtype)
-    value_model = AutoModelForSequenceClassification.from_pretrained(
-        script_args.value_model_path or policy_path, num_labels=1
-    )
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the value head is new on purpose: no "score.weight MISSING" load report
+    try:
+        value_model = AutoModelForSequenceClassification.from_pretrained(
+            script_args.value_model_path or policy_path, num_labels=1
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
     # Reward: a trained reward model, or the rule-based functions behind TRL's reward-model interface.
     if training_args.reward_model_path:
