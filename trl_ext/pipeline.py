@@ -206,18 +206,34 @@ def fresh_demo_policy() -> tuple[PreTrainedModel, Any]:
     return build_model(tokenizer), tokenizer
 
 
-def report(recipe: str, output_dir: str, before: float | None, after: float | None, **extra: Any) -> dict:
-    """Print the held-out accuracies and write them to ``output_dir/accuracy.json``."""
-    from trl_ext.console import summary_table
+def report(
+    recipe: str,
+    output_dir: str,
+    before: float | None,
+    after: float | None,
+    steps: int | None = None,
+    started: float | None = None,
+    **extra: Any,
+) -> dict:
+    """Print the summary table (held-out accuracy before / after / gain, steps, wall time since ``started``,
+    outputs) and write the same to ``output_dir/accuracy.json``."""
+    from trl_ext.console import format_duration, summary_table
 
+    wall = round(time.time() - started, 1) if started is not None else None
     result = {"recipe": recipe, "accuracy_before": before, "accuracy_after": after, **extra}
-    if before is not None and after is not None:
-        rows = [
-            ("held-out greedy accuracy", f"{before:.3f} -> {after:.3f}"),
-            ("gain", f"{100 * (after - before):+.1f} points"),
-            ("outputs", f"{output_dir}/: accuracy.json, model"),
-        ]
-        print(summary_table(f"== {recipe} ==", rows), flush=True)
+    if steps is not None:
+        result["optimizer_steps"] = steps
+    if wall is not None:
+        result["wall_time_s"] = wall
+    measured = before is not None and after is not None
+    rows = [
+        ("held-out greedy accuracy", f"{before:.3f} -> {after:.3f}" if measured else None),
+        ("gain", f"{100 * (after - before):+.1f} points" if measured else None),
+        ("optimizer steps", steps),
+        ("wall time", format_duration(wall) if wall is not None else None),
+        ("outputs", f"{output_dir}/: accuracy.json, model"),
+    ]
+    print(summary_table(f"== {recipe} ==", rows), flush=True)
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "accuracy.json"), "w") as f:
         json.dump(result, f, indent=2)
@@ -321,6 +337,7 @@ def run_sft(script_args: SFTScriptArguments, training_args: Any, model_args: Any
 
     from trl_ext.console import use_console
 
+    started = time.time()
     set_seed(training_args.seed)
     _demo_threads(model_args)
     train_dataset, eval_dataset = _load(script_args)
@@ -347,7 +364,7 @@ def run_sft(script_args: SFTScriptArguments, training_args: Any, model_args: Any
     tokenizer.save_pretrained(training_args.output_dir)
 
     after = held_out_accuracy(trainer.model, tokenizer, eval_dataset, progress="evaluation (after)")
-    return report("sft", training_args.output_dir, before, after)
+    return report("sft", training_args.output_dir, before, after, trainer.state.global_step, started)
 
 
 def run_dpo(script_args: DPOScriptArguments, training_args: Any, model_args: Any) -> dict:
@@ -358,6 +375,7 @@ def run_dpo(script_args: DPOScriptArguments, training_args: Any, model_args: Any
     from trl_ext.console import use_console
     from trl_ext.dpo import DPOTrainer, train_iterative_dpo
 
+    started = time.time()
     set_seed(training_args.seed)
     _demo_threads(model_args)
 
@@ -395,7 +413,9 @@ def run_dpo(script_args: DPOScriptArguments, training_args: Any, model_args: Any
         r.pairs.to_json(os.path.join(training_args.output_dir, f"pairs-round-{r.round}.jsonl"))
     after = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (after)")
     mined = [{**r.stats.as_dict(), "train_loss": r.train_loss} for r in rounds]
-    return report("dpo", training_args.output_dir, before, after, mode="offline" if offline else "mined", rounds=mined)
+    steps = trainer.state.global_step if offline else None
+    mode = "offline" if offline else "mined"
+    return report("dpo", training_args.output_dir, before, after, steps, started, mode=mode, rounds=mined)
 
 
 def run_ppo(script_args: PPOScriptArguments, training_args: Any, model_args: Any) -> dict:
@@ -406,6 +426,7 @@ def run_ppo(script_args: PPOScriptArguments, training_args: Any, model_args: Any
 
     from trl_ext.ppo import RuleRewardModel, tokenize_prompts
 
+    started = time.time()
     set_seed(training_args.seed)
     _demo_threads(model_args)
 
@@ -456,7 +477,7 @@ def run_ppo(script_args: PPOScriptArguments, training_args: Any, model_args: Any
     tokenizer.save_pretrained(training_args.output_dir)
 
     after = held_out_accuracy(trainer.policy_model, tokenizer, eval_dataset, progress="evaluation (after)")
-    return report("ppo", training_args.output_dir, before, after)
+    return report("ppo", training_args.output_dir, before, after, trainer.state.global_step, started)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -499,13 +520,27 @@ def run_pipeline(args: PipelineArguments) -> dict[str, Any]:
     """SFT warm start -> DAPO -> DPO for style on the demo task; prints and returns each stage's accuracy."""
     from trl import ModelConfig
 
+    from trl_ext.console import opening_line, quiet_libraries
     from trl_ext.dpo import DPOConfig
     from trl_ext.presets import DAPOConfig
     from trl_ext.rl_recipe import DEMO_CONFIG_DIR as RL_DEMO_DIR
     from trl_ext.rl_recipe import parse as parse_rl
     from trl_ext.rl_recipe import run as run_rl
 
+    quiet_libraries()
     start = time.time()
+    print(
+        opening_line(
+            "pipeline",
+            [
+                "SFT warm start -> DAPO -> DPO for style",
+                "model demo model, random init",
+                "data built-in arithmetic demo",
+                f"outputs in {args.output_dir}",
+            ],
+        ),
+        flush=True,
+    )
     if "OMP_NUM_THREADS" not in os.environ:  # the 0.6M-parameter demo model gains nothing from threads
         torch.set_num_threads(1)  # and on a busy machine they thrash
     timings: dict[str, float] = {}
