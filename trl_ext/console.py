@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 from transformers import TrainerCallback
 
 LIBRARY_WARNINGS_ENV = "TRL_EXT_LIBRARY_WARNINGS"

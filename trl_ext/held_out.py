@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from tqdm.auto import tqdm
+from tqdm import tqdm
 from transformers import TrainerCallback
 
 HELD_OUT_KEY = "held_out/accuracy"
