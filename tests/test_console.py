@@ -298,3 +298,61 @@ def test_precision_follows_the_hardware_and_an_explicit_bf16_fails_clearly(tmp_p
         parse(DAPOConfig, "dapo", argv=["--config", str(config), *base])
     _, training_args, _ = parse(DAPOConfig, "dapo", argv=[*base, "--bf16", "true", "--use_cpu", "true"])
     assert training_args.bf16 is True  # asked for, with bf16 autocast on the CPU
+
+
+def test_library_notices_are_hidden_but_warnings_that_ask_to_act_are_shown():
+    """After ``quiet_libraries()`` (a fresh interpreter, as a recipe starts): transformers' rename FutureWarning from
+    TRL's config default is gone, our own logger's warning (e.g. dynamic sampling's round limit) is printed; with
+    ``TRL_EXT_LIBRARY_WARNINGS=1`` the library warning is back."""
+    code = (
+        "import logging, tempfile\n"
+        "from trl_ext.console import quiet_libraries\n"
+        "quiet_libraries()\n"
+        "from trl import GRPOConfig\n"
+        "GRPOConfig(output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, report_to='none')\n"
+        "logging.getLogger('trl_ext.dynamic_sampling').warning('round limit hit: raise num_generations')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    env.pop("TRL_EXT_LIBRARY_WARNINGS", None)
+    quiet = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    assert "gradient_checkpointing" not in quiet.stderr
+    assert "WARNING [trl_ext.dynamic_sampling] round limit hit: raise num_generations" in quiet.stderr
+    env["TRL_EXT_LIBRARY_WARNINGS"] = "1"
+    loud = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert "FutureWarning: `gradient_checkpointing` is deprecated" in loud.stderr
+    assert "round limit hit" in loud.stderr
+
+
+def test_held_out_split_can_be_a_file_of_its_own(tmp_path):
+    from trl_ext.pipeline import load_data
+
+    _write_jsonl(tmp_path / "train.jsonl", [{"prompt": "1+1=", "solution": "2"}] * 3)
+    _write_jsonl(tmp_path / "test.jsonl", [{"prompt": "2+2=", "solution": "4"}] * 2)
+    train, test = load_data(str(tmp_path / "train.jsonl"), test_split=str(tmp_path / "test.jsonl"))
+    assert (len(train), len(test)) == (3, 2) and test["prompt"] == ["2+2=", "2+2="]
+    train, test = load_data(str(tmp_path / "train.jsonl"))  # a lone file: nothing held out
+    assert len(train) == 3 and test is None
+    with pytest.raises(FileNotFoundError, match="dataset_test_split="):
+        load_data(str(tmp_path / "train.jsonl"), test_split=str(tmp_path / "missing.jsonl"))
+
+
+def test_console_prints_compact_lines_and_no_bar_with_disable_tqdm(capsys):
+    from types import SimpleNamespace
+
+    from trl_ext.console import ConsoleCallback
+
+    console = ConsoleCallback("dapo (RL)")
+    state = SimpleNamespace(is_local_process_zero=True, max_steps=20, global_step=0)
+    console.on_train_begin(SimpleNamespace(disable_tqdm=True), state, None)
+    assert console.bar is None
+    state.global_step = 10
+    logs = {"loss": 0.01, "reward": 0.4125, "dynamic_sampling/kept_group_frac": 0.78, "dynamic_sampling/rounds": 1.9}
+    console.on_log(None, state, None, logs={**logs, "entropy": 0.5, "clip_ratio/region_mean": 0.0123})
+    console.on_log(None, state, None, logs={"held_out/accuracy": 0.55, **logs})
+    console.on_log(None, state, None, logs={"train_runtime": 3.0, "train_loss": 0.1})  # the end-of-training record
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "dapo (RL) step 10/20 | reward 0.412 | kept 0.78 | rounds 1.90 | clip 0.012 | entropy 0.500",
+        "dapo (RL) step 10/20 | reward 0.412 | kept 0.78 | rounds 1.90 | held-out 0.550",
+    ]

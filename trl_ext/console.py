@@ -130,15 +130,17 @@ class ConsoleCallback(TrainerCallback):
     process only; changes nothing in ``logs``.
     """
 
-    def __init__(self, phase: str, leave: bool = True):
+    def __init__(self, phase: str, leave: bool = True, bar: bool | None = None):
         self.phase = phase
         self.leave = leave
+        self.show_bar = bar  # None: a bar unless the training arguments say disable_tqdm
         self.bar: tqdm | None = None
         self.held_out: float | None = None
         self.lines: list[str] = []  # what was written, for tests and notebooks
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if state.is_local_process_zero and self.bar is None:
+        show = not getattr(args, "disable_tqdm", False) if self.show_bar is None else self.show_bar
+        if show and state.is_local_process_zero and self.bar is None:
             self.bar = tqdm(
                 total=state.max_steps,
                 initial=state.global_step,
@@ -177,13 +179,14 @@ class ConsoleCallback(TrainerCallback):
             self.bar = None
 
 
-def use_console(trainer: Any, phase: str, leave: bool = True) -> ConsoleCallback:
-    """Swap ``trainer``'s ``ProgressCallback`` / ``PrinterCallback`` (raw metrics dicts) for a :class:`ConsoleCallback`."""
+def use_console(trainer: Any, phase: str, leave: bool = True, bar: bool | None = None) -> ConsoleCallback:
+    """Swap ``trainer``'s ``ProgressCallback`` / ``PrinterCallback`` (raw metrics dicts) for a :class:`ConsoleCallback`
+    (``bar=None``: a progress bar unless ``disable_tqdm``; the compact lines are printed either way)."""
     from transformers import PrinterCallback, ProgressCallback
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    console = ConsoleCallback(phase, leave=leave)
+    console = ConsoleCallback(phase, leave=leave, bar=bar)
     trainer.add_callback(console)
     return console
 

@@ -203,7 +203,7 @@ def warm_start(
     finally:
         if bars:
             datasets.enable_progress_bars()
-    use_console(trainer, "warm start (SFT)")
+    use_console(trainer, "warm start (SFT)", bar=True)  # disable_tqdm above only kept transformers' output away
     trainer.train()
     trainer.model.save_pretrained(run_dir)
     tokenizer.save_pretrained(run_dir)

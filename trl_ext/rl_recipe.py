@@ -264,7 +264,7 @@ def run(
             policy, tokenizer, eval_dataset, task_reward, training_args.max_completion_length, progress=progress
         )
 
-    before = evaluate(model, progress="evaluation (before RL)")
+    before = evaluate(model, progress="evaluation (before RL)" if is_main else False)
     if before is not None and is_main:
         print(
             f"[{recipe}] held-out greedy accuracy before RL: {before:.3f} ({len(eval_dataset)} problems)", flush=True
@@ -302,7 +302,7 @@ def run(
     if held_out is not None and held_out.points and held_out.points[-1][0] == final_step:
         after = held_out.points[-1][1]  # evaluated at the last step, on the same weights
     else:
-        after = evaluate(trainer.model, progress="evaluation (after RL)")
+        after = evaluate(trainer.model, progress="evaluation (after RL)" if is_main else False)
     history = [h for h in trainer.state.log_history if "reward" in h]
     summary: dict[str, Any] = {
         "recipe": recipe,
