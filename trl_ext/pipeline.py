@@ -95,7 +95,7 @@ def _setting(argv: list[str], name: str) -> tuple[bool, Any]:
         if os.path.exists(path):
             with open(path) as f:
                 config = yaml.safe_load(f) or {}
-            if isinstance(config, dict) and name in config:
+            if isinstance(config, dict) and config.get(name) is not None:
                 return True, bool(config[name])
     return False, None
 
@@ -179,12 +179,10 @@ def load_data(
     if os.path.splitext(dataset_name)[1].lower() in _FILE_FORMATS:
         return _load_file(dataset_name, "dataset_name"), held_out
     data = load_dataset(dataset_name, dataset_config)
-    if test_file:
-        if train_split not in data:
-            raise ValueError(f"dataset_train_split={train_split!r} is not a split of {dataset_name}: {list(data)}.")
-        return data[train_split], held_out
     if train_split not in data:
         raise ValueError(f"dataset_train_split={train_split!r} is not a split of {dataset_name}: {list(data)}.")
+    if test_file:
+        return data[train_split], held_out
     return data[train_split], data[test_split] if test_split in data else None
 
 
