@@ -315,7 +315,9 @@ def _announce(
     train_dataset, eval_dataset = data
     name = "built-in arithmetic demo" if script_args.dataset_name is None else script_args.dataset_name
     held_out = f"{len(eval_dataset)} held-out" if eval_dataset is not None else "no held-out split"
-    default_model = "demo model, random init" if recipe == "sft" else "demo model, SFT warm start (cached)"
+    default_model = (
+        "demo model, random init" if recipe == "sft" else "demo model + SFT warm start (cached after a first run)"
+    )
     steps = getattr(training_args, "max_steps", -1)
     parts = [
         trainer_name,

@@ -29,6 +29,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from trl_ext.presets import GRPOFamilyConfig
 from trl_ext.trainers import trainer_class_for
 
+DEMO_MODEL = "demo model + SFT warm start (cached after a first run)"
 DEMO_CONFIG_DIR = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "configs", "demo"
 )
@@ -242,7 +243,7 @@ def run(
                 recipe,
                 [
                     f"{trainer_class.__name__} ({type(training_args).__name__})",
-                    f"model {model_args.model_name_or_path or 'demo model, SFT warm start (cached)'}",
+                    f"model {model_args.model_name_or_path or DEMO_MODEL}",
                     _describe_data(script_args, train_dataset, eval_dataset),
                     f"{training_args.max_steps} steps of {prompts} prompts x {training_args.num_generations} "
                     "completions",
