@@ -17,6 +17,7 @@ problems and reward, held-out greedy accuracy printed before and after, outputs 
 
 from trl import ModelConfig
 
+from trl_ext.console import quiet_libraries
 from trl_ext.dpo import DPOConfig
 from trl_ext.pipeline import DPOScriptArguments, parse_recipe_args, run_dpo
 
@@ -26,4 +27,5 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
 
 
 if __name__ == "__main__":
+    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
     main(*parse_recipe_args((DPOScriptArguments, DPOConfig, ModelConfig), "dpo"))

@@ -12,6 +12,7 @@ logic lives in trl_ext.rl_recipe; this file only parses and calls.
 """
 
 from trl_ext import GSPOConfig
+from trl_ext.console import quiet_libraries
 from trl_ext.rl_recipe import RLScriptArguments, parse, run
 
 
@@ -20,4 +21,5 @@ def main(script_args: RLScriptArguments, training_args: GSPOConfig, model_args) 
 
 
 if __name__ == "__main__":
+    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
     main(*parse(GSPOConfig, "gspo"))

@@ -12,6 +12,7 @@ from the previous stage's saved model; see ``trl_ext/pipeline.py``. The final ta
 
 from trl import TrlParser
 
+from trl_ext.console import quiet_libraries
 from trl_ext.pipeline import PipelineArguments, run_pipeline
 
 
@@ -20,5 +21,6 @@ def main(args: PipelineArguments) -> dict:
 
 
 if __name__ == "__main__":
+    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
     (pipeline_args,) = TrlParser((PipelineArguments,)).parse_args_and_config()
     main(pipeline_args)

@@ -16,10 +16,16 @@ and reward, held-out greedy accuracy printed before and after, outputs in ``outp
 
 from trl import ModelConfig
 
+from trl_ext.console import quiet_libraries
 from trl_ext.pipeline import PPOScriptArguments, parse_recipe_args, run_ppo
 from trl_ext.preflight import require_ppo
 
 PPOConfig, _ = require_ppo()  # trl 1.12 only: on a newer TRL this says so and names the install line
+
+if __name__ == "__main__":
+    quiet_libraries()  # before the import below: TRL's "importing from trl.experimental" notice is our choice, not yours
+
+from trl.experimental.ppo import PPOConfig  # noqa: E402
 
 
 def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: ModelConfig) -> dict:

@@ -13,6 +13,7 @@ the model written to ``outputs/sft``. The body is ``trl_ext.pipeline.run_sft``; 
 
 from trl import ModelConfig, SFTConfig
 
+from trl_ext.console import quiet_libraries
 from trl_ext.pipeline import SFTScriptArguments, parse_recipe_args, run_sft
 
 
@@ -21,4 +22,5 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
 
 
 if __name__ == "__main__":
+    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
     main(*parse_recipe_args((SFTScriptArguments, SFTConfig, ModelConfig), "sft"))

@@ -23,8 +23,6 @@ from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from rewards.arithmetic import parse_first_int
-
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 CHARS = "0123456789+-*= "
 
@@ -115,28 +113,21 @@ def make_problems(config: DemoTaskConfig | None = None) -> tuple[Dataset, Datase
     return Dataset.from_dict(rows(train)), Dataset.from_dict(rows(held_out))
 
 
-@torch.no_grad()
 def greedy_accuracy(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, dataset: Dataset, batch_size: int = 128
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerFast,
+    dataset: Dataset,
+    batch_size: int = 128,
+    progress: bool | str = False,
 ) -> float:
-    """Held-out greedy accuracy: the fraction of prompts whose greedy completion's first integer is the answer."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    correct = 0
-    padding_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        for start in range(0, len(dataset), batch_size):
-            batch = dataset[start : start + batch_size]
-            inputs = tokenizer(batch["prompt"], return_tensors="pt", padding=True).to(device)
-            output = model.generate(**inputs, max_new_tokens=4, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-            texts = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-            correct += sum(parse_first_int(t.strip()) == int(a) for t, a in zip(texts, batch["answer"], strict=True))
-    finally:
-        tokenizer.padding_side = padding_side
-        model.train(was_training)
-    return correct / max(len(dataset), 1)
+    """Held-out greedy accuracy: the fraction of prompts whose greedy completion (4 new tokens) has the answer as its
+    first integer, i.e. the ``arithmetic`` reward of the greedy completion (``progress``: a tqdm bar's title)."""
+    from rewards.arithmetic import arithmetic_reward
+    from trl_ext.held_out import greedy_reward_accuracy
+
+    return greedy_reward_accuracy(
+        model, tokenizer, dataset, arithmetic_reward, max_new_tokens=4, batch_size=batch_size, progress=progress
+    )
 
 
 @dataclass
@@ -196,12 +187,23 @@ def warm_start(
     model = build_model(tokenizer, model_config)
     train, _ = make_problems(task)
     args = SFTConfig(**warm_start_sft_kwargs(os.path.join(run_dir, "trainer"), sft))
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=train.select_columns(["prompt", "completion"]),
-        processing_class=tokenizer,
-    )
+    import datasets
+
+    from trl_ext.console import use_console
+
+    bars = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # TRL's five preprocessing passes over 600 rows: nothing worth a bar
+    try:
+        trainer = SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=train.select_columns(["prompt", "completion"]),
+            processing_class=tokenizer,
+        )
+    finally:
+        if bars:
+            datasets.enable_progress_bars()
+    use_console(trainer, "warm start (SFT)", bar=True)  # disable_tqdm above only kept transformers' output away
     trainer.train()
     trainer.model.save_pretrained(run_dir)
     tokenizer.save_pretrained(run_dir)

@@ -50,6 +50,7 @@ from trl_ext.demo import (
     warm_start,
     warm_start_sft_kwargs,
 )
+from trl_ext.held_out import held_out_accuracy  # noqa: F401  (re-exported: the recipes' held-out metric)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Helpers shared by recipes/sft.py, recipes/dpo.py, recipes/ppo.py
@@ -74,7 +75,64 @@ def parse_recipe_args(dataclass_types: tuple, recipe: str, argv: list[str] | Non
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--config" not in argv and not any(a.startswith("--model_name_or_path") for a in argv):
         argv = ["--config", demo_config_path(recipe), *argv]
-    return TrlParser(dataclass_types).parse_args_and_config(args=argv)
+    return TrlParser(dataclass_types).parse_args_and_config(args=supported_precision(argv))
+
+
+def _setting(argv: list[str], name: str) -> tuple[bool, Any]:
+    """``(given, value)`` of a boolean training flag, from the command line (``--name``, ``--name X``,
+    ``--name=X``) or else from the ``--config`` YAML."""
+    flag = f"--{name}"
+    for i, arg in enumerate(argv):
+        if arg == flag:
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else "true"
+            return True, str(value).lower() in ("true", "1", "yes")
+        if arg.startswith(flag + "="):
+            return True, arg.split("=", 1)[1].lower() in ("true", "1", "yes")
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        import yaml
+
+        path = argv[argv.index("--config") + 1]
+        if os.path.exists(path):
+            with open(path) as f:
+                config = yaml.safe_load(f) or {}
+            if isinstance(config, dict) and config.get(name) is not None:
+                return True, bool(config[name])
+    return False, None
+
+
+def supported_precision(argv: list[str]) -> list[str]:
+    """``argv`` fitted to the hardware: ``--bf16 false`` when ``bf16`` is not set and no GPU here supports it, and
+    ``--use_cpu true`` when ``use_cpu`` is not set and there is no GPU or other accelerator at all.
+
+    TRL's configs default to bf16, which transformers refuses without a bf16-capable GPU ("Your setup doesn't support
+    bf16/gpu"); a recipe picks what the hardware supports instead and says which in its opening line. An explicit
+    ``bf16: true`` without such a GPU (and without ``use_cpu``, which runs bf16 autocast on the CPU) fails here, with
+    the fix. ``use_cpu`` on a machine that has nothing else changes no result; it only spares the data loader's
+    "pin_memory ... no accelerator is found" warning."""
+    import torch
+    from transformers.utils import is_torch_bf16_gpu_available
+
+    if is_torch_bf16_gpu_available():
+        return argv
+    argv = list(argv)
+    given, bf16 = _setting(argv, "bf16")
+    if given and bf16 and not _setting(argv, "use_cpu")[1]:
+        raise ValueError(
+            "bf16=True, but this machine has no GPU that supports bf16. Drop --bf16 (and bf16 from the config) to "
+            "let the recipe use fp32 here, or pass --use_cpu true to train with bf16 autocast on the CPU."
+        )
+    if not given:
+        argv += ["--bf16", "false"]
+    mps = getattr(torch.backends, "mps", None)
+    xpu = getattr(torch, "xpu", None)
+    accelerator = (
+        torch.cuda.is_available()
+        or (mps is not None and mps.is_available())
+        or (xpu is not None and xpu.is_available())
+    )
+    if not accelerator and not _setting(argv, "use_cpu")[0]:
+        argv += ["--use_cpu", "true"]
+    return argv
 
 
 def reward_functions(names: list[str], options: dict | str | None = None) -> list:
@@ -100,21 +158,31 @@ def reward_functions(names: list[str], options: dict | str | None = None) -> lis
     return get_rewards(list(names), options)
 
 
+def _load_file(path: str, field_name: str) -> Dataset:
+    extension = os.path.splitext(path)[1].lower()
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{field_name}={path!r}: no such file. Give a path to an existing file.")
+    return load_dataset(_FILE_FORMATS[extension], data_files=path, split="train")
+
+
 def load_data(
     dataset_name: str | None, dataset_config: str | None = None, train_split: str = "train", test_split: str = "test"
 ) -> tuple[Dataset, Dataset | None]:
-    """``(train, eval)``: the demo problems when ``dataset_name`` is None, a local ``.json/.jsonl/.csv/.parquet``
-    file (all of it for training, no eval split), or a dataset loadable by ``datasets.load_dataset``."""
+    """``(train, eval)``: the demo problems when ``dataset_name`` is None; a local ``.json/.jsonl/.csv/.parquet``
+    file (all of it for training); or a dataset loadable by ``datasets.load_dataset`` (Hub name, or a local folder
+    such as one holding ``train.jsonl`` and ``test.jsonl``), whose ``test_split`` is the eval set when it exists.
+    ``test_split`` may also be a local file of held-out problems."""
     if dataset_name is None:
         return make_problems(DemoTaskConfig())
-    extension = os.path.splitext(dataset_name)[1].lower()
-    if extension in _FILE_FORMATS:
-        if not os.path.exists(dataset_name):
-            raise FileNotFoundError(f"dataset_name={dataset_name!r}: no such file. Give a path to an existing file.")
-        return load_dataset(_FILE_FORMATS[extension], data_files=dataset_name, split="train"), None
+    test_file = os.path.splitext(test_split or "")[1].lower() in _FILE_FORMATS
+    held_out = _load_file(test_split, "dataset_test_split") if test_file else None
+    if os.path.splitext(dataset_name)[1].lower() in _FILE_FORMATS:
+        return _load_file(dataset_name, "dataset_name"), held_out
     data = load_dataset(dataset_name, dataset_config)
     if train_split not in data:
         raise ValueError(f"dataset_train_split={train_split!r} is not a split of {dataset_name}: {list(data)}.")
+    if test_file:
+        return data[train_split], held_out
     return data[train_split], data[test_split] if test_split in data else None
 
 
@@ -136,25 +204,34 @@ def fresh_demo_policy() -> tuple[PreTrainedModel, Any]:
     return build_model(tokenizer), tokenizer
 
 
-def held_out_accuracy(model: PreTrainedModel, tokenizer: Any, eval_dataset: Dataset | None) -> float | None:
-    """Greedy accuracy on a dataset with ``prompt`` and ``answer`` columns (the demo's metric); None otherwise."""
-    if eval_dataset is None or not {"prompt", "answer"} <= set(eval_dataset.column_names):
-        return None
-    from transformers.integrations import is_deepspeed_zero3_enabled
+def report(
+    recipe: str,
+    output_dir: str,
+    before: float | None,
+    after: float | None,
+    steps: int | None = None,
+    started: float | None = None,
+    **extra: Any,
+) -> dict:
+    """Print the summary table (held-out accuracy before / after / gain, steps, wall time since ``started``,
+    outputs) and write the same to ``output_dir/accuracy.json``."""
+    from trl_ext.console import format_duration, summary_table
 
-    if is_deepspeed_zero3_enabled():  # sharded weights must be gathered (on every rank) before generate
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(list(model.parameters())):
-            return greedy_accuracy(model, tokenizer, eval_dataset)
-    return greedy_accuracy(model, tokenizer, eval_dataset)
-
-
-def report(recipe: str, output_dir: str, before: float | None, after: float | None, **extra: Any) -> dict:
-    """Print the held-out accuracies and write them to ``output_dir/accuracy.json``."""
+    wall = round(time.time() - started, 1) if started is not None else None
     result = {"recipe": recipe, "accuracy_before": before, "accuracy_after": after, **extra}
-    if before is not None and after is not None:
-        print(f"[{recipe}] held-out accuracy: before {before:.3f} -> after {after:.3f}", flush=True)
+    if steps is not None:
+        result["optimizer_steps"] = steps
+    if wall is not None:
+        result["wall_time_s"] = wall
+    measured = before is not None and after is not None
+    rows = [
+        ("held-out greedy accuracy", f"{before:.3f} -> {after:.3f}" if measured else None),
+        ("gain", f"{100 * (after - before):+.1f} points" if measured else None),
+        ("optimizer steps", steps),
+        ("wall time", format_duration(wall) if wall is not None else None),
+        ("outputs", f"{output_dir}/: accuracy.json, model"),
+    ]
+    print(summary_table(f"== {recipe} ==", rows), flush=True)
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "accuracy.json"), "w") as f:
         json.dump(result, f, indent=2)
@@ -226,14 +303,45 @@ def _load(script_args: SFTScriptArguments) -> tuple[Dataset, Dataset | None]:
     )
 
 
+def _announce(
+    recipe: str, trainer_name: str, script_args: Any, training_args: Any, model_args: Any, data: tuple
+) -> None:
+    """The opening line of a recipe (``trl_ext.console``): what runs, on what, for how long, in what precision."""
+    from trl_ext.console import opening_line, precision_label, quiet_libraries
+
+    quiet_libraries()
+    if getattr(training_args, "process_index", 0) != 0:
+        return
+    train_dataset, eval_dataset = data
+    name = "built-in arithmetic demo" if script_args.dataset_name is None else script_args.dataset_name
+    held_out = f"{len(eval_dataset)} held-out" if eval_dataset is not None else "no held-out split"
+    default_model = (
+        "demo model, random init" if recipe == "sft" else "demo model + SFT warm start (cached after a first run)"
+    )
+    steps = getattr(training_args, "max_steps", -1)
+    parts = [
+        trainer_name,
+        f"model {model_args.model_name_or_path or default_model}",
+        f"data {name} ({len(train_dataset)} train / {held_out})",
+        f"{steps} steps" if steps and steps > 0 else None,
+        precision_label(training_args),
+        f"outputs in {training_args.output_dir}",
+    ]
+    print(opening_line(recipe, parts), flush=True)
+
+
 def run_sft(script_args: SFTScriptArguments, training_args: Any, model_args: Any) -> dict:
     """``recipes/sft.py``: TRL's ``SFTTrainer`` on prompt/completion (demo) or any format it accepts."""
     from transformers import set_seed
     from trl import SFTTrainer, get_peft_config
 
+    from trl_ext.console import use_console
+
+    started = time.time()
     set_seed(training_args.seed)
     _demo_threads(model_args)
     train_dataset, eval_dataset = _load(script_args)
+    _announce("sft", "SFTTrainer", script_args, training_args, model_args, (train_dataset, eval_dataset))
 
     # No model given: the demo's randomly initialised model (the warm start starts from scratch).
     if model_args.model_name_or_path is None:
@@ -241,7 +349,7 @@ def run_sft(script_args: SFTScriptArguments, training_args: Any, model_args: Any
     else:
         model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype)
 
-    before = held_out_accuracy(model, tokenizer, eval_dataset)
+    before = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (before)")
     columns = [c for c in ("prompt", "completion", "messages", "text") if c in train_dataset.column_names]
     trainer = SFTTrainer(
         model=model,
@@ -250,12 +358,13 @@ def run_sft(script_args: SFTScriptArguments, training_args: Any, model_args: Any
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
     )
+    use_console(trainer, "sft")
     trainer.train()
     trainer.save_model(training_args.output_dir)
     tokenizer.save_pretrained(training_args.output_dir)
 
-    after = held_out_accuracy(trainer.model, tokenizer, eval_dataset)
-    return report("sft", training_args.output_dir, before, after)
+    after = held_out_accuracy(trainer.model, tokenizer, eval_dataset, progress="evaluation (after)")
+    return report("sft", training_args.output_dir, before, after, trainer.state.global_step, started)
 
 
 def run_dpo(script_args: DPOScriptArguments, training_args: Any, model_args: Any) -> dict:
@@ -263,18 +372,22 @@ def run_dpo(script_args: DPOScriptArguments, training_args: Any, model_args: Any
     from transformers import set_seed
     from trl import get_peft_config
 
+    from trl_ext.console import use_console
     from trl_ext.dpo import DPOTrainer, train_iterative_dpo
 
+    started = time.time()
     set_seed(training_args.seed)
     _demo_threads(model_args)
 
     # Data: preference pairs (trained on as they are), or prompts to mine pairs from.
     train_dataset, eval_dataset = _load(script_args)
     offline = {"chosen", "rejected"} <= set(train_dataset.column_names)
+    mode = "offline DPO" if offline else "group-mined iterative DPO"
+    _announce("dpo", f"DPOTrainer ({mode})", script_args, training_args, model_args, (train_dataset, eval_dataset))
 
     # Model and tokenizer (no model given: the demo's SFT warm start).
     model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype)
-    before = held_out_accuracy(model, tokenizer, eval_dataset)
+    before = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (before)")
 
     if offline:
         preference_eval = eval_dataset if eval_dataset is not None and "chosen" in eval_dataset.column_names else None
@@ -286,6 +399,7 @@ def run_dpo(script_args: DPOScriptArguments, training_args: Any, model_args: Any
             processing_class=tokenizer,
             peft_config=get_peft_config(model_args),
         )
+        use_console(trainer, "dpo")
         trainer.train()
         model = trainer.accelerator.unwrap_model(trainer.model)
         rounds = []
@@ -297,9 +411,11 @@ def run_dpo(script_args: DPOScriptArguments, training_args: Any, model_args: Any
     tokenizer.save_pretrained(training_args.output_dir)
     for r in rounds:  # reusable offline: --dataset_name <output_dir>/pairs-round-0.jsonl
         r.pairs.to_json(os.path.join(training_args.output_dir, f"pairs-round-{r.round}.jsonl"))
-    after = held_out_accuracy(model, tokenizer, eval_dataset)
+    after = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (after)")
     mined = [{**r.stats.as_dict(), "train_loss": r.train_loss} for r in rounds]
-    return report("dpo", training_args.output_dir, before, after, mode="offline" if offline else "mined", rounds=mined)
+    steps = trainer.state.global_step if offline else None
+    mode = "offline" if offline else "mined"
+    return report("dpo", training_args.output_dir, before, after, steps, started, mode=mode, rounds=mined)
 
 
 def run_ppo(script_args: PPOScriptArguments, training_args: Any, model_args: Any) -> dict:
@@ -310,17 +426,26 @@ def run_ppo(script_args: PPOScriptArguments, training_args: Any, model_args: Any
 
     from trl_ext.ppo import RuleRewardModel, tokenize_prompts
 
+    started = time.time()
     set_seed(training_args.seed)
     _demo_threads(model_args)
 
     # Data: prompts (plus the columns the rewards read); PPO itself consumes token ids only.
     train_dataset, eval_dataset = _load(script_args)
+    _announce("ppo", "PPOTrainer", script_args, training_args, model_args, (train_dataset, eval_dataset))
 
     # Policy (left padding: PPO generates from padded queries) and value model (default: the policy's checkpoint).
     policy, tokenizer, policy_path = load_policy(model_args.model_name_or_path, model_args.dtype)
-    value_model = AutoModelForSequenceClassification.from_pretrained(
-        script_args.value_model_path or policy_path, num_labels=1
-    )
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the value head is new on purpose: no "score.weight MISSING" load report
+    try:
+        value_model = AutoModelForSequenceClassification.from_pretrained(
+            script_args.value_model_path or policy_path, num_labels=1
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
     # Reward: a trained reward model, or the rule-based functions behind TRL's reward-model interface.
     if training_args.reward_model_path:
@@ -332,7 +457,7 @@ def run_ppo(script_args: PPOScriptArguments, training_args: Any, model_args: Any
         prompt_sets = [d for d in (train_dataset, eval_dataset) if d is not None]
         reward_model = RuleRewardModel(reward_funcs, tokenizer, prompt_sets, script_args.reward_weights)
 
-    before = held_out_accuracy(policy, tokenizer, eval_dataset)
+    before = held_out_accuracy(policy, tokenizer, eval_dataset, progress="evaluation (before)")
     trainer = PPOTrainer(
         args=training_args,
         processing_class=tokenizer,
@@ -344,12 +469,15 @@ def run_ppo(script_args: PPOScriptArguments, training_args: Any, model_args: Any
         eval_dataset=tokenize_prompts(eval_dataset, tokenizer) if eval_dataset is not None else None,
         peft_config=get_peft_config(model_args),
     )
+    from trl_ext.console import use_console
+
+    use_console(trainer, "ppo")
     trainer.train()
     trainer.save_model(training_args.output_dir)
     tokenizer.save_pretrained(training_args.output_dir)
 
-    after = held_out_accuracy(trainer.policy_model, tokenizer, eval_dataset)
-    return report("ppo", training_args.output_dir, before, after)
+    after = held_out_accuracy(trainer.policy_model, tokenizer, eval_dataset, progress="evaluation (after)")
+    return report("ppo", training_args.output_dir, before, after, trainer.state.global_step, started)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -392,13 +520,27 @@ def run_pipeline(args: PipelineArguments) -> dict[str, Any]:
     """SFT warm start -> DAPO -> DPO for style on the demo task; prints and returns each stage's accuracy."""
     from trl import ModelConfig
 
+    from trl_ext.console import opening_line, quiet_libraries
     from trl_ext.dpo import DPOConfig
     from trl_ext.presets import DAPOConfig
     from trl_ext.rl_recipe import DEMO_CONFIG_DIR as RL_DEMO_DIR
     from trl_ext.rl_recipe import parse as parse_rl
     from trl_ext.rl_recipe import run as run_rl
 
+    quiet_libraries()
     start = time.time()
+    print(
+        opening_line(
+            "pipeline",
+            [
+                "SFT warm start -> DAPO -> DPO for style",
+                "model demo model, random init",
+                "data built-in arithmetic demo",
+                f"outputs in {args.output_dir}",
+            ],
+        ),
+        flush=True,
+    )
     if "OMP_NUM_THREADS" not in os.environ:  # the 0.6M-parameter demo model gains nothing from threads
         torch.set_num_threads(1)  # and on a busy machine they thrash
     timings: dict[str, float] = {}

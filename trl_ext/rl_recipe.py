@@ -2,8 +2,16 @@
 
 Reads top to bottom like open-r1's ``grpo.py``: seed, data, model and tokenizer, rewards, trainer, train, save,
 report. With no ``--model_name_or_path`` / ``--dataset_name`` it runs the built-in demo task: the SFT warm start
-(cached), then RL, and prints held-out greedy accuracy before and after. Every run writes ``metrics.jsonl`` (one line
-per log step, as it goes), ``curves.png`` and the final model under ``output_dir``.
+(cached), then RL.
+
+What it prints (``trl_ext.console``): one opening line (trainer, preset, model, data, steps, precision, output
+folder), a progress bar per phase (warm start, held-out evaluation, RL) whose postfix carries the live figures, one
+compact line per log, and a summary table at the end. Held-out greedy accuracy (``trl_ext.held_out``: the task
+reward of the greedy completion on the test split) is measured before RL, during RL every ``held_out_eval_steps``
+(adaptive by default: under 5% of the run) and after. Every run writes ``metrics.jsonl`` (every logged metric, as it
+goes, with ``held_out/accuracy``), ``curves.png`` (accuracy over steps with the warm-start level marked, then reward,
+kept-group fraction and rounds, clip fraction, entropy), ``summary.json`` (the summary table's content) and the final
+model under ``output_dir``.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from trl_ext.presets import GRPOFamilyConfig
 from trl_ext.trainers import trainer_class_for
 
+DEMO_MODEL = "demo model + SFT warm start (cached after a first run)"
 DEMO_CONFIG_DIR = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "configs", "demo"
 )
@@ -33,13 +42,16 @@ class RLScriptArguments:
     dataset_name: str | None = field(
         default=None,
         metadata={
-            "help": "Hub dataset or local .json/.jsonl/.csv/.parquet file with a 'prompt' column. "
-            "None: the built-in arithmetic demo."
+            "help": "Hub dataset, local folder (train.jsonl / test.jsonl, ...) or .json/.jsonl/.csv/.parquet file "
+            "with a 'prompt' column. None: the built-in arithmetic demo."
         },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
-    dataset_test_split: str = field(default="test", metadata={"help": "Held-out split (demo: 240 problems)."})
+    dataset_test_split: str = field(
+        default="test",
+        metadata={"help": "Held-out split, or a local file of held-out problems (demo: 240 problems)."},
+    )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["arithmetic"],
         metadata={"help": "Reward functions by registry name (see rewards.available_rewards())."},
@@ -48,11 +60,22 @@ class RLScriptArguments:
         default=None, metadata={"help": 'JSON options per reward, e.g. \'{"accuracy": {"extraction": "boxed"}}\'.'}
     )
     health_monitor: bool = field(default=True, metadata={"help": "Warn on KL blow-up, entropy collapse, etc."})
+    held_out_eval_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Held-out greedy accuracy every N optimizer steps during RL (rounded up to a multiple of "
+            "logging_steps), logged as held_out/accuracy. None: adaptive, starting at logging_steps and widening "
+            "so that evaluating costs under 5% of the run. 0: only before and after."
+        },
+    )
 
 
 def parse(preset_config: type[GRPOFamilyConfig], recipe: str, argv: list[str] | None = None):
     """Parse ``(script_args, training_args, model_args)``. With no model and no config given, the demo's YAML
-    (``recipes/configs/demo/<recipe>.yaml``) supplies the defaults; CLI flags still override it."""
+    (``recipes/configs/demo/<recipe>.yaml``) supplies the defaults; CLI flags still override it. Unless ``bf16`` is
+    set, it is turned off where the hardware lacks it (``trl_ext.pipeline.supported_precision``)."""
+    from trl_ext.pipeline import supported_precision
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--config" not in argv and not any(a.startswith("--model_name_or_path") for a in argv):
         argv = ["--config", os.path.join(DEMO_CONFIG_DIR, f"{recipe}.yaml"), *argv]
@@ -61,7 +84,7 @@ def parse(preset_config: type[GRPOFamilyConfig], recipe: str, argv: list[str] | 
 
         check_config_keys(argv[argv.index("--config") + 1], [RLScriptArguments, preset_config, ModelConfig])
     parser = TrlParser((RLScriptArguments, preset_config, ModelConfig))
-    return parser.parse_args_and_config(args=argv)
+    return parser.parse_args_and_config(args=supported_precision(argv))
 
 
 class MetricsFileCallback(TrainerCallback):
@@ -77,34 +100,80 @@ class MetricsFileCallback(TrainerCallback):
             f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
 
 
-def plot_curves(metrics_path: str, out_path: str) -> str | None:
-    """Reward, kept-group fraction, entropy and clip fraction against step, from ``metrics.jsonl``."""
+def read_metrics(path: str) -> list[dict[str, Any]]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_curves(
+    runs: dict[str, list[dict[str, Any]]], out_path: str | None = None, warm_start: float | None = None
+) -> Any:
+    """The training picture, from logged rows (``metrics.jsonl`` lines or ``trainer.state.log_history``), one colour
+    per run: held-out accuracy over steps (large, the warm-start level as a dashed line), then reward, kept-group
+    fraction (dynamic sampling; without it the share of groups with any signal, ``1 - frac_reward_zero_std``) with
+    the rounds per step, clip fraction and entropy. Saves to ``out_path`` when given; returns the figure."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    if out_path is not None:
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if not os.path.exists(metrics_path):
-        return None
-    with open(metrics_path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    panels = [
-        ("reward", "mean reward"),
-        ("dynamic_sampling/kept_group_frac", "kept-group fraction"),
-        ("entropy", "entropy"),
-        ("clip_ratio/region_mean", "clip fraction"),
-    ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3))
-    for ax, (key, title) in zip(axes, panels, strict=True):
-        points = [(r["step"], r[key]) for r in rows if key in r]
-        if points:
-            ax.plot(*zip(*points, strict=True), marker=".")
-        ax.set_title(title)
-        ax.set_xlabel("step")
+    fig = plt.figure(figsize=(13, 5.2))
+    grid = fig.add_gridspec(2, 4, width_ratios=[1.6, 1.6, 1, 1])
+    accuracy_ax = fig.add_subplot(grid[:, :2])
+    axes = [fig.add_subplot(grid[r, c]) for r, c in ((0, 2), (0, 3), (1, 2), (1, 3))]
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
+
+    def series(rows: list[dict], key: str, transform=lambda v: v) -> tuple[list, list]:
+        points = [(r["step"], transform(r[key])) for r in rows if isinstance(r.get(key), int | float)]
+        return ([p[0] for p in points], [p[1] for p in points]) if points else ([], [])
+
+    rounds_ax = None
+    for (name, rows), color in zip(runs.items(), colors, strict=False):
+        label = name if len(runs) > 1 else None
+        steps, values = series(rows, "held_out/accuracy")
+        if warm_start is not None and steps and steps[0] != 0:
+            steps, values = [0, *steps], [warm_start, *values]
+        accuracy_ax.plot(steps, values, marker="o", markersize=3, color=color, label=name)
+        axes[0].plot(*series(rows, "reward"), color=color, label=label)
+        if any("dynamic_sampling/kept_group_frac" in r for r in rows):
+            axes[1].plot(*series(rows, "dynamic_sampling/kept_group_frac"), color=color, label=label)
+            rounds_ax = rounds_ax or axes[1].twinx()
+            rounds_ax.plot(*series(rows, "dynamic_sampling/rounds"), color=color, linestyle=":", alpha=0.5)
+        else:
+            axes[1].plot(*series(rows, "frac_reward_zero_std", lambda v: 1 - v), color=color, label=label)
+        axes[2].plot(*series(rows, "clip_ratio/region_mean"), color=color, label=label)
+        axes[3].plot(*series(rows, "entropy"), color=color, label=label)
+    if warm_start is not None:
+        accuracy_ax.axhline(warm_start, color="gray", linestyle="--", linewidth=1)
+        accuracy_ax.annotate(
+            f"warm start {warm_start:.3f}",
+            xy=(0, warm_start),
+            xytext=(4, 4),
+            textcoords="offset points",
+            color="gray",
+            fontsize=9,
+        )
+    accuracy_ax.set_title("held-out greedy accuracy")
+    accuracy_ax.set_xlabel("optimizer step")
+    accuracy_ax.grid(alpha=0.3)
+    if len(runs) > 1:
+        accuracy_ax.legend()
+    titles = ["reward", "kept-group fraction", "clip fraction", "entropy"]
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes[2:]:
+        ax.set_xlabel("optimizer step", fontsize=9)
+    if rounds_ax is not None:
+        rounds_ax.tick_params(labelsize=8)
+        rounds_ax.set_ylabel("rounds per step (dotted)", fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
-    return out_path
+    if out_path is not None:
+        fig.savefig(out_path, dpi=90)
+        plt.close(fig)
+    return fig
 
 
 def _resolve_checkpoint(value: str | None, output_dir: str) -> str | bool | None:
@@ -118,12 +187,21 @@ def _resolve_checkpoint(value: str | None, output_dir: str) -> str | bool | None
     return value
 
 
+def _describe_data(script_args: RLScriptArguments, train_dataset, eval_dataset) -> str:
+    name = "built-in arithmetic demo" if script_args.dataset_name is None else script_args.dataset_name
+    held_out = f"{len(eval_dataset)} held-out" if eval_dataset is not None else "no held-out split"
+    return f"data {name} ({len(train_dataset)} train / {held_out})"
+
+
 def run(
     script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_args: ModelConfig, recipe: str
 ) -> dict[str, Any]:
     """Train one GRPO-family run and report; returns the summary it prints and writes to ``summary.json``."""
-    from trl_ext.pipeline import held_out_accuracy, load_data, load_policy, reward_functions
+    from trl_ext.console import format_duration, opening_line, precision_label, quiet_libraries, use_console
+    from trl_ext.held_out import HeldOutEvaluation, held_out_accuracy
+    from trl_ext.pipeline import load_data, load_policy, reward_functions
 
+    quiet_libraries()
     started = time.time()
     set_seed(training_args.seed)
     if model_args.model_name_or_path is None and "OMP_NUM_THREADS" not in os.environ:
@@ -155,11 +233,40 @@ def run(
             "Rename the column holding the prompts to 'prompt' (e.g. dataset.rename_column)."
         )
 
+    trainer_class = trainer_class_for(training_args)
+    world = training_args.world_size
+    prompts = training_args.per_device_train_batch_size * world // training_args.num_generations
+    is_main = training_args.process_index == 0
+    if is_main:
+        print(
+            opening_line(
+                recipe,
+                [
+                    f"{trainer_class.__name__} ({type(training_args).__name__})",
+                    f"model {model_args.model_name_or_path or DEMO_MODEL}",
+                    _describe_data(script_args, train_dataset, eval_dataset),
+                    f"{training_args.max_steps} steps of {prompts} prompts x {training_args.num_generations} "
+                    "completions",
+                    precision_label(training_args),
+                    f"outputs in {output_dir}",
+                ],
+            ),
+            flush=True,
+        )
+
     # Model and tokenizer: the demo's cached SFT warm start when no model is given.
     model, tokenizer, model_path = load_policy(model_args.model_name_or_path, model_args.dtype)
 
-    before = held_out_accuracy(model, tokenizer, eval_dataset)
-    if before is not None:
+    # Held-out greedy accuracy: the first reward is the task reward (the demo: its own greedy_accuracy).
+    task_reward = None if script_args.dataset_name is None else reward_funcs[0]
+
+    def evaluate(policy, progress: bool | str = False) -> float | None:
+        return held_out_accuracy(
+            policy, tokenizer, eval_dataset, task_reward, training_args.max_completion_length, progress=progress
+        )
+
+    before = evaluate(model, progress="evaluation (before RL)" if is_main else False)
+    if before is not None and is_main:
         print(
             f"[{recipe}] held-out greedy accuracy before RL: {before:.3f} ({len(eval_dataset)} problems)", flush=True
         )
@@ -167,7 +274,6 @@ def run(
     metrics_path = os.path.join(output_dir, "metrics.jsonl")
     if not resume and os.path.exists(metrics_path):
         os.replace(metrics_path, metrics_path + ".previous")  # keep the last run's log, never append to it
-    trainer_class = trainer_class_for(training_args)
     trainer = trainer_class(
         model=model,
         reward_funcs=reward_funcs,
@@ -177,27 +283,42 @@ def run(
         peft_config=get_peft_config(model_args),
         callbacks=[MetricsFileCallback(metrics_path)],
     )
+    use_console(trainer, f"{recipe} (RL)")
+    held_out = None
+    if before is not None and script_args.held_out_eval_steps != 0:
+        held_out = HeldOutEvaluation(evaluate, every=script_args.held_out_eval_steps, start=before).attach(trainer)
     if script_args.health_monitor:
         from trl_ext.health import HealthMonitor
 
         HealthMonitor().attach(trainer)
 
+    train_started = time.time()
     trainer.train(resume_from_checkpoint=resume)  # 'latest' = newest checkpoint in output_dir
+    train_seconds = time.time() - train_started
     trainer.save_model(output_dir)
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(output_dir)
 
-    after = held_out_accuracy(trainer.model, tokenizer, eval_dataset)
+    final_step = trainer.state.global_step
+    if held_out is not None and held_out.points and held_out.points[-1][0] == final_step:
+        after = held_out.points[-1][1]  # evaluated at the last step, on the same weights
+    else:
+        after = evaluate(trainer.model, progress="evaluation (after RL)" if is_main else False)
     history = [h for h in trainer.state.log_history if "reward" in h]
     summary: dict[str, Any] = {
         "recipe": recipe,
         "trainer": type(trainer).__name__,
         "model": model_path,
+        "precision": precision_label(training_args),
+        "held_out_problems": len(eval_dataset) if before is not None else None,
         "accuracy_before": before,
         "accuracy_after": after,
+        "accuracy_gain_points": round(100 * (after - before), 1) if before is not None else None,
+        "held_out_eval_steps": held_out.every if held_out is not None else None,
+        "held_out_eval_time_frac": round(held_out.cost_fraction(train_seconds), 4) if held_out else None,
         "mean_reward_first_log": history[0]["reward"] if history else None,
         "mean_reward_last_log": history[-1]["reward"] if history else None,
-        "optimizer_steps": trainer.state.global_step,
+        "optimizer_steps": final_step,
         "wall_time_s": round(time.time() - started, 1),
     }
     ds_logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
@@ -214,36 +335,57 @@ def run(
             }
         )
     if trainer.accelerator.is_main_process:
-        summary["curves"] = plot_curves(metrics_path, os.path.join(output_dir, "curves.png"))
+        curves = os.path.join(output_dir, "curves.png")
+        plot_curves({recipe: read_metrics(metrics_path)}, curves, warm_start=before)
+        summary["outputs"] = {
+            "folder": output_dir,
+            "files": ["metrics.jsonl", "curves.png", "summary.json", "model.safetensors"],
+        }
+        summary["curves"] = curves
         with open(os.path.join(output_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
-        print_summary(summary)
+        print(format_summary(summary, format_duration), flush=True)
     return summary
 
 
-def print_summary(summary: dict[str, Any]) -> None:
-    lines = [f"== {summary['recipe']} ({summary['trainer']}) =="]
-    if summary["accuracy_before"] is not None:
-        gain = 100 * (summary["accuracy_after"] - summary["accuracy_before"])
-        lines.append(
-            f"held-out greedy accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
-            f"({gain:+.1f} points)"
-        )
+def format_summary(summary: dict[str, Any], format_duration) -> str:
+    """The summary table (the same content as ``summary.json``)."""
+    from trl_ext.console import summary_table
+
+    before, after = summary["accuracy_before"], summary["accuracy_after"]
+    rows: list[tuple[str, Any]] = []
+    if before is not None:
+        rows += [
+            ("held-out greedy accuracy", f"{before:.3f} -> {after:.3f}  ({summary['held_out_problems']} problems)"),
+            ("gain", f"{summary['accuracy_gain_points']:+.1f} points"),
+        ]
     if summary["mean_reward_first_log"] is not None:
-        lines.append(
-            f"mean reward: {summary['mean_reward_first_log']:.3f} (first log) -> "
-            f"{summary['mean_reward_last_log']:.3f} (last log)"
+        rows.append(
+            ("mean reward", f"{summary['mean_reward_first_log']:.3f} -> {summary['mean_reward_last_log']:.3f}")
+        )
+    rows += [
+        ("optimizer steps", summary["optimizer_steps"]),
+        ("wall time", format_duration(summary["wall_time_s"])),
+    ]
+    if summary.get("held_out_eval_steps"):
+        rows.append(
+            (
+                "held-out evaluation",
+                f"every {summary['held_out_eval_steps']} steps, "
+                f"{100 * summary['held_out_eval_time_frac']:.1f}% of training time",
+            )
         )
     if "dynamic_sampling_rounds_mean" in summary:
-        lines.append(
-            f"dynamic sampling: {summary['dynamic_sampling_rounds_mean']:.2f} rounds/step, kept-group fraction "
-            f"{summary['dynamic_sampling_kept_group_frac_mean']:.2f}, round limit hit on "
-            f"{summary['dynamic_sampling_limit_hit_frac']:.0%} of steps; generating and scoring took "
-            f"{summary['dynamic_sampling_generation_s_per_step']:.3f} s/step, of which "
-            f"{summary['dynamic_sampling_dropped_s_per_step']:.3f} s went to groups that were then dropped"
+        generation, dropped = (
+            summary["dynamic_sampling_generation_s_per_step"],
+            summary["dynamic_sampling_dropped_s_per_step"],
         )
-    lines.append(
-        f"{summary['optimizer_steps']} optimizer steps in {summary['wall_time_s']:.0f}s; "
-        f"outputs: metrics.jsonl, curves.png, summary.json, model"
-    )
-    print("\n".join(lines), flush=True)
+        rows += [
+            ("dynamic sampling", f"{summary['dynamic_sampling_rounds_mean']:.2f} rounds/step"),
+            ("kept-group fraction", f"{summary['dynamic_sampling_kept_group_frac_mean']:.2f}"),
+            ("round limit hit", f"{summary['dynamic_sampling_limit_hit_frac']:.0%} of steps"),
+            ("generation + scoring", f"{generation:.3f} s/step, {dropped:.3f} s of it on dropped groups"),
+        ]
+    outputs = summary["outputs"]
+    rows.append(("outputs", f"{outputs['folder']}/: {', '.join(outputs['files'])}"))
+    return summary_table(f"== {summary['recipe']} ({summary['trainer']}) ==", rows)

@@ -1,0 +1,222 @@
+"""What a recipe prints: one opening line, one tqdm progress bar per phase, one compact line per log, a summary table.
+
+- :func:`quiet_libraries` (called by the recipe entry points, never on import) hides what the libraries print that a
+  user cannot act on: transformers' ``FutureWarning``s about renamed ``gradient_checkpointing*`` arguments and
+  methods (TRL's config default and TRL's generation helper use the old names), its "``past_key_values`` is
+  deprecated" notice (TRL's SFT loss), TRL's notice on importing ``trl.experimental`` (the PPO recipe), DeepSpeed's "Setting accelerator to CPU" line (DeepSpeed would pick the CPU
+  anyway) and the loading / writing progress bars of transformers and datasets. Warnings that ask the user to act
+  (``trl_ext.dynamic_sampling``'s round limit, ``trl_ext.health``) are always shown. ``TRL_EXT_LIBRARY_WARNINGS=1``
+  turns all of this off and shows everything as the libraries print it.
+- :class:`ConsoleCallback` replaces transformers' ``ProgressCallback`` / ``PrinterCallback`` (which print the raw
+  metrics dict of every log): a tqdm bar for the phase whose postfix carries the figures that matter, and one short
+  line per log (``tqdm.write``, so it does not break the bar). It only prints; every metric still reaches
+  ``state.log_history``, ``metrics.jsonl`` and each tracker of ``report_to``. :func:`use_console` installs it.
+- :func:`opening_line` and :func:`summary_table` are the first and last things a recipe prints.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from tqdm import tqdm
+from transformers import TrainerCallback
+
+LIBRARY_WARNINGS_ENV = "TRL_EXT_LIBRARY_WARNINGS"
+
+# (log key, label, format) of the figures shown in the bar's postfix and the per-log line, in this order; a figure
+# absent from a log is left out (SFT has no reward, GRPO no kept-group fraction, ...).
+FIGURES: tuple[tuple[str, str, str], ...] = (
+    ("loss", "loss", "{:.3f}"),  # shown for SFT / DPO; RL losses are near zero by construction (see below)
+    ("reward", "reward", "{:.3f}"),
+    ("dynamic_sampling/kept_group_frac", "kept", "{:.2f}"),
+    ("dynamic_sampling/rounds", "rounds", "{:.2f}"),
+    ("clip_ratio/region_mean", "clip", "{:.3f}"),
+    ("entropy", "entropy", "{:.3f}"),
+    ("mean_token_accuracy", "token acc", "{:.3f}"),
+    ("rewards/accuracies", "pref acc", "{:.2f}"),
+    ("objective/scores", "score", "{:.3f}"),
+    ("policy/clipfrac_avg", "clip", "{:.3f}"),
+    ("objective/entropy", "entropy", "{:.3f}"),
+    ("held_out/accuracy", "held-out", "{:.3f}"),
+)
+_RL_KEYS = {"reward", "objective/scores"}  # with these, "loss" is a surrogate whose value means little: not shown
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, *fragments: str):
+        super().__init__()
+        self.fragments = fragments
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(fragment in record.getMessage() for fragment in self.fragments)
+
+
+def quiet_libraries() -> None:
+    """Hide library output a user cannot act on (see the module docstring); ``TRL_EXT_LIBRARY_WARNINGS=1`` shows it.
+    Idempotent; call it at a recipe's entry point, before the configs are parsed."""
+    _our_warnings_through_tqdm()
+    if os.environ.get(LIBRARY_WARNINGS_ENV, "").lower() in ("1", "true", "yes"):
+        return
+    # transformers 5 renamed gradient_checkpointing* to activation_checkpointing*: TRL 1.12's configs default the old
+    # field to True and its generation context manager calls the old methods.
+    warnings.filterwarnings(
+        "ignore", message=r"`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning
+    )
+    logging.getLogger("transformers.utils.generic").addFilter(_DropMessages("`past_key_values`/`cache_params`"))
+    # recipes/ppo.py uses TRL's PPOTrainer, which only trl.experimental still ships: our choice, TRL's notice.
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    # DeepSpeed (installed by the dev / deepspeed extras) logs its accelerator guess on import; on a machine without
+    # CUDA it picks the CPU either way, so saying so up front changes nothing but the noise.
+    if "DS_ACCELERATOR" not in os.environ:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ["DS_ACCELERATOR"] = "cpu"
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights", "Writing model shards"
+    datasets.disable_progress_bars()  # TRL's dataset preprocessing ("Tokenizing train dataset", ...)
+
+
+def _our_warnings_through_tqdm() -> None:
+    """trl-ext's own warnings (``logging``, logger ``trl_ext.*``) go to stderr through ``tqdm.write``, so that a live
+    bar is not torn, and are never filtered."""
+    root = logging.getLogger("trl_ext")
+    if any(isinstance(h, _TqdmHandler) for h in root.handlers):
+        return
+    handler = _TqdmHandler()
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(levelname)s [%(name)s] %(message)s"))
+    root.addHandler(handler)
+    if root.level == logging.NOTSET:
+        root.setLevel(logging.WARNING)
+
+
+class _TqdmHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # noqa: BLE001 (logging must never raise)
+            self.handleError(record)
+
+
+def figures(logs: dict[str, Any], held_out: float | None = None) -> list[str]:
+    """``["reward 0.412", "kept 0.78", ...]``: the figures of ``FIGURES`` present in ``logs`` (``held_out``: the
+    latest held-out accuracy, shown until a newer one arrives)."""
+    values = dict(logs)
+    if held_out is not None and "held_out/accuracy" not in values:
+        values["held_out/accuracy"] = held_out
+    rl = any(key in values for key in _RL_KEYS)
+    shown, labels = [], set()
+    for key, label, fmt in FIGURES:
+        value = values.get(key)
+        if value is None or (key == "loss" and rl) or label in labels or not isinstance(value, int | float):
+            continue
+        labels.add(label)
+        shown.append(f"{label} {fmt.format(value)}")
+    return shown
+
+
+class ConsoleCallback(TrainerCallback):
+    """A tqdm bar named after the phase, its postfix the latest figures, and one compact line per log.
+
+    Install with :func:`use_console` (it also removes transformers' printing callbacks). Prints on the local main
+    process only; changes nothing in ``logs``.
+    """
+
+    def __init__(self, phase: str, leave: bool = True, bar: bool | None = None):
+        self.phase = phase
+        self.leave = leave
+        self.show_bar = bar  # None: a bar unless the training arguments say disable_tqdm
+        self.bar: tqdm | None = None
+        self.held_out: float | None = None
+        self.lines: list[str] = []  # what was written, for tests and notebooks
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        show = not getattr(args, "disable_tqdm", False) if self.show_bar is None else self.show_bar
+        if show and state.is_local_process_zero and self.bar is None:
+            self.bar = tqdm(
+                total=state.max_steps,
+                initial=state.global_step,
+                desc=self.phase,
+                unit="step",
+                dynamic_ncols=True,
+                leave=self.leave,
+                mininterval=0.5,
+            )
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(state.global_step - self.bar.n)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_local_process_zero or not logs:
+            return
+        if "held_out/accuracy" in logs:
+            self.held_out = logs["held_out/accuracy"]
+        if "train_runtime" in logs:  # transformers' end-of-training record: the summary says it better
+            return
+        shown = figures(logs, self.held_out)
+        if not shown:
+            return
+        if self.bar is not None:
+            self.bar.set_postfix_str(", ".join(shown), refresh=False)
+        width = len(str(state.max_steps))
+        line = f"{self.phase} step {state.global_step:>{width}}/{state.max_steps} | " + " | ".join(shown)
+        self.lines.append(line)
+        tqdm.write(line, file=sys.stdout)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(state.global_step - self.bar.n)
+            self.bar.close()
+            self.bar = None
+
+
+def use_console(trainer: Any, phase: str, leave: bool = True, bar: bool | None = None) -> ConsoleCallback:
+    """Swap ``trainer``'s ``ProgressCallback`` / ``PrinterCallback`` (raw metrics dicts) for a :class:`ConsoleCallback`
+    (``bar=None``: a progress bar unless ``disable_tqdm``; the compact lines are printed either way)."""
+    from transformers import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    console = ConsoleCallback(phase, leave=leave, bar=bar)
+    trainer.add_callback(console)
+    return console
+
+
+def precision_label(training_args: Any) -> str:
+    """``"bf16 mixed precision on 1 GPU"``, ``"fp32 on CPU"``: what the trainer will compute in, and where."""
+    import torch
+
+    kind = "bf16 mixed precision" if training_args.bf16 else "fp16 mixed precision" if training_args.fp16 else "fp32"
+    if getattr(training_args, "use_cpu", False) or not torch.cuda.is_available():
+        return f"{kind} on CPU"
+    count = torch.cuda.device_count()
+    return f"{kind} on {count} GPU{'s' if count > 1 else ''} per node"
+
+
+def opening_line(recipe: str, parts: Sequence[str | None]) -> str:
+    """``[dapo] DAPOTrainer | model ... | data ... | 500 steps | fp32 on CPU | outputs in outputs/dapo-demo``."""
+    return f"[{recipe}] " + " | ".join(part for part in parts if part)
+
+
+def summary_table(title: str, rows: Sequence[tuple[str, Any]]) -> str:
+    """A small two-column table, labels aligned: ``rows`` of ``(label, text)``; rows whose text is None are left out."""
+    rows = [(label, str(text)) for label, text in rows if text is not None]
+    width = max((len(label) for label, _ in rows), default=0)
+    return "\n".join([title, *(f"  {label:<{width}}  {text}" for label, text in rows)])
+
+
+def format_duration(seconds: float) -> str:
+    """``"1 min 45 s"`` / ``"12.3 s"``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s"

@@ -1,0 +1,194 @@
+"""Held-out greedy accuracy before, during and after training, and the callback that logs it as ``held_out/accuracy``.
+
+The metric: the policy's greedy completion of each held-out prompt, scored by the run's task reward (the first of
+``reward_funcs``, e.g. ``accuracy`` against the ``solution`` column), averaged; a reward of None counts as wrong. On
+the demo task (``prompt`` and ``answer`` columns, no task reward given) it is ``trl_ext.demo.greedy_accuracy``, the
+demo's own metric, which equals the ``arithmetic`` reward of the greedy completion.
+
+:class:`HeldOutEvaluation` evaluates every ``every`` optimizer steps and at the last step and adds the value to the
+log of that step, so that it reaches ``state.log_history``, ``metrics.jsonl`` and every tracker like any other
+metric (it registers itself first among the trainer's callbacks, as ``trl_ext.health.HealthMonitor`` does, because
+``Trainer`` calls the reporting callbacks before those passed in ``callbacks=[...]``). With ``every=None`` the
+interval adapts: it starts at ``logging_steps`` and, whenever evaluating has taken more than ``target_frac`` of the
+run so far, widens to the multiple of ``logging_steps`` at which one evaluation costs ``target_frac`` of the steps
+between two evaluations.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from datasets import Dataset
+from tqdm import tqdm
+from transformers import TrainerCallback
+
+HELD_OUT_KEY = "held_out/accuracy"
+
+
+def _is_conversational(prompt: Any) -> bool:
+    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], dict) and "role" in prompt[0]
+
+
+@torch.no_grad()
+def greedy_reward_accuracy(
+    model: Any,
+    tokenizer: Any,
+    dataset: Dataset,
+    reward_func: Callable,
+    max_new_tokens: int,
+    batch_size: int = 64,
+    progress: bool | str = False,
+) -> float:
+    """Mean task reward of the greedy completions of ``dataset['prompt']`` (strings or conversations); the other
+    columns are passed to ``reward_func`` as TRL passes them (``solution=[...]``, ...). None counts as 0."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    total = 0.0
+    bar = tqdm(total=len(dataset), desc=progress, unit="problem", leave=False) if progress else None
+    try:
+        for start in range(0, len(dataset), batch_size):
+            batch = dataset[start : start + batch_size]
+            prompts = batch["prompt"]
+            conversational = _is_conversational(prompts[0])
+            texts = (
+                [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+                if conversational
+                else prompts
+            )
+            inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not conversational)
+            inputs = inputs.to(device)
+            output = model.generate(
+                **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
+            completion_ids = output[:, inputs["input_ids"].shape[1] :]
+            decoded = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+            completions = [[{"role": "assistant", "content": t}] for t in decoded] if conversational else decoded
+            columns = {key: value for key, value in batch.items() if key != "prompt"}
+            rewards = reward_func(prompts=prompts, completions=completions, **columns)
+            total += sum(float(r) for r in rewards if r is not None)
+            if bar is not None:
+                bar.update(len(prompts))
+    finally:
+        tokenizer.padding_side = padding_side
+        model.train(was_training)
+        if bar is not None:
+            bar.close()
+    return total / max(len(dataset), 1)
+
+
+def held_out_accuracy(
+    model: Any,
+    tokenizer: Any,
+    eval_dataset: Dataset | None,
+    reward_func: Callable | None = None,
+    max_new_tokens: int = 4,
+    progress: bool | str = False,
+) -> float | None:
+    """Greedy held-out accuracy (see the module docstring); None when there is nothing to evaluate on: no eval set,
+    no ``prompt`` column, or neither an ``answer`` column (demo) nor a task reward."""
+    if eval_dataset is None or "prompt" not in eval_dataset.column_names or len(eval_dataset) == 0:
+        return None
+    demo = reward_func is None or getattr(reward_func, "__name__", "") == "arithmetic_reward"
+    if demo and "answer" not in eval_dataset.column_names:
+        if reward_func is None:
+            return None
+        demo = False
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    def evaluate() -> float:
+        if demo:
+            from trl_ext.demo import greedy_accuracy
+
+            return greedy_accuracy(model, tokenizer, eval_dataset, progress=progress)
+        return greedy_reward_accuracy(model, tokenizer, eval_dataset, reward_func, max_new_tokens, progress=progress)
+
+    if is_deepspeed_zero3_enabled():  # sharded weights must be gathered (on every rank) before generate
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(model.parameters())):
+            return evaluate()
+    return evaluate()
+
+
+class HeldOutEvaluation(TrainerCallback):
+    """Logs ``held_out/accuracy`` every ``every`` steps and at the last step (``every=None``: adaptive, see the
+    module docstring; ``every`` is rounded up to a multiple of ``logging_steps`` so that the value lands in a
+    regular log and no metric window is cut short). ``points`` holds ``(step, accuracy)``, starting with ``start``."""
+
+    def __init__(
+        self,
+        evaluate: Callable[[Any], float | None],
+        every: int | None = None,
+        start: float | None = None,
+        target_frac: float = 0.05,
+    ):
+        self.evaluate = evaluate
+        self.requested = every
+        self.every = every
+        self.target_frac = target_frac
+        self.points: list[tuple[int, float]] = [] if start is None else [(0, start)]
+        self.eval_seconds = 0.0
+        self.evaluations = 0
+        self._pending: float | None = None
+        self._train_started = 0.0
+        self._first_step = 0
+
+    def attach(self, trainer: Any) -> HeldOutEvaluation:
+        """Register as the trainer's *first* callback, so that the reporting callbacks see the value."""
+        callbacks = trainer.callback_handler.callbacks
+        callbacks[:] = [cb for cb in callbacks if cb is not self]
+        callbacks.insert(0, self)
+        return self
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        logging_steps = max(int(state.logging_steps or 1), 1)
+        self.every = (
+            logging_steps if self.requested is None else logging_steps * math.ceil(self.requested / logging_steps)
+        )
+        self._train_started = time.time()
+        self._first_step = state.global_step
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = state.global_step
+        if not (step % self.every == 0 or step >= state.max_steps):
+            return
+        started = time.time()
+        value = self.evaluate(model)
+        seconds = time.time() - started
+        if value is None:
+            return
+        self.eval_seconds += seconds
+        self.evaluations += 1
+        self.points.append((step, value))
+        self._pending = value
+        control.should_log = True  # already set on a logging step; at the last step it flushes the window
+        if self.requested is None:
+            self._adapt(seconds, step, state)
+
+    def _adapt(self, seconds: float, step: int, state) -> None:
+        elapsed = time.time() - self._train_started
+        steps_done = step - self._first_step
+        if steps_done <= 0 or self.eval_seconds <= self.target_frac * elapsed:
+            return
+        step_seconds = max(elapsed - self.eval_seconds, 1e-9) / steps_done
+        logging_steps = max(int(state.logging_steps or 1), 1)
+        needed = seconds / (self.target_frac * step_seconds)
+        self.every = max(self.every, logging_steps * math.ceil(needed / logging_steps))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self._pending is None or logs is None or "train_runtime" in logs:
+            return
+        logs[HELD_OUT_KEY] = self._pending
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1][HELD_OUT_KEY] = self._pending
+        self._pending = None
+
+    def cost_fraction(self, train_seconds: float) -> float:
+        """Seconds spent evaluating during training over the training's wall time."""
+        return self.eval_seconds / train_seconds if train_seconds > 0 else 0.0
