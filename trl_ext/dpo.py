@@ -348,11 +348,13 @@ def train_iterative_dpo(
     eval_dataset: Dataset | None = None,
     callbacks: list | None = None,
     on_round_end: Callable[[int, torch.nn.Module], dict[str, float] | None] | None = None,
+    on_trainer: Callable[[int, DPOTrainer], Any] | None = None,
 ) -> list[RoundResult]:
     """Iterative RPO (arXiv 2404.19733): for ``args.mining_rounds`` rounds, mine pairs from the current model, train
     one ``DPOTrainer`` on them with the current model as the reference, and continue from the result. ``model`` is
     trained in place. Round k writes to ``<output_dir>/round-<k>`` and uses seed ``args.seed + k``;
-    ``on_round_end(k, model)`` may return metrics (e.g. held-out accuracy) stored in the round's result."""
+    ``on_round_end(k, model)`` may return metrics (e.g. held-out accuracy) stored in the round's result;
+    ``on_trainer(k, trainer)`` sees each round's trainer before it trains (e.g. to attach the recipes' console)."""
     results = []
     for k in range(args.mining_rounds):
         round_args = copy.copy(args)
@@ -368,6 +370,8 @@ def train_iterative_dpo(
             callbacks=callbacks,
         )
         stats, pairs = trainer.mining_stats, trainer.mined_pairs
+        if on_trainer is not None:
+            on_trainer(k, trainer)
         output = trainer.train()
         model = trainer.accelerator.unwrap_model(trainer.model)
         extra = on_round_end(k, model) if on_round_end is not None else None

@@ -405,7 +405,14 @@ def run_dpo(script_args: DPOScriptArguments, training_args: Any, model_args: Any
         rounds = []
     else:
         reward_funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
-        rounds = train_iterative_dpo(model, reward_funcs, training_args, train_dataset, tokenizer)
+        rounds = train_iterative_dpo(
+            model,
+            reward_funcs,
+            training_args,
+            train_dataset,
+            tokenizer,
+            on_trainer=lambda k, trainer: use_console(trainer, f"dpo round {k + 1}/{training_args.mining_rounds}"),
+        )
 
     model.save_pretrained(training_args.output_dir)
     tokenizer.save_pretrained(training_args.output_dir)
