@@ -74,7 +74,7 @@ import torch
 from accelerate.utils import pad_across_processes
 from datasets import IterableDataset
 
-from trl_ext.group_filter import group_advantages, group_reward_range, informative_groups, nanstd
+from trl_ext.grpo.group_filter import group_advantages, group_reward_range, informative_groups, nanstd
 
 logger = logging.getLogger(__name__)
 
