@@ -90,7 +90,7 @@ def expected_rounds(p: float, groups: int, max_rounds: int) -> float:
 
 
 def make_args(name: str, output_dir: str, max_steps: int, max_rounds: int, prompts_per_step: int | None):
-    from trl_ext.presets import get_preset
+    from trl_ext.grpo.presets import get_preset
 
     _, preset, overrides = CONFIGS[name]
     rl, _ = common.demo_settings(prompts_per_step)
@@ -104,7 +104,7 @@ def instrumented(base):
     and its informative-group count (wraps TRL's methods, changes nothing they return)."""
     import torch
 
-    from trl_ext.group_filter import informative_groups
+    from trl_ext.grpo.group_filter import informative_groups
 
     class Instrumented(base):
         def _bench_reset(self):
@@ -153,7 +153,7 @@ def worker(me: int, baton, p: float, jobs: list, options):
     from transformers import AutoModelForCausalLM
 
     from trl_ext.demo import make_problems
-    from trl_ext.trainers import trainer_class_for
+    from trl_ext.grpo.presets import trainer_class_for
 
     _, tokenizer, path = common.load_policy(options.warm_start_steps, options.cache_dir)
     train, _ = make_problems()

@@ -6,7 +6,7 @@
 Each method runs in its own subprocess (so that one method's allocations cannot hide in another's peak) through the
 trainers the recipes use: TRL's ``PPOTrainer`` (policy + value model + reference, rule-based reward through
 ``trl_ext.ppo.RuleRewardModel``, and once more with a trained-reward-model-sized ``AutoModelForSequenceClassification``),
-``trl_ext.trainers.GRPOTrainer`` / ``DAPOTrainer`` / ``GSPOTrainer`` with their presets (GRPO keeps a reference for
+``trl_ext.grpo.trainers.GRPOTrainer`` / ``DAPOTrainer`` / ``GSPOTrainer`` with their presets (GRPO keeps a reference for
 its KL term, beta 0.04; DAPO and GSPO have none, beta 0), and ``trl_ext.dpo.DPOTrainer`` (policy + reference). Every
 method sees the same checkpoint (random weights, saved once), the demo's arithmetic prompts and reward, 16 sequences
 per step, fp32 weights and AdamW. The peak is the process's ``ru_maxrss`` (all of it: weights, gradients, optimizer
@@ -138,8 +138,8 @@ def _run_ppo(path: str, output_dir: str, with_reward_model: bool) -> None:
 def _run_group(method: str, path: str, output_dir: str) -> None:
     from rewards import arithmetic_reward
     from trl_ext.demo import build_tokenizer
-    from trl_ext.presets import get_preset
-    from trl_ext.trainers import trainer_class_for
+    from trl_ext.grpo.presets import get_preset
+    from trl_ext.grpo.presets import trainer_class_for
 
     extra = {"overlong_buffer_len": 2, "num_minibatches": 1} if method == "dapo" else {}  # one step = one rollout
     args = get_preset(
@@ -166,7 +166,7 @@ def _run_dpo(path: str, output_dir: str) -> None:
     from datasets import Dataset
 
     from trl_ext.demo import build_tokenizer
-    from trl_ext.dpo import DPOConfig, DPOTrainer
+    from trl_ext.dpo.trainer import DPOConfig, DPOTrainer
 
     prompts = _prompts()
     pairs = Dataset.from_dict(
@@ -191,7 +191,7 @@ def worker(method: str, path: str) -> dict:
     from trl.experimental.ppo import PPOTrainer  # noqa: F401
 
     import trl_ext.dpo  # noqa: F401
-    import trl_ext.trainers  # noqa: F401
+    import trl_ext.grpo.trainers  # noqa: F401
 
     baseline = _rss_mib()
     start = time.time()

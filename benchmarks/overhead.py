@@ -75,7 +75,7 @@ class TieBrokenArithmetic:
 
 
 def make_args(comparison: str, output_dir: str, max_steps: int, prompts_per_step: int | None):
-    from trl_ext.presets import get_preset
+    from trl_ext.grpo.presets import get_preset
 
     rl, dapo = common.demo_settings(prompts_per_step)
     shared = common.run_args(output_dir, max_steps=max_steps, **rl)
@@ -87,7 +87,7 @@ def make_args(comparison: str, output_dir: str, max_steps: int, prompts_per_step
 def trainer_classes(comparison: str):
     import trl
 
-    from trl_ext.trainers import DAPOTrainer, GSPOTrainer
+    from trl_ext.grpo.trainers import DAPOTrainer, GSPOTrainer
 
     return {"ours": DAPOTrainer if comparison == "dapo" else GSPOTrainer, "trl": trl.GRPOTrainer}
 

@@ -78,7 +78,7 @@ class CountingArithmetic:
 
 
 def make_args(name: str, output_dir: str, seed: int, max_steps: int, prompts_per_step: int | None):
-    from trl_ext.presets import get_preset
+    from trl_ext.grpo.presets import get_preset
 
     _, preset, overrides = ALGORITHMS[name]
     rl, dapo = common.demo_settings(prompts_per_step)
@@ -127,7 +127,7 @@ def worker(me: int, baton, name: str, seeds: list[int], options):
     from transformers import AutoModelForCausalLM
 
     from trl_ext.demo import greedy_accuracy, make_problems
-    from trl_ext.trainers import trainer_class_for
+    from trl_ext.grpo.presets import trainer_class_for
 
     _, tokenizer, path = common.load_policy(options.warm_start_steps, options.cache_dir)
     train, held_out = make_problems()

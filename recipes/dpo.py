@@ -12,14 +12,14 @@ best with worst at similar length, for ``mining_rounds`` rounds (each round's pa
 ``<output_dir>/pairs-round-<k>.jsonl``, reusable offline). With neither ``--config`` nor ``--model_name_or_path``
 the settings come from ``recipes/configs/demo/dpo/config_demo.yaml``: the demo's SFT warm start, the arithmetic
 problems and reward, held-out greedy accuracy printed before and after, outputs in ``outputs/dpo``. The body is
-``trl_ext.pipeline.run_dpo``; this file only parses and calls.
+``trl_ext.recipe.common.run_dpo``; this file only parses and calls.
 """
 
 from trl import ModelConfig
 
 from trl_ext.console import quiet_libraries
-from trl_ext.dpo import DPOConfig
-from trl_ext.pipeline import DPOScriptArguments, parse_recipe_args, run_dpo
+from trl_ext.dpo.trainer import DPOConfig
+from trl_ext.recipe.common import DPOScriptArguments, parse_recipe_args, run_dpo
 
 
 def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: ModelConfig) -> dict:

@@ -8,12 +8,12 @@
         --reward_funcs accuracy format --output_dir outputs/my-run
 
 With no model and no config, the defaults come from recipes/configs/demo/gspo.yaml (CLI flags override them). All
-logic lives in trl_ext.rl_recipe; this file only parses and calls.
+logic lives in trl_ext.recipe.grpo; this file only parses and calls.
 """
 
 from trl_ext import GSPOConfig
 from trl_ext.console import quiet_libraries
-from trl_ext.rl_recipe import RLScriptArguments, parse, run
+from trl_ext.recipe.grpo import RLScriptArguments, parse, run
 
 
 def main(script_args: RLScriptArguments, training_args: GSPOConfig, model_args) -> dict:

@@ -13,7 +13,7 @@ from the previous stage's saved model; see ``trl_ext/pipeline.py``. The final ta
 from trl import TrlParser
 
 from trl_ext.console import quiet_libraries
-from trl_ext.pipeline import PipelineArguments, run_pipeline
+from trl_ext.recipe.common import PipelineArguments, run_pipeline
 
 
 def main(args: PipelineArguments) -> dict:

@@ -11,14 +11,14 @@ config) the rewards named in ``reward_funcs`` are called on the decoded completi
 (e.g. ``answer``), exactly as the GRPO family calls them. With neither ``--config`` nor ``--model_name_or_path`` the
 settings come from ``recipes/configs/demo/ppo/config_demo.yaml``: the demo's SFT warm start, the arithmetic problems
 and reward, held-out greedy accuracy printed before and after, outputs in ``outputs/ppo``. The body is
-``trl_ext.pipeline.run_ppo``; this file only parses and calls.
+``trl_ext.recipe.common.run_ppo``; this file only parses and calls.
 """
 
 from trl import ModelConfig
 
 from trl_ext.console import quiet_libraries
-from trl_ext.pipeline import PPOScriptArguments, parse_recipe_args, run_ppo
-from trl_ext.preflight import require_ppo
+from trl_ext.recipe.common import PPOScriptArguments, parse_recipe_args, run_ppo
+from trl_ext.reliability.checks import require_ppo
 
 PPOConfig, _ = require_ppo()  # trl 1.12 only: on a newer TRL this says so and names the install line
 

@@ -6,15 +6,15 @@
 
 With neither ``--config`` nor ``--model_name_or_path`` the settings come from
 ``recipes/configs/demo/sft/config_demo.yaml``: the demo's randomly initialised tiny model trained on the arithmetic
-problems with exactly the settings of ``trl_ext.demo.warm_start`` (``trl_ext.pipeline.warm_start_sft_config``; a test
+problems with exactly the settings of ``trl_ext.demo.warm_start`` (``trl_ext.recipe.common.warm_start_sft_config``; a test
 keeps the two equal and checks that both give the same weights), held-out greedy accuracy printed before and after,
-the model written to ``outputs/sft``. The body is ``trl_ext.pipeline.run_sft``; this file only parses and calls.
+the model written to ``outputs/sft``. The body is ``trl_ext.recipe.common.run_sft``; this file only parses and calls.
 """
 
 from trl import ModelConfig, SFTConfig
 
 from trl_ext.console import quiet_libraries
-from trl_ext.pipeline import SFTScriptArguments, parse_recipe_args, run_sft
+from trl_ext.recipe.common import SFTScriptArguments, parse_recipe_args, run_sft
 
 
 def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> dict:

@@ -15,7 +15,7 @@ from helpers import tiny_args
 from trl.trainer.utils import nanstd
 
 from trl_ext import DAPOTrainer
-from trl_ext.reward_guard import GuardedReward, RewardFunctionError
+from trl_ext.reliability.reward_guard import GuardedReward, RewardFunctionError
 
 
 def length_or_fail(completions, **kwargs):
@@ -42,7 +42,7 @@ class _Metrics:
 def test_skip_scores_failing_completions_none_and_counts_them(caplog):
     guard = GuardedReward(length_or_fail, errors="skip")
     log_metric = _Metrics()
-    with caplog.at_level(logging.WARNING, logger="trl_ext.reward_guard"):
+    with caplog.at_level(logging.WARNING, logger="trl_ext.reliability.reward_guard"):
         values = guard(prompts=["p"] * 4, completions=["1", "22", "456", "333"], log_metric=log_metric)
         guard(prompts=["p"] * 2, completions=["5", "55"], log_metric=log_metric)
     assert values == [1.0, 2.0, None, 3.0]
@@ -88,7 +88,7 @@ def test_hang_is_bounded_counted_and_stops_after_repeated_timeouts(caplog):
     guard = GuardedReward(hanging, timeout=0.2)
     log_metric = _Metrics()
     try:
-        with caplog.at_level(logging.WARNING, logger="trl_ext.reward_guard"):
+        with caplog.at_level(logging.WARNING, logger="trl_ext.reliability.reward_guard"):
             started = time.perf_counter()
             assert guard(prompts=["p"] * 3, completions=["a", "hang", "b"], log_metric=log_metric) == [None] * 3
             assert time.perf_counter() - started < 2
@@ -167,7 +167,7 @@ def test_dynamic_sampling_with_no_informative_group_is_bounded_and_says_what_to_
     trainer = DAPOTrainer(tiny_model, [constant], args=args, train_dataset=problems[0], processing_class=tokenizer)
     before = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
     started = time.perf_counter()
-    with caplog.at_level(logging.WARNING, logger="trl_ext.dynamic_sampling"):
+    with caplog.at_level(logging.WARNING, logger="trl_ext.grpo.dynamic_sampling"):
         trainer.train()  # no crash
     assert time.perf_counter() - started < 60  # each step is at most dynamic_sampling_max_rounds generations
     assert torch.equal(before, torch.cat([p.detach().flatten() for p in trainer.model.parameters()]))

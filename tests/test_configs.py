@@ -37,7 +37,7 @@ import trl
 from helpers import tiny_args
 
 from trl_ext import DAPOConfig, GRPOPaperConfig, GSPOConfig, trainer_class_for
-from trl_ext.rl_recipe import RLScriptArguments
+from trl_ext.recipe.grpo import RLScriptArguments
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACCELERATE_DIR = os.path.join(REPO, "recipes", "accelerate_configs")
@@ -242,7 +242,7 @@ def test_gpu_recipe_parses_into_the_preset(path):
         assert (training_args.epsilon, training_args.epsilon_high, training_args.beta) == (3e-4, 4e-4, 0.0)
 
     # Rewards resolve from the registry by name, with their options, and nothing is downloaded.
-    from trl_ext.pipeline import reward_functions
+    from trl_ext.recipe.common import reward_functions
 
     funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
     assert [f.__name__ for f in funcs] == script_args.reward_funcs

@@ -334,7 +334,7 @@ def test_dapo_trainer_builds_its_own_config_when_args_is_none(tokenizer, problem
         per_device_train_batch_size: int = 16
         use_cpu: bool = True
 
-    monkeypatch.setattr("trl_ext.trainers.DAPOConfig", BatchOf16)
+    monkeypatch.setattr("trl_ext.grpo.trainers.DAPOConfig", BatchOf16)
     model = build_model(tokenizer, dataclasses.replace(SMALL, max_position_embeddings=1024))
     trainer = DAPOTrainer(model, [position_reward], train_dataset=problems[0], processing_class=tokenizer)
     assert type(trainer.args) is BatchOf16 and trainer.args.output_dir.endswith("-DAPO")

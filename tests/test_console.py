@@ -89,7 +89,7 @@ def test_demo_console_is_clean_and_logs_held_out_accuracy(tmp_path):
 
 
 def test_curves_lead_with_held_out_accuracy_and_mark_the_warm_start(tmp_path):
-    from trl_ext.rl_recipe import plot_curves
+    from trl_ext.recipe.grpo import plot_curves
 
     rows = [
         {"step": 2, "reward": 0.3, "dynamic_sampling/kept_group_frac": 0.8, "dynamic_sampling/rounds": 2.0},
@@ -119,7 +119,7 @@ class _Control:
 
 
 def test_held_out_interval_is_a_multiple_of_logging_steps_and_the_value_joins_that_log():
-    from trl_ext.held_out import HeldOutEvaluation
+    from trl_ext.diagnostics.held_out import HeldOutEvaluation
 
     values = iter([0.5, 0.6, 0.7])
     callback = HeldOutEvaluation(lambda model: next(values), every=3, start=0.25)
@@ -142,7 +142,7 @@ def test_held_out_interval_is_a_multiple_of_logging_steps_and_the_value_joins_th
 
 
 def test_adaptive_interval_widens_when_evaluation_costs_too_much(monkeypatch):
-    from trl_ext import held_out
+    from trl_ext.diagnostics import held_out
 
     clock = {"now": 0.0}
     monkeypatch.setattr(held_out.time, "time", lambda: clock["now"])
@@ -172,7 +172,7 @@ def test_held_out_accuracy_reaches_trackers_and_the_log_history(tiny_model, toke
 
     from rewards import arithmetic_reward
     from trl_ext import trainer_class_for
-    from trl_ext.held_out import HeldOutEvaluation, held_out_accuracy
+    from trl_ext.diagnostics.held_out import HeldOutEvaluation, held_out_accuracy
 
     class Recorder(TrainerCallback):
         logs: list[dict] = []
@@ -257,7 +257,7 @@ def test_held_out_accuracy_scores_greedy_completions_with_the_task_reward(tiny_m
     from datasets import Dataset
 
     from rewards import get_rewards
-    from trl_ext.held_out import held_out_accuracy
+    from trl_ext.diagnostics.held_out import held_out_accuracy
 
     prompts = ["1+1=", "2+3=", "4+4="]
     inputs = tokenizer(prompts, return_tensors="pt", padding=True)
@@ -281,7 +281,7 @@ def _no_bf16_gpu() -> bool:
 @pytest.mark.skipif(not _no_bf16_gpu(), reason="checks the behaviour on a machine without a bf16 GPU")
 def test_precision_follows_the_hardware_and_an_explicit_bf16_fails_clearly(tmp_path):
     from trl_ext import DAPOConfig
-    from trl_ext.rl_recipe import parse
+    from trl_ext.recipe.grpo import parse
 
     base = ["--model_name_or_path", "some/model", "--output_dir", str(tmp_path), "--per_device_train_batch_size", "16"]
     _, training_args, _ = parse(DAPOConfig, "dapo", argv=base)
@@ -310,14 +310,14 @@ def test_library_notices_are_hidden_but_warnings_that_ask_to_act_are_shown():
         "quiet_libraries()\n"
         "from trl import GRPOConfig\n"
         "GRPOConfig(output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, report_to='none')\n"
-        "logging.getLogger('trl_ext.dynamic_sampling').warning('round limit hit: raise num_generations')\n"
+        "logging.getLogger('trl_ext.grpo.dynamic_sampling').warning('round limit hit: raise num_generations')\n"
     )
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
     env.pop("TRL_EXT_LIBRARY_WARNINGS", None)
     quiet = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert quiet.returncode == 0, quiet.stderr[-2000:]
     assert "gradient_checkpointing" not in quiet.stderr
-    assert "WARNING [trl_ext.dynamic_sampling] round limit hit: raise num_generations" in quiet.stderr
+    assert "WARNING [trl_ext.grpo.dynamic_sampling] round limit hit: raise num_generations" in quiet.stderr
     env["TRL_EXT_LIBRARY_WARNINGS"] = "1"
     loud = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert "FutureWarning: `gradient_checkpointing` is deprecated" in loud.stderr
@@ -325,7 +325,7 @@ def test_library_notices_are_hidden_but_warnings_that_ask_to_act_are_shown():
 
 
 def test_held_out_split_can_be_a_file_of_its_own(tmp_path):
-    from trl_ext.pipeline import load_data
+    from trl_ext.recipe.common import load_data
 
     _write_jsonl(tmp_path / "train.jsonl", [{"prompt": "1+1=", "solution": "2"}] * 3)
     _write_jsonl(tmp_path / "test.jsonl", [{"prompt": "2+2=", "solution": "4"}] * 2)

@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
-from trl_ext import group_filter, pairs
-from trl_ext.dpo import length_margin_decomposition
-from trl_ext.pairs import build_pairs, combine_rewards, score_completions, select_pairs
+from trl_ext.dpo import pairs
+from trl_ext.grpo import group_filter
+from trl_ext.dpo.trainer import length_margin_decomposition
+from trl_ext.dpo.pairs import build_pairs, combine_rewards, score_completions, select_pairs
 
 nan = math.nan
 
@@ -158,7 +159,7 @@ def test_truncated_completion_is_never_chosen():
 def test_mined_pairs_train_on_the_sampled_ids(tokenizer, tiny_model, monkeypatch):
     from datasets import Dataset
 
-    from trl_ext.pairs import mine_pairs, round_trips, sample_groups
+    from trl_ext.dpo.pairs import mine_pairs, round_trips, sample_groups
 
     # the demo tokenizer: text -> ids is exact, with the EOS TRL's DPOTrainer appends
     ids = tokenizer("12", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]

@@ -10,7 +10,7 @@ import torch
 import trl
 from datasets import Dataset
 
-from trl_ext.dpo import DPOConfig, DPOTrainer, train_iterative_dpo
+from trl_ext.dpo.trainer import DPOConfig, DPOTrainer, train_iterative_dpo
 
 PAIRS = Dataset.from_dict(
     {

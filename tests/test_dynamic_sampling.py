@@ -11,7 +11,7 @@ from helpers import tiny_args
 from transformers import TrainerCallback
 
 from trl_ext import DAPOConfig, DAPOTrainer, group_filter
-from trl_ext.group_filter import informative_groups
+from trl_ext.grpo.group_filter import informative_groups
 
 
 def even_answer_reward(completions, answer, **kwargs):
@@ -349,7 +349,7 @@ def _iterable_trainer(tokenizer, problems, out, **overrides):
 
 
 def test_iterable_dataset_refills_from_the_stream_and_resumes_exactly(tokenizer, problems, tmp_path):
-    from trl_ext.dynamic_sampling import IterablePromptStream
+    from trl_ext.grpo.dynamic_sampling import IterablePromptStream
 
     full = _iterable_trainer(tokenizer, problems, tmp_path / "full", save_strategy="steps", save_steps=2)
     assert isinstance(full._ds_stream, IterablePromptStream)
@@ -369,7 +369,7 @@ def test_iterable_dataset_refills_from_the_stream_and_resumes_exactly(tokenizer,
 
 
 def test_iterable_prompt_stream_is_seeded_and_resumable(problems):
-    from trl_ext.dynamic_sampling import IterablePromptStream
+    from trl_ext.grpo.dynamic_sampling import IterablePromptStream
 
     data = problems[0].select(range(10)).to_iterable_dataset()
     a = IterablePromptStream(data, seed=3)

@@ -17,8 +17,8 @@ from datasets import Dataset
 from helpers import tiny_args
 
 from trl_ext import DAPOTrainer, GRPOTrainer, get_preset
-from trl_ext.reliability import NonFiniteLossError
-from trl_ext.reward_guard import RewardFunctionError
+from trl_ext.reliability.mixin import NonFiniteLossError
+from trl_ext.reliability.reward_guard import RewardFunctionError
 
 
 @contextmanager
@@ -183,8 +183,8 @@ def _yaml(tmp_path, text: str) -> str:
 
 def test_unknown_reward_name_in_yaml(tmp_path):
     from trl_ext import DAPOConfig
-    from trl_ext.pipeline import reward_functions
-    from trl_ext.rl_recipe import parse
+    from trl_ext.recipe.common import reward_functions
+    from trl_ext.recipe.grpo import parse
 
     config = _yaml(tmp_path, "reward_funcs: [acuracy]\n")
     script_args, _, _ = parse(DAPOConfig, "dapo", ["--config", config])
@@ -196,8 +196,8 @@ def test_yaml_key_typo_is_an_error_not_ignored(tmp_path):
     from trl import ModelConfig
 
     from trl_ext import DAPOConfig
-    from trl_ext.preflight import check_config_keys
-    from trl_ext.rl_recipe import RLScriptArguments, parse
+    from trl_ext.reliability.checks import check_config_keys
+    from trl_ext.recipe.grpo import RLScriptArguments, parse
 
     config = _yaml(tmp_path, "lerning_rate: 0.1\n")
     with raises(ValueError, "lerning_rate"):  # what the recipes do today (TRL's parser)
@@ -230,9 +230,9 @@ def test_prompt_plus_completion_longer_than_the_context(tiny_model, tokenizer, p
 
 
 def test_use_vllm_without_vllm(tiny_model, tokenizer, problems, tmp_path, monkeypatch):
-    import trl_ext.preflight
+    import trl_ext.reliability.checks
 
-    monkeypatch.setattr(trl_ext.preflight, "vllm_installed", lambda: False)
+    monkeypatch.setattr(trl_ext.reliability.checks, "vllm_installed", lambda: False)
     with raises(ValueError, "use_vllm=True, but vLLM is not installed", "set use_vllm=False"):
         _dapo(tiny_model, tokenizer, problems[0], tmp_path, use_vllm=True)
 
@@ -241,7 +241,7 @@ def test_ppo_with_a_trl_that_has_no_ppo(monkeypatch):
     import trl
     from packaging.version import Version
 
-    from trl_ext.preflight import require_ppo
+    from trl_ext.reliability.checks import require_ppo
 
     if Version(trl.__version__) < Version("1.13"):
         assert require_ppo()[1].__name__ == "PPOTrainer"  # trl 1.12 has it

@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState
 
-from trl_ext.health import CONDITIONS, HealthMonitor, HealthThresholds
+from trl_ext.diagnostics.health import CONDITIONS, HealthMonitor, HealthThresholds
 
 
 def run(monitor: HealthMonitor, stream: list[dict], args=None) -> list[dict]:
@@ -50,7 +50,7 @@ def healthy_stream(n: int = 60) -> list[dict]:
 
 def test_healthy_run_stays_quiet(caplog):
     monitor = HealthMonitor()
-    with caplog.at_level(logging.WARNING, logger="trl_ext.health"):
+    with caplog.at_level(logging.WARNING, logger="trl_ext.diagnostics.health"):
         metrics = run(monitor, healthy_stream())
     assert monitor.events == [] and caplog.records == []
     # Every condition was evaluated (its flag logged, 0.0) once the warm-up / window allowed it.
@@ -172,7 +172,7 @@ def test_reward_stall_while_loss_moves():
 def test_warning_printed_once_per_episode(caplog):
     high, low = {"completions/clipped_ratio": 0.5}, {"completions/clipped_ratio": 0.0}
     monitor = HealthMonitor(HealthThresholds(truncated_patience=1))
-    with caplog.at_level(logging.WARNING, logger="trl_ext.health"):
+    with caplog.at_level(logging.WARNING, logger="trl_ext.diagnostics.health"):
         run(monitor, [high, high, high, low, high, high])
     assert [r.getMessage().split(":")[0] for r in caplog.records] == [
         "[trl-ext health] step 1, truncation_high",

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rewards.arithmetic import parse_first_int
-from trl_ext.probe import (
+from trl_ext.diagnostics.probe import (
     ProbeArguments,
     fit_beta_prior,
     main,

@@ -127,7 +127,7 @@ def test_resume_after_a_checkpoint_matches_the_uninterrupted_run(tmp_path, algo)
 def test_a_save_interrupted_half_way_is_never_picked_up(tmp_path, caplog):
     from transformers.trainer_utils import get_last_checkpoint
 
-    from trl_ext.checkpointing import last_complete_checkpoint
+    from trl_ext.reliability.checkpoints import last_complete_checkpoint
 
     out = tmp_path / "run"
     trainer = _in_process("dapo", out)
@@ -149,7 +149,7 @@ def test_a_save_interrupted_half_way_is_never_picked_up(tmp_path, caplog):
     legacy.mkdir()
     (legacy / "model.safetensors").write_bytes(b"")
     resumed = _in_process("dapo", out)
-    with caplog.at_level(logging.WARNING, logger="trl_ext.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="trl_ext.reliability.checkpoints"):
         resumed.train(resume_from_checkpoint=True)
     assert "Skipping incomplete checkpoint(s)" in caplog.text and "checkpoint-9" in caplog.text
     assert resumed.state.global_step == 10

@@ -10,7 +10,7 @@ import torch
 import trl
 from helpers import tiny_args
 
-from trl_ext import DAPOTrainer, GRPOTrainer, GSPOTokenTrainer, GSPOTrainer
+from trl_ext import DAPOTrainer, GRPOTrainer, GSPOTokenTrainer, GSPOTrainer, trainer_class_for
 
 
 def position_reward(completions, **kwargs):
@@ -116,7 +116,8 @@ def test_gspo_token_equals_gspo_with_sequence_advantages(tokenizer, problems, tm
     losses, grads = [], []
     for gspo_token in (False, True):
         args = tiny_args("gspo", tmp_path / str(gspo_token), gspo_token=gspo_token)
-        trainer = GSPOTrainer(
+        # the preset table picks the class: GSPOTokenTrainer exactly when the config says gspo_token
+        trainer = trainer_class_for(args)(
             _small_model(tokenizer),
             [position_reward],
             args=args,
@@ -214,7 +215,7 @@ def test_round_limit_trains_on_nothing_and_warns_once(tiny_model, tokenizer, pro
         tiny_model, [constant_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
     )
     before = _final_params(trainer)
-    with caplog.at_level(logging.WARNING, logger="trl_ext.dynamic_sampling"):
+    with caplog.at_level(logging.WARNING, logger="trl_ext.grpo.dynamic_sampling"):
         trainer.train()
     assert torch.equal(before, _final_params(trainer))  # zero-weight fillers change nothing
     logs = [h for h in trainer.state.log_history if "dynamic_sampling/limit_hit" in h]

@@ -52,7 +52,7 @@ def test_import_loads_nothing_from_trl_experimental():
         "import sys, trl\n"
         "from trl import DPOTrainer, GRPOTrainer, SFTTrainer\n"
         "before = {m for m in sys.modules if m.startswith('trl.experimental')}\n"
-        "import trl_ext, trl_ext.trainers, trl_ext.dpo, trl_ext.presets, trl_ext.ppo\n"
+        "import trl_ext, trl_ext.grpo.trainers, trl_ext.dpo, trl_ext.grpo.presets, trl_ext.ppo\n"
         "print(sorted({m for m in sys.modules if m.startswith('trl.experimental')} - before))\n"
     )
     env = {**os.environ, "PYTHONPATH": REPO}
@@ -65,7 +65,7 @@ def test_import_loads_nothing_from_trl_experimental():
 
 
 def test_trl_compute_loss_reads_old_logps_after_the_policy_forward():
-    """GSPO-token (trl_ext.gspo_token) replaces the batch's old log-probabilities inside TRL's policy forward
+    """GSPO-token (trl_ext.grpo.gspo_token) replaces the batch's old log-probabilities inside TRL's policy forward
     (``_get_per_token_logps_and_entropies``), which only works if ``_compute_loss`` reads them afterwards and forms
     ``log_ratio = per_token_logps - old_per_token_logps`` at the token level. Fails loudly if TRL changes that."""
     source = inspect.getsource(trl.GRPOTrainer._compute_loss)
@@ -81,7 +81,7 @@ def test_trl_compute_loss_reads_old_logps_after_the_policy_forward():
 
 
 def test_gspo_token_old_logps_give_eq_13_log_ratio():
-    from trl_ext.gspo_token import gspo_token_old_logps
+    from trl_ext.grpo.gspo_token import gspo_token_old_logps
 
     logps = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.25, -9.0]], requires_grad=True)
     old = torch.tensor([[-1.5, -2.5, -3.0], [-0.5, -0.5, 0.0]])
@@ -130,7 +130,7 @@ def test_sequence_token_level_without_our_switch_fails_at_construction(tiny_mode
 def test_next_token_logps_from_fused_log_probs_or_logits():
     from types import SimpleNamespace
 
-    from trl_ext.dpo import _next_token_logps
+    from trl_ext.dpo.trainer import _next_token_logps
 
     input_ids = torch.tensor([[0, 2, 1]])
     logits = torch.tensor([[[0.0, 1.0, 2.0], [1.0, 1.0, 1.0], [5.0, 0.0, 0.0]]])
@@ -167,7 +167,7 @@ def test_ppo_on_newer_trl_fails_at_construction_naming_the_install_line(tokenize
 
 @pytest.mark.skipif(not HAS_PPO, reason='PPO needs trl 1.12 (removed in 1.13): pip install "trl-ext[ppo]"')
 def test_ppo_is_available_on_trl_1_12():
-    from trl_ext.preflight import require_ppo
+    from trl_ext.reliability.checks import require_ppo
 
     config, trainer = require_ppo()
     assert trainer.__name__ == "PPOTrainer" and config.__name__ == "PPOConfig"

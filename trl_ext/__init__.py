@@ -5,20 +5,22 @@ Public API: presets (configs), drop-in trainers, group-mined DPO, diagnostics.
 demand, since only trl 1.12 ships ``PPOTrainer``).
 """
 
-from trl_ext.dpo import DPOConfig, DPOTrainer, train_iterative_dpo
-from trl_ext.health import HealthMonitor, HealthThresholds
-from trl_ext.pairs import build_pairs, mine_pairs
-from trl_ext.presets import (
+from trl_ext.diagnostics import HealthMonitor, HealthThresholds, ProbeArguments, probe_model, run_probe
+from trl_ext.dpo import DPOConfig, DPOTrainer, build_pairs, mine_pairs, train_iterative_dpo
+from trl_ext.grpo import (
     DAPOConfig,
+    DAPOTrainer,
     DrGRPOConfig,
     GRPOFamilyConfig,
     GRPOPaperConfig,
+    GRPOTrainer,
     GSPOConfig,
+    GSPOTokenTrainer,
+    GSPOTrainer,
     get_preset,
     preset_names,
+    trainer_class_for,
 )
-from trl_ext.probe import ProbeArguments, probe_model, run_probe
-from trl_ext.trainers import DAPOTrainer, GRPOTrainer, GSPOTokenTrainer, GSPOTrainer, trainer_class_for
 
 __version__ = "0.1.0"
 

@@ -5,7 +5,7 @@
   methods (TRL's config default and TRL's generation helper use the old names), its "``past_key_values`` is
   deprecated" notice (TRL's SFT loss), TRL's notice on importing ``trl.experimental`` (the PPO recipe), DeepSpeed's "Setting accelerator to CPU" line (DeepSpeed would pick the CPU
   anyway) and the loading / writing progress bars of transformers and datasets. Warnings that ask the user to act
-  (``trl_ext.dynamic_sampling``'s round limit, ``trl_ext.health``) are always shown. ``TRL_EXT_LIBRARY_WARNINGS=1``
+  (``trl_ext.grpo.dynamic_sampling``'s round limit, ``trl_ext.diagnostics.health``) are always shown. ``TRL_EXT_LIBRARY_WARNINGS=1``
   turns all of this off and shows everything as the libraries print it.
 - :class:`ConsoleCallback` replaces transformers' ``ProgressCallback`` / ``PrinterCallback`` (which print the raw
   metrics dict of every log): a tqdm bar for the phase whose postfix carries the figures that matter, and one short

@@ -123,7 +123,7 @@ def greedy_accuracy(
     """Held-out greedy accuracy: the fraction of prompts whose greedy completion (4 new tokens) has the answer as its
     first integer, i.e. the ``arithmetic`` reward of the greedy completion (``progress``: a tqdm bar's title)."""
     from rewards.arithmetic import arithmetic_reward
-    from trl_ext.held_out import greedy_reward_accuracy
+    from trl_ext.diagnostics.held_out import greedy_reward_accuracy
 
     return greedy_reward_accuracy(
         model, tokenizer, dataset, arithmetic_reward, max_new_tokens=4, batch_size=batch_size, progress=progress
@@ -141,7 +141,7 @@ class WarmStartConfig:
 
 
 def warm_start_sft_kwargs(output_dir: str, sft: WarmStartConfig | None = None) -> dict[str, Any]:
-    """The ``SFTConfig`` fields of the warm start (shared with ``recipes/sft.py`` through ``trl_ext.pipeline``)."""
+    """The ``SFTConfig`` fields of the warm start (shared with ``recipes/sft.py`` through ``trl_ext.recipe.common``)."""
     sft = sft or WarmStartConfig()
     return dict(
         output_dir=output_dir,

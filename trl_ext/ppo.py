@@ -30,8 +30,8 @@ import torch
 from datasets import Dataset
 from transformers.modeling_outputs import BaseModelOutput
 
-from trl_ext.pairs import score_completions
-from trl_ext.preflight import require_ppo
+from trl_ext.dpo.pairs import score_completions
+from trl_ext.reliability.checks import require_ppo
 
 
 def _prompt_text(prompt: Any, tokenizer: Any) -> str:

@@ -22,7 +22,7 @@ and reads only the metrics the trainer logs. At every log it checks:
 A check whose metric is absent from a log (e.g. ``kl`` with ``beta=0``) is skipped for that log.
 
 **Once per episode.** A condition warns when it becomes active and then stays quiet until it has cleared and comes
-back; the warning is logged with the ``logging`` module (logger ``trl_ext.health``) on the main process only.
+back; the warning is logged with the ``logging`` module (logger ``trl_ext.diagnostics.health``) on the main process only.
 
 **As metrics.** Every log gains ``health/<condition>`` = 1.0 (active) or 0.0 for each condition evaluated, plus
 ``health/kl_ratio`` and ``health/entropy_ratio`` (the quantities behind the two relative thresholds). The monitor
@@ -61,7 +61,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import ExportableState
 
-from trl_ext.group_filter import expected_rounds
+from trl_ext.grpo.group_filter import expected_rounds
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ CONDITIONS = (
 
 @dataclass
 class HealthThresholds:
-    """When the monitor speaks. Every threshold is explained with its check in :mod:`trl_ext.health`.
+    """When the monitor speaks. Every threshold is explained with its check in :mod:`trl_ext.diagnostics.health`.
 
     Running levels:
         warmup_logs: logs used to establish the KL running level and the starting entropy before the relative
@@ -200,7 +200,7 @@ def _hint(args: Any, name: str) -> str:
 
 
 class HealthMonitor(TrainerCallback, ExportableState):
-    """Watches logged metrics and warns, once per episode, with the suggested action (see :mod:`trl_ext.health`).
+    """Watches logged metrics and warns, once per episode, with the suggested action (see :mod:`trl_ext.diagnostics.health`).
 
     ``check(logs, step)`` is the whole logic and needs no trainer; ``on_log`` calls it, writes the ``health/*``
     metrics into the logs and stops training on a fatal condition. ``events`` holds every warning given.
@@ -440,7 +440,7 @@ class HealthMonitor(TrainerCallback, ExportableState):
         return active, (
             f"reward stalled: it changed by {rise:+.4f} over the last {n} logs (mean {r_mean:.3f}, threshold "
             f"{th.reward_stall_delta:g}) while the loss moved over a range of {loss_range:.4g}. Check a sample of "
-            "completions against the reward functions, the dataset's difficulty (run trl_ext.probe), "
+            "completions against the reward functions, the dataset's difficulty (run trl_ext.diagnostics.probe), "
             f"learning_rate{_hint(args, 'learning_rate')} and num_generations{_hint(args, 'num_generations')}."
         )
 

@@ -7,7 +7,7 @@ demo's own metric, which equals the ``arithmetic`` reward of the greedy completi
 
 :class:`HeldOutEvaluation` evaluates every ``every`` optimizer steps and at the last step and adds the value to the
 log of that step, so that it reaches ``state.log_history``, ``metrics.jsonl`` and every tracker like any other
-metric (it registers itself first among the trainer's callbacks, as ``trl_ext.health.HealthMonitor`` does, because
+metric (it registers itself first among the trainer's callbacks, as ``trl_ext.diagnostics.health.HealthMonitor`` does, because
 ``Trainer`` calls the reporting callbacks before those passed in ``callbacks=[...]``). With ``every=None`` the
 interval adapts: it starts at ``logging_steps`` and, whenever evaluating has taken more than ``target_frac`` of the
 run so far, widens to the multiple of ``logging_steps`` at which one evaluation costs ``target_frac`` of the steps

@@ -7,9 +7,9 @@ scores them with the run's reward functions and reports:
 - **pass@1 and pass@k** for k = 1, 2, 4, ..., G, with the unbiased estimator of Chen et al. (arXiv 2107.03374):
   ``pass@k = 1 - C(n - c, k) / C(n, k)`` per prompt (n samples, c successes), averaged over prompts;
 - the fractions of **all-correct, all-wrong and mixed groups** (by success), and the fraction of groups that
-  dynamic sampling keeps (rewards not all equal: ``trl_ext.group_filter.informative_groups``, DAPO Eq. 11);
+  dynamic sampling keeps (rewards not all equal: ``trl_ext.grpo.group_filter.informative_groups``, DAPO Eq. 11);
 - the **expected generation rounds per step** that dynamic sampling needs at this difficulty
-  (``trl_ext.group_filter.expected_rounds``: whole-batch refills of ``groups_per_batch`` prompts, as the trainer
+  (``trl_ext.grpo.group_filter.expected_rounds``: whole-batch refills of ``groups_per_batch`` prompts, as the trainer
   does, until that many informative groups are in hand, capped at ``max_rounds``), and how the kept fraction would change
   with a smaller or larger group;
 - the reward distribution, completion lengths and the fraction truncated (no EOS within ``max_completion_length``,
@@ -28,9 +28,9 @@ The report is printed as a table, saved as ``report.json`` and plotted as ``hist
 warm start (``trl_ext.demo.warm_start``); ``--no_warm_start`` (or ``--model_name_or_path demo-random``) probes the
 cold, randomly initialised demo model instead::
 
-    python -m trl_ext.probe                       # demo, warm-started
-    python -m trl_ext.probe --no_warm_start       # demo, cold
-    python -m trl_ext.probe --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name my/math \\
+    python -m trl_ext.diagnostics.probe                       # demo, warm-started
+    python -m trl_ext.diagnostics.probe --no_warm_start       # demo, cold
+    python -m trl_ext.diagnostics.probe --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name my/math \\
         --reward_funcs accuracy format --num_generations 16
 
 What it does not do: it does not train, and it samples with the model's plain ``generate`` (no chat template beyond
@@ -53,7 +53,7 @@ from typing import Any
 import torch
 from datasets import Dataset
 
-from trl_ext.group_filter import expected_rounds, group_stats, informative_groups
+from trl_ext.grpo.group_filter import expected_rounds, group_stats, informative_groups
 
 DEMO = "demo"
 DEMO_RANDOM = "demo-random"
@@ -589,8 +589,8 @@ def score(
 
 def load_prompts(args: ProbeArguments) -> Dataset:
     """The dataset split (for the demo: ``train``, or the held-out set for ``test``), a seeded sample of
-    ``num_prompts`` rows. Loading is the recipes' (``trl_ext.pipeline.load_data``)."""
-    from trl_ext.pipeline import load_data
+    ``num_prompts`` rows. Loading is the recipes' (``trl_ext.recipe.common.load_data``)."""
+    from trl_ext.recipe.common import load_data
 
     train, held_out = load_data(args.dataset_name, args.dataset_config, train_split=args.dataset_split)
     held_out_names = ("test", "eval", "validation", "held_out")
@@ -829,8 +829,8 @@ def probe_model(
 
 def load_model(args: ProbeArguments) -> tuple[Any, Any, str, str | None]:
     """The model and tokenizer to probe, a display name, and its path (for vLLM; None for the cold demo model).
-    Loading is the recipes' (``trl_ext.pipeline.load_policy``: no name = the demo's cached SFT warm start)."""
-    from trl_ext.pipeline import load_policy
+    Loading is the recipes' (``trl_ext.recipe.common.load_policy``: no name = the demo's cached SFT warm start)."""
+    from trl_ext.recipe.common import load_policy
 
     if args.no_warm_start or args.model_name_or_path == DEMO_RANDOM:
         from trl_ext.demo import build_model, build_tokenizer
@@ -847,7 +847,7 @@ def run_probe(args: ProbeArguments | None = None, save: bool = True) -> ProbeRep
     """Load the model, data and rewards named in ``args``, probe, and (``save=True``) write the report files."""
     args = args or ProbeArguments()
     model, tokenizer, name, path = load_model(args)
-    from trl_ext.pipeline import reward_functions
+    from trl_ext.recipe.common import reward_functions
 
     reward_funcs = reward_functions(args.reward_funcs, args.reward_options)
     report = probe_model(model, tokenizer, load_prompts(args), reward_funcs, args, name, path)

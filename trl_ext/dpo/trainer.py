@@ -27,11 +27,11 @@ TRL settings that counter length bias (all ``trl.DPOConfig`` fields, so also fie
 - ``loss_type=["sigmoid", "sft"], loss_weights=[1.0, alpha]``: RPO's NLL term on the chosen completion (Iterative
   RPO, arXiv 2404.19733, Eq. 1, alpha = 1 in the paper; TRL's "sft" term is the token-mean NLL, where the paper
   divides by |x| + |y|). It keeps the chosen log-likelihood from falling, the failure that makes plain DPO drift.
-- Data side: ``trl_ext.pairs`` pairs completions of similar length (``pairs_per_group``, ``max_length_gap``).
+- Data side: ``trl_ext.dpo.pairs`` pairs completions of similar length (``pairs_per_group``, ``max_length_gap``).
 
 Group-mined, iterative DPO (Iterative RPO, arXiv 2404.19733, section 2): ``DPOTrainer.from_groups`` samples
 ``num_generations`` completions per prompt from the current policy, scores them with GRPO-family reward functions,
-drops all-equal groups (``trl_ext.group_filter``, shared with DAPO's dynamic sampling) and trains on length-matched
+drops all-equal groups (``trl_ext.grpo.group_filter``, shared with DAPO's dynamic sampling) and trains on length-matched
 best-vs-worst pairs. ``train_iterative_dpo`` repeats that for ``mining_rounds`` rounds, each round re-sampling from
 the improved model and using it as the new reference (the paper's M_t -> M_{t+1} with reference M_t). What it does
 not do: the paper's gold-answer check on the chosen chain of thought is whatever your reward function checks, and it
@@ -53,8 +53,8 @@ import trl
 from datasets import Dataset
 from trl.trainer.utils import selective_log_softmax
 
-from trl_ext.group_filter import DEFAULT_ATOL
-from trl_ext.pairs import PairStats, mine_pairs
+from trl_ext.grpo.group_filter import DEFAULT_ATOL
+from trl_ext.dpo.pairs import PairStats, mine_pairs
 
 logger = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ class DPOTrainer(trl.DPOTrainer):
         callbacks: list | None = None,
         peft_config: Any = None,
     ) -> DPOTrainer:
-        """A trainer on pairs mined from the current ``model`` (``trl_ext.pairs.mine_pairs``) for the prompts of
+        """A trainer on pairs mined from the current ``model`` (``trl_ext.dpo.pairs.mine_pairs``) for the prompts of
         ``train_dataset`` (a ``prompt`` column and the columns the reward functions read). ``ref_model=None`` with
         a full model uses a frozen copy of ``model`` as it is now (TRL would reload ``model``'s checkpoint from
         disk, which is not the current policy after a previous round). ``eval_dataset``, if given, must be a

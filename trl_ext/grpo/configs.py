@@ -13,23 +13,19 @@ contradictory settings at construction with a message that names the field and t
 - ``GSPOConfig``: GSPO (arXiv 2507.18071): sequence-level ratio, eps 3e-4/4e-4, sequence-mean aggregation,
   4 minibatches per rollout; ``gspo_token=True`` selects GSPO-token.
 
-``get_preset(name, **overrides)`` builds any of them by name (``"grpo"``, ``"dr_grpo"``, ``"dapo"``, ``"gspo"``,
-``"gspo_token"``).
+Which trainer runs which config, and the names the command line, Python and YAML use, are decided in one table:
+``trl_ext.grpo.presets.PRESETS``.
 """
 
 from __future__ import annotations
 
-import difflib
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from trl import GRPOConfig
 
-
-def _close_match(name: str, choices: list[str]) -> str:
-    match = difflib.get_close_matches(name, choices, n=1)
-    return f" Did you mean {match[0]!r}?" if match else ""
+from trl_ext.reliability.reward_guard import validate_reward_settings
 
 
 @dataclass
@@ -58,7 +54,7 @@ class GRPOFamilyConfig(GRPOConfig):
             all-max ("too easy") in the logs. ``None``: the extremes seen so far in training.
         reward_errors (`str`, defaults to `"raise"`):
             A reward function raising on a completion stops the run, naming the function and the completion
-            (``"raise"``), or scores it ``None`` and counts it (``"skip"``; ``trl_ext.reward_guard``).
+            (``"raise"``), or scores it ``None`` and counts it (``"skip"``; ``trl_ext.reliability.reward_guard``).
         reward_timeout (`float` or `None`, defaults to `None`):
             Per-call time limit of a reward function, counted and logged as ``rewards/<name>/timeouts``.
     """
@@ -121,8 +117,6 @@ class GRPOFamilyConfig(GRPOConfig):
                 f"change num_generations. ({error})"
             ) from error
         self._validate_family()
-        from trl_ext.reward_guard import validate_reward_settings
-
         validate_reward_settings(self.reward_errors, self.reward_timeout)
 
     def _validate_group(self) -> None:
@@ -273,7 +267,7 @@ class GSPOConfig(GRPOFamilyConfig):
             ``num_minibatches * gradient_accumulation_steps`` unless given. With a single on-policy update s_i = 1
             and GSPO equals GRPO.
         gspo_token (`bool`, defaults to `False`): GSPO-token (Eq. 13-14), s_{i,t} = sg[s_i] pi_t / sg[pi_t]
-            (``trl_ext.gspo_token``). It sets ``importance_sampling_level="token"``, the level every supported TRL
+            (``trl_ext.grpo.gspo_token``). It sets ``importance_sampling_level="token"``, the level every supported TRL
             accepts, and the trainers form the GSPO-token ratio from it. ``importance_sampling_level=
             "sequence_token"`` (TRL 1.12's experimental spelling, rejected by TRL >= 1.14) means the same.
     """
@@ -316,32 +310,3 @@ class GSPOConfig(GRPOFamilyConfig):
                 f"loss_type={self.loss_type!r} sums over tokens, which weighs each GSPO sequence by its length "
                 "(TRL issue #3823). Use loss_type='grpo' (sequence mean, GSPO Eq. 5, the default)."
             )
-
-
-PRESETS: dict[str, tuple[type[GRPOFamilyConfig], dict[str, Any]]] = {
-    "grpo": (GRPOPaperConfig, {}),
-    "dr_grpo": (DrGRPOConfig, {}),
-    "dapo": (DAPOConfig, {}),
-    "gspo": (GSPOConfig, {}),
-    "gspo_token": (GSPOConfig, {"gspo_token": True}),
-}
-
-
-def preset_names() -> list[str]:
-    return sorted(PRESETS)
-
-
-def get_preset(name: str, **overrides: Any) -> GRPOFamilyConfig:
-    """Build the config of preset ``name`` with ``overrides`` applied (unknown fields raise, naming the field)."""
-    key = name.lower().replace("-", "_")
-    if key not in PRESETS:
-        raise ValueError(
-            f"Unknown preset {name!r}. Known presets: {preset_names()}.{_close_match(key, list(PRESETS))}"
-        )
-    config_class, defaults = PRESETS[key]
-    known = {f.name for f in fields(config_class) if f.init}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        hints = "".join(_close_match(u, sorted(known)) for u in unknown)
-        raise ValueError(f"Unknown field(s) {unknown} for preset {name!r} ({config_class.__name__}).{hints}")
-    return config_class(**{**defaults, **overrides})

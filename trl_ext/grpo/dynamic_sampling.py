@@ -1,7 +1,7 @@
 """DAPO dynamic sampling (arXiv 2503.14476, section 3.2, Eq. 11) as a mixin over TRL's ``GRPOTrainer``.
 
 What it does, relative to the paper: after TRL generates and scores a generation batch, groups whose *accuracy* is
-all equal are dropped (``trl_ext.group_filter``), and completions are generated for fresh training prompts until the
+all equal are dropped (``trl_ext.grpo.group_filter``), and completions are generated for fresh training prompts until the
 generation batch again holds as many informative groups as it was meant to hold. Extra informative groups of the
 last round are discarded (not buffered: a buffered group would be off-policy at the next step) and counted
 (``dynamic_sampling/surplus_groups``, ``surplus_time``).
@@ -41,7 +41,7 @@ super()"):
 - ``compute_loss`` counts the trained tokens of each micro-batch; ``create_optimizer`` installs the step gate.
 - Refill prompts come from a second, seeded stream over the training set; its position is saved with each checkpoint
   (``dynamic_sampling_state.json``) and restored on resume, like TRL's own ``entropy_ctrl_state.json``. Under
-  ``trl_ext.checkpointing.AtomicCheckpointMixin`` (the trainers of ``trl_ext.trainers``) ``_get_output_dir`` points
+  ``trl_ext.reliability.checkpoints.AtomicCheckpointMixin`` (the trainers of ``trl_ext.grpo.trainers``) ``_get_output_dir`` points
   at the staging folder while a checkpoint is written, so this file is part of the atomic checkpoint.
 
 Cost: each refill round costs a full generation batch. Old-policy and reference log-probs are computed inside TRL

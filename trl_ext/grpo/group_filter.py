@@ -110,7 +110,7 @@ def group_stats(
 
 
 def expected_rounds(informative_frac: float, max_rounds: int | None = None, num_groups: int = 1) -> float:
-    """Expected generation rounds per step under the trainer's refill policy (``trl_ext.dynamic_sampling``): every
+    """Expected generation rounds per step under the trainer's refill policy (``trl_ext.grpo.dynamic_sampling``): every
     round generates a whole generation batch of ``num_groups`` groups, each informative with probability
     ``p = informative_frac`` independently, until ``num_groups`` informative groups are in hand or ``max_rounds``
     rounds were made. With R that number of rounds, E[R] = sum_{r >= 0, r < max_rounds} P(R > r) and

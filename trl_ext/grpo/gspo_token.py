@@ -20,7 +20,7 @@ with
 exactly Eq. 13 in log space. The policy log-probabilities themselves are untouched, so the KL term, entropies and
 metrics are TRL's. With ``off_policy_mask_threshold`` the mask keeps reading the true old log-probabilities.
 
-Switched on by ``args.gspo_token`` (``trl_ext.presets.GSPOConfig(gspo_token=True)``).
+Switched on by ``args.gspo_token`` (``trl_ext.grpo.presets.GSPOConfig(gspo_token=True)``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Drop-in trainers of the GRPO family: TRL's ``GRPOTrainer`` plus one small mixin each.
 
-All take exactly the arguments of ``trl.GRPOTrainer``. The algorithm lives in the config (``trl_ext.presets``); a
+All take exactly the arguments of ``trl.GRPOTrainer``. The algorithm lives in the config (``trl_ext.grpo.configs``); a
 trainer class exists only where behaviour changes. Every one of them checks its inputs at construction, guards the
 reward functions, stops on a non-finite loss, writes atomic checkpoints and resumes exactly
 (``trl_ext.reliability``).
@@ -8,9 +8,12 @@ reward functions, stops on a non-finite loss, writes atomic checkpoints and resu
 - ``GRPOTrainer``: TRL's trainer plus dynamic sampling (off unless ``args.dynamic_sampling``).
 - ``DAPOTrainer``: defaults to ``DAPOConfig`` and adds DAPO's soft overlong punishment (Eq. 13, TRL's
   ``get_soft_overlong_punishment``) to the reward functions when ``args.soft_overlong_punishment``.
-- ``GSPOTrainer``: defaults to ``GSPOConfig``; logs GSPO's sequence-level clip fractions under ``gspo/*``; with
-  ``args.gspo_token`` it builds a ``GSPOTokenTrainer`` (GSPO-token, ``trl_ext.gspo_token``: TRL's token-level loss
-  with the ratio of Eq. 13, on every supported TRL release).
+- ``GSPOTrainer``: defaults to ``GSPOConfig``; logs GSPO's sequence-level clip fractions under ``gspo/*``.
+- ``GSPOTokenTrainer``: GSPO-token (``trl_ext.grpo.gspo_token``: TRL's token-level loss with the ratio of Eq. 13, on
+  every supported TRL release). The ratio itself is switched by ``args.gspo_token`` in the shared mixin, so a
+  ``GSPOTrainer`` given such a config trains GSPO-token too; this class only insists on the flag.
+
+Which class a config or preset name gets is decided in one place: the table in ``trl_ext.grpo.presets``.
 
 ``reward_funcs`` is optional as in ``trl.GRPOTrainer`` (an ``environment_factory`` whose environments define
 ``get_reward`` may own the reward; TRL raises its own error when there is no reward source at all). Nothing here
@@ -27,10 +30,10 @@ from typing import Any
 import trl
 from trl.rewards import get_soft_overlong_punishment
 
-from trl_ext.dynamic_sampling import DynamicSamplingMixin
-from trl_ext.gspo_token import GSPOTokenMixin
-from trl_ext.presets import DAPOConfig, GRPOFamilyConfig, GSPOConfig
-from trl_ext.reliability import GRPOReliabilityMixin
+from trl_ext.grpo.dynamic_sampling import DynamicSamplingMixin
+from trl_ext.grpo.gspo_token import GSPOTokenMixin
+from trl_ext.grpo.configs import DAPOConfig, GRPOFamilyConfig, GSPOConfig
+from trl_ext.reliability.mixin import GRPOReliabilityMixin
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +141,7 @@ class GSPOTrainer(GRPOTrainer):
     """GSPO (arXiv 2507.18071): the sequence-level ratio and its clipping come from ``GSPOConfig``
     (``importance_sampling_level="sequence"``, TRL's implementation of Eq. 7). TRL reports clip fractions per
     sequence when the ratio is sequence-level; this class also logs them as ``gspo/seq_clip_frac_{low,high,region}``
-    so GSPO dashboards do not depend on that detail. ``GSPOConfig(gspo_token=True)`` returns a ``GSPOTokenTrainer``.
+    so GSPO dashboards do not depend on that detail. ``trainer_class_for(GSPOConfig(gspo_token=True))`` is ``GSPOTokenTrainer``.
     """
 
     _default_config = GSPOConfig
@@ -151,11 +154,6 @@ class GSPOTrainer(GRPOTrainer):
         "citation": "@article{zheng2025gspo,\n    title  = {{Group Sequence Policy Optimization}},\n    author = "
         "{Chujie Zheng and others},\n    year   = 2025,\n    eprint = {arXiv:2507.18071},\n}",
     }
-
-    def __new__(cls, model: Any = None, reward_funcs: Any = None, args: Any = None, *rest: Any, **kw: Any):
-        if cls is GSPOTrainer and getattr(args, "gspo_token", False):
-            return super().__new__(GSPOTokenTrainer)
-        return super().__new__(cls)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # TRL averages self._metrics into the logs inside its own log(); alias the per-sequence clip fractions there.
@@ -171,7 +169,7 @@ class GSPOTrainer(GRPOTrainer):
 
 
 class GSPOTokenTrainer(GSPOTrainer):
-    """GSPO-token (arXiv 2507.18071, Eq. 13): s_{i,t} = sg[s_i] * pi(o_t) / sg[pi(o_t)] (``trl_ext.gspo_token``,
+    """GSPO-token (arXiv 2507.18071, Eq. 13): s_{i,t} = sg[s_i] * pi(o_t) / sg[pi(o_t)] (``trl_ext.grpo.gspo_token``,
     over TRL's token-level loss), with dynamic sampling and ``gspo/*`` logging from this package."""
 
     def __init__(
@@ -185,12 +183,3 @@ class GSPOTokenTrainer(GSPOTrainer):
                 "GSPOConfig(gspo_token=True)."
             )
         super().__init__(model, reward_funcs, args, *rest, **kw)
-
-
-def trainer_class_for(args: trl.GRPOConfig) -> type[GRPOTrainer]:
-    """The trainer class matching a config (used by the recipes)."""
-    if isinstance(args, DAPOConfig):
-        return DAPOTrainer
-    if isinstance(args, GSPOConfig):
-        return GSPOTokenTrainer if args.gspo_token else GSPOTrainer
-    return GRPOTrainer

@@ -4,7 +4,7 @@ Recipes (``recipes/sft.py``, ``dpo.py``, ``ppo.py``) only parse (``parse_recipe_
 ``--model_name_or_path`` the demo YAML ``recipes/configs/demo/<recipe>/config_demo.yaml`` supplies the settings) and
 call ``run_sft`` / ``run_dpo`` / ``run_ppo``, which read top to bottom like open-r1's recipes: seed, data, model and
 tokenizer, rewards, trainer, train, save, report (held-out greedy accuracy before and after, ``accuracy.json``).
-The GRPO-family recipes (``trl_ext.rl_recipe``) use the same data / model / reward helpers.
+The GRPO-family recipes (``trl_ext.recipe.grpo``) use the same data / model / reward helpers.
 
 The pipeline (``recipes/pipeline.py``; one command: 1.5 min measured on 2 idle CPU cores with one torch thread, 11-17
 min when the cores were shared with three other jobs and torch used two threads) chains the recipes' own code paths,
@@ -13,7 +13,7 @@ each stage starting from the previous stage's saved model:
 1. **SFT warm start**: ``trl_ext.demo.warm_start`` (TRL's ``SFTTrainer`` with ``warm_start_sft_config``, exactly
    what ``recipes/sft.py`` runs with no arguments): the cold start of DeepSeek-R1 and DAPO, stopped early so that RL
    starts from a low but non-zero pass rate (a group that is always wrong has no advantage).
-2. **DAPO**: ``trl_ext.rl_recipe.run`` with ``recipes/configs/demo/dapo.yaml`` (what ``recipes/dapo.py`` runs):
+2. **DAPO**: ``trl_ext.recipe.grpo.run`` with ``recipes/configs/demo/dapo.yaml`` (what ``recipes/dapo.py`` runs):
    clip-higher, token-level loss, dynamic sampling, soft overlong punishment, on the verifiable arithmetic reward;
    fewer steps than the standalone demo to fit the time budget (``dapo_overrides``).
 3. **DPO for style**: ``run_dpo`` with ``recipes/configs/demo/dpo/config_style.yaml``: pairs mined from groups
@@ -50,7 +50,7 @@ from trl_ext.demo import (
     warm_start,
     warm_start_sft_kwargs,
 )
-from trl_ext.held_out import held_out_accuracy  # noqa: F401  (re-exported: the recipes' held-out metric)
+from trl_ext.diagnostics.held_out import held_out_accuracy  # noqa: F401  (re-exported: the recipes' held-out metric)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Helpers shared by recipes/sft.py, recipes/dpo.py, recipes/ppo.py
@@ -288,7 +288,7 @@ class PPOScriptArguments(DPOScriptArguments):
 
 
 def _demo_threads(model_args: Any) -> None:
-    """One intra-op thread for the demo model (as ``trl_ext.rl_recipe``): at 0.6M parameters threads gain nothing and
+    """One intra-op thread for the demo model (as ``trl_ext.recipe.grpo``): at 0.6M parameters threads gain nothing and
     thrash on a busy machine. Set ``OMP_NUM_THREADS`` to choose yourself."""
     if model_args.model_name_or_path is None and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
@@ -373,7 +373,7 @@ def run_dpo(script_args: DPOScriptArguments, training_args: Any, model_args: Any
     from trl import get_peft_config
 
     from trl_ext.console import use_console
-    from trl_ext.dpo import DPOTrainer, train_iterative_dpo
+    from trl_ext.dpo.trainer import DPOTrainer, train_iterative_dpo
 
     started = time.time()
     set_seed(training_args.seed)
@@ -528,11 +528,11 @@ def run_pipeline(args: PipelineArguments) -> dict[str, Any]:
     from trl import ModelConfig
 
     from trl_ext.console import opening_line, quiet_libraries
-    from trl_ext.dpo import DPOConfig
-    from trl_ext.presets import DAPOConfig
-    from trl_ext.rl_recipe import DEMO_CONFIG_DIR as RL_DEMO_DIR
-    from trl_ext.rl_recipe import parse as parse_rl
-    from trl_ext.rl_recipe import run as run_rl
+    from trl_ext.dpo.trainer import DPOConfig
+    from trl_ext.grpo.configs import DAPOConfig
+    from trl_ext.recipe.grpo import DEMO_CONFIG_DIR as RL_DEMO_DIR
+    from trl_ext.recipe.grpo import parse as parse_rl
+    from trl_ext.recipe.grpo import run as run_rl
 
     quiet_libraries()
     start = time.time()

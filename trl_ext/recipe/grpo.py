@@ -6,7 +6,7 @@ report. With no ``--model_name_or_path`` / ``--dataset_name`` it runs the built-
 
 What it prints (``trl_ext.console``): one opening line (trainer, preset, model, data, steps, precision, output
 folder), a progress bar per phase (warm start, held-out evaluation, RL) whose postfix carries the live figures, one
-compact line per log, and a summary table at the end. Held-out greedy accuracy (``trl_ext.held_out``: the task
+compact line per log, and a summary table at the end. Held-out greedy accuracy (``trl_ext.diagnostics.held_out``: the task
 reward of the greedy completion on the test split) is measured before RL, during RL every ``held_out_eval_steps``
 (adaptive by default: under 5% of the run) and after. Every run writes ``metrics.jsonl`` (every logged metric, as it
 goes, with ``held_out/accuracy``), ``curves.png`` (accuracy over steps with the warm-start level marked, then reward,
@@ -26,8 +26,8 @@ from typing import Any
 from transformers import TrainerCallback, set_seed
 from trl import ModelConfig, TrlParser, get_peft_config
 
-from trl_ext.presets import GRPOFamilyConfig
-from trl_ext.trainers import trainer_class_for
+from trl_ext.grpo.configs import GRPOFamilyConfig
+from trl_ext.grpo.presets import trainer_class_for
 
 DEMO_MODEL = "demo model + SFT warm start (cached after a first run)"
 DEMO_CONFIG_DIR = os.path.join(
@@ -73,14 +73,14 @@ class RLScriptArguments:
 def parse(preset_config: type[GRPOFamilyConfig], recipe: str, argv: list[str] | None = None):
     """Parse ``(script_args, training_args, model_args)``. With no model and no config given, the demo's YAML
     (``recipes/configs/demo/<recipe>.yaml``) supplies the defaults; CLI flags still override it. Unless ``bf16`` is
-    set, it is turned off where the hardware lacks it (``trl_ext.pipeline.supported_precision``)."""
-    from trl_ext.pipeline import supported_precision
+    set, it is turned off where the hardware lacks it (``trl_ext.recipe.common.supported_precision``)."""
+    from trl_ext.recipe.common import supported_precision
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--config" not in argv and not any(a.startswith("--model_name_or_path") for a in argv):
         argv = ["--config", os.path.join(DEMO_CONFIG_DIR, f"{recipe}.yaml"), *argv]
     if "--config" in argv:
-        from trl_ext.preflight import check_config_keys
+        from trl_ext.reliability.checks import check_config_keys
 
         check_config_keys(argv[argv.index("--config") + 1], [RLScriptArguments, preset_config, ModelConfig])
     parser = TrlParser((RLScriptArguments, preset_config, ModelConfig))
@@ -198,8 +198,8 @@ def run(
 ) -> dict[str, Any]:
     """Train one GRPO-family run and report; returns the summary it prints and writes to ``summary.json``."""
     from trl_ext.console import format_duration, opening_line, precision_label, quiet_libraries, use_console
-    from trl_ext.held_out import HeldOutEvaluation, held_out_accuracy
-    from trl_ext.pipeline import load_data, load_policy, reward_functions
+    from trl_ext.diagnostics.held_out import HeldOutEvaluation, held_out_accuracy
+    from trl_ext.recipe.common import load_data, load_policy, reward_functions
 
     quiet_libraries()
     started = time.time()
@@ -216,7 +216,7 @@ def run(
     reward_funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
     resume = _resolve_checkpoint(training_args.resume_from_checkpoint, output_dir)
     if not resume:
-        from trl_ext.checkpointing import check_fresh_output_dir
+        from trl_ext.reliability.checkpoints import check_fresh_output_dir
 
         check_fresh_output_dir(output_dir)  # never mix two runs' checkpoints in one output_dir
 
@@ -288,7 +288,7 @@ def run(
     if before is not None and script_args.held_out_eval_steps != 0:
         held_out = HeldOutEvaluation(evaluate, every=script_args.held_out_eval_steps, start=before).attach(trainer)
     if script_args.health_monitor:
-        from trl_ext.health import HealthMonitor
+        from trl_ext.diagnostics.health import HealthMonitor
 
         HealthMonitor().attach(trainer)
 

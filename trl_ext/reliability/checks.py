@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from trl_ext.reward_guard import TRL_REWARD_KWARGS
+from trl_ext.reliability.reward_guard import reward_columns  # noqa: F401  (re-exported: checks use it)
 
 _PROMPT_SAMPLE = 256  # prompts tokenized to estimate the longest prompt (cheap at any dataset size)
 
@@ -50,26 +50,6 @@ def _guess_prompt(columns: Sequence[str]) -> str:
         if candidate in columns:
             return candidate
     return columns[0] if columns else "<column>"
-
-
-def reward_columns(func: Callable) -> list[str] | None:
-    """The dataset columns a reward function needs: its ``required_columns`` attribute if it declares one, else the
-    parameters of its signature without a default, minus those TRL passes itself (``prompts``, ``completions``,
-    ``completion_ids``, ``trainer_state``, ``log_extra``, ``log_metric``, ``environments``). ``None``: unknown."""
-    declared = getattr(func, "required_columns", None)
-    if declared is not None:
-        return list(declared)
-    try:
-        parameters = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    return [
-        p.name
-        for p in parameters
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-        and p.default is p.empty
-        and p.name not in TRL_REWARD_KWARGS
-    ]
 
 
 def check_reward_columns(reward_funcs: Sequence[Any], dataset: Any, name: str = "train_dataset") -> None:

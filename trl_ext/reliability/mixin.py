@@ -1,16 +1,16 @@
 """What makes a GRPO-family run survive pre-emption and bad data: checks at construction, guarded rewards, a stop on
 a non-finite loss, atomic checkpoints and an exact resume.
 
-``GRPOReliabilityMixin`` is a base of every trainer of ``trl_ext.trainers``; each piece lives in its own module:
+``GRPOReliabilityMixin`` is a base of every trainer of ``trl_ext.grpo.trainers``; each piece lives in its own module:
 
-- ``trl_ext.preflight``: at construction, the ``prompt`` column (not needed when an ``environment_factory`` supplies
+- ``trl_ext.reliability.checks``: at construction, the ``prompt`` column (not needed when an ``environment_factory`` supplies
   prompts from ``reset()``, as TRL allows), the columns the reward functions read, a pad or EOS
   token, ``max_completion_length`` (and the longest prompt) against the model's context, ``use_vllm`` without vLLM.
-- ``trl_ext.reward_guard``: every callable reward is wrapped (``reward_errors``, ``reward_timeout``; read with
+- ``trl_ext.reliability.reward_guard``: every callable reward is wrapped (``reward_errors``, ``reward_timeout``; read with
   ``getattr`` so that configs without these fields keep the defaults ``"raise"`` / ``None``).
 - ``FiniteLossMixin`` (here): a NaN or infinite loss stops the run before the optimizer step, with the step, the
   batch's prompts, the inputs that are non-finite, the batch saved to ``output_dir`` and the last checkpoint kept.
-- ``trl_ext.checkpointing.AtomicCheckpointMixin``: checkpoints are complete or absent; resumes are checked.
+- ``trl_ext.reliability.checkpoints.AtomicCheckpointMixin``: checkpoints are complete or absent; resumes are checked.
 - Exact resume (here). TRL's ``GRPOTrainer`` generates once per ``steps_per_generation * num_iterations`` micro-steps
   and keeps the split generation batch in ``_buffered_inputs``; a resumed trainer starts with ``_step = 0`` and no
   buffer, so a checkpoint taken inside a generation block (GSPO's 4 minibatches per rollout) would regenerate with
@@ -38,9 +38,9 @@ from typing import Any
 import torch
 import trl
 
-from trl_ext import preflight
-from trl_ext.checkpointing import AtomicCheckpointMixin, last_complete_checkpoint
-from trl_ext.reward_guard import guard_reward_funcs, validate_reward_settings
+from trl_ext.reliability import checks
+from trl_ext.reliability.checkpoints import AtomicCheckpointMixin, last_complete_checkpoint
+from trl_ext.reliability.reward_guard import guard_reward_funcs
 
 logger = logging.getLogger(__name__)
 
@@ -121,26 +121,27 @@ class GRPOReliabilityMixin(FiniteLossMixin, AtomicCheckpointMixin):
         config = params.get("args")
         errors = getattr(config, "reward_errors", "raise")
         timeout = getattr(config, "reward_timeout", None)
-        validate_reward_settings(errors, timeout)
         dataset = params.get("train_dataset")
         funcs = params.get("reward_funcs")  # optional, as in TRL (an environment may own the reward)
         funcs_list = list(funcs) if isinstance(funcs, list | tuple) else [] if funcs is None else [funcs]
-        preflight.check_prompt_column(dataset, environment_factory=params.get("environment_factory"))
-        preflight.check_reward_columns(funcs_list, dataset)
-        preflight.check_vllm(config)
-        preflight.check_tokenizer(params.get("processing_class"))
+        checks.check_prompt_column(dataset, environment_factory=params.get("environment_factory"))
+        checks.check_reward_columns(funcs_list, dataset)
+        checks.check_vllm(config)
+        checks.check_tokenizer(params.get("processing_class"))
         model = params["model"]
         if not isinstance(model, str):  # fail before TRL copies the model or loads a reference model
-            preflight.check_context_length(
+            checks.check_context_length(
                 getattr(model, "config", None), config, params.get("processing_class"), dataset
             )
+        # validates reward_errors / reward_timeout (once per trainer) even when there are no functions to wrap
+        guarded = guard_reward_funcs(funcs, errors=errors, timeout=timeout)
         if funcs is not None:
-            params["reward_funcs"] = guard_reward_funcs(funcs, errors=errors, timeout=timeout)
+            params["reward_funcs"] = guarded
         self._repeat_sampler = None
         super().__init__(*bound.args[1:], **bound.kwargs)
-        preflight.check_tokenizer(self._tokenizer)
+        checks.check_tokenizer(self._tokenizer)
         if isinstance(model, str):  # loaded by TRL
-            preflight.check_context_length(getattr(self.model, "config", None), self.args, self._tokenizer, dataset)
+            checks.check_context_length(getattr(self.model, "config", None), self.args, self._tokenizer, dataset)
 
     # -- exact resume ----------------------------------------------------------------------------------------------
 

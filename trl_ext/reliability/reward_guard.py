@@ -50,6 +50,26 @@ TRL_REWARD_KWARGS = frozenset(
 )
 
 
+def reward_columns(func: Callable) -> list[str] | None:
+    """The dataset columns a reward function needs: its ``required_columns`` attribute if it declares one, else the
+    parameters of its signature without a default, minus those TRL passes itself (``prompts``, ``completions``,
+    ``completion_ids``, ``trainer_state``, ``log_extra``, ``log_metric``, ``environments``). ``None``: unknown."""
+    declared = getattr(func, "required_columns", None)
+    if declared is not None:
+        return list(declared)
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return [
+        p.name
+        for p in parameters
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and p.default is p.empty
+        and p.name not in TRL_REWARD_KWARGS
+    ]
+
+
 class RewardFunctionError(RuntimeError):
     """A reward function raised, returned something that is not a reward, or kept hanging."""
 
@@ -109,8 +129,10 @@ class GuardedReward:
         errors: str = "raise",
         timeout: float | None = None,
         max_consecutive_timeouts: int = 3,
+        validate: bool = True,
     ):
-        validate_reward_settings(errors, timeout)
+        if validate:  # guard_reward_funcs validates once for all the functions it wraps
+            validate_reward_settings(errors, timeout)
         self.func = func
         self.errors = errors
         self.timeout = timeout
@@ -123,9 +145,7 @@ class GuardedReward:
 
     @property
     def required_columns(self) -> list[str] | None:
-        """The dataset columns the wrapped function reads (see ``trl_ext.preflight.reward_columns``)."""
-        from trl_ext.preflight import reward_columns
-
+        """The dataset columns the wrapped function reads (see ``reward_columns``)."""
         return reward_columns(self.func)
 
     def __repr__(self) -> str:
@@ -325,12 +345,14 @@ def guard_reward_funcs(reward_funcs: Any, errors: str = "raise", timeout: float 
     (``nn.Module``), model names (``str``), async functions and already guarded functions are returned as they are."""
     import torch
 
+    validate_reward_settings(errors, timeout)  # once per trainer (the mixin calls this once)
+
     def wrap(func: Any) -> Any:
         if isinstance(func, str | torch.nn.Module | GuardedReward) or not callable(func):
             return func
         if inspect.iscoroutinefunction(func):  # TRL awaits these itself (asyncio.gather)
             return func
-        return GuardedReward(func, errors=errors, timeout=timeout)
+        return GuardedReward(func, errors=errors, timeout=timeout, validate=False)
 
     if isinstance(reward_funcs, list | tuple):
         return [wrap(f) for f in reward_funcs]

@@ -1,0 +1,84 @@
+"""The one table of GRPO-family presets: name -> (config class, trainer class, fixed overrides).
+
+Everything that chooses an algorithm by name reads this table: ``get_preset`` (Python), ``trainer_class_for`` (the
+recipes, the notebook, the benchmarks), ``trl-ext <name>`` and ``trl-ext grpo --preset <name>`` (command line) and
+``preset: <name>`` in a recipe YAML. Adding a preset is one config dataclass in ``trl_ext.grpo.configs`` and one row
+here; README "Add a preset" shows Dr. GRPO's row as the worked example.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import trl
+
+from trl_ext.grpo.configs import DAPOConfig, DrGRPOConfig, GRPOFamilyConfig, GRPOPaperConfig, GSPOConfig
+from trl_ext.grpo.trainers import DAPOTrainer, GRPOTrainer, GSPOTokenTrainer, GSPOTrainer
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One row: the config class holding the paper's defaults, the trainer that runs it, and fields the preset fixes
+    on top of the class defaults (``gspo_token`` shares ``GSPOConfig`` and differs by one switch)."""
+
+    config: type[GRPOFamilyConfig]
+    trainer: type[GRPOTrainer]
+    overrides: dict[str, Any] = field(default_factory=dict)
+    summary: str = ""
+
+
+PRESETS: dict[str, Preset] = {
+    "grpo": Preset(GRPOPaperConfig, GRPOTrainer, summary="GRPO, DeepSeekMath (arXiv 2402.03300)"),
+    "dr_grpo": Preset(DrGRPOConfig, GRPOTrainer, summary="Dr. GRPO (arXiv 2503.20783)"),
+    "dapo": Preset(DAPOConfig, DAPOTrainer, summary="DAPO (arXiv 2503.14476)"),
+    "gspo": Preset(GSPOConfig, GSPOTrainer, summary="GSPO (arXiv 2507.18071)"),
+    "gspo_token": Preset(GSPOConfig, GSPOTokenTrainer, {"gspo_token": True}, summary="GSPO-token (GSPO Eq. 13)"),
+}
+
+
+def _close_match(name: str, choices: list[str]) -> str:
+    match = difflib.get_close_matches(name, choices, n=1)
+    return f" Did you mean {match[0]!r}?" if match else ""
+
+
+def preset_names() -> list[str]:
+    return sorted(PRESETS)
+
+
+def lookup(name: str) -> Preset:
+    """The table row of ``name`` (``-`` and ``_`` interchangeable, any case); unknown names raise, listing the known."""
+    key = name.lower().replace("-", "_")
+    if key not in PRESETS:
+        raise ValueError(
+            f"Unknown preset {name!r}. Known presets: {preset_names()}.{_close_match(key, list(PRESETS))}"
+        )
+    return PRESETS[key]
+
+
+def get_preset(name: str, **overrides: Any) -> GRPOFamilyConfig:
+    """Build the config of preset ``name`` with ``overrides`` applied (unknown fields raise, naming the field)."""
+    row = lookup(name)
+    known = {f.name for f in fields(row.config) if f.init}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        hints = "".join(_close_match(u, sorted(known)) for u in unknown)
+        raise ValueError(f"Unknown field(s) {unknown} for preset {name!r} ({row.config.__name__}).{hints}")
+    return row.config(**{**row.overrides, **overrides})
+
+
+def trainer_class_for(args: trl.GRPOConfig) -> type[GRPOTrainer]:
+    """The trainer class of the table row that describes ``args`` best: the row whose config class is the nearest
+    base of ``type(args)`` and whose fixed overrides all hold on ``args`` (most overrides wins a tie, so a
+    ``GSPOConfig(gspo_token=True)`` gets the ``gspo_token`` row). A plain ``trl.GRPOConfig`` gets ``GRPOTrainer``."""
+    mro = type(args).__mro__
+    best: tuple[int, int] | None = None
+    chosen: type[GRPOTrainer] = GRPOTrainer
+    for row in PRESETS.values():
+        if row.config not in mro or any(getattr(args, k, None) != v for k, v in row.overrides.items()):
+            continue
+        rank = (-mro.index(row.config), len(row.overrides))
+        if best is None or rank > best:
+            best, chosen = rank, row.trainer
+    return chosen
