@@ -1,7 +1,7 @@
 """Helpers shared by the trainer benchmarks (``overhead.py``, ``sample_efficiency.py``, ``dynamic_sampling.py``).
 
 - ``setup(threads)``: fixed torch / OpenMP threads, quiet logging, no network (call before building anything).
-- ``demo_settings()``: the demo's tuned RL settings, read from ``recipes/configs/demo/dapo.yaml`` so that the
+- ``demo_settings()``: the demo's tuned RL settings, read from ``recipes/configs/demo/dapo/config_demo.yaml`` so that the
   benchmarks follow the recipe instead of a copy of it.
 - ``load_policy()``: the demo's SFT warm start (``trl_ext.demo.warm_start``, cached), model and tokenizer.
 - ``run_lockstep()``: run N training jobs in N worker processes that take turns one optimizer step at a time
@@ -35,7 +35,7 @@ def results_dir(out: str | None, quick: bool) -> Path:
     if out:
         return Path(out)
     return QUICK_RESULTS if quick else RESULTS
-DEMO_YAML = ROOT / "recipes" / "configs" / "demo" / "dapo.yaml"
+DEMO_YAML = ROOT / "recipes" / "configs" / "demo" / "dapo" / "config_demo.yaml"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -68,7 +68,7 @@ def setup(threads: int) -> None:
 
 def demo_settings(prompts_per_step: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(rl, dapo)``: the demo's RL settings (16 prompts x 8 completions, lr 5e-4 constant, 6 tokens) and its
-    DAPO-only fields, from ``recipes/configs/demo/dapo.yaml``. ``prompts_per_step`` shrinks the batch (tests)."""
+    DAPO-only fields, from ``recipes/configs/demo/dapo/config_demo.yaml``. ``prompts_per_step`` shrinks the batch (tests)."""
     import yaml
 
     with open(DEMO_YAML) as f:

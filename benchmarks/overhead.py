@@ -15,7 +15,7 @@ Two comparisons, each "ours / TRL", both arms built from the same config fields:
 - ``gspo``: ``trl_ext.GSPOTrainer`` against ``trl.GRPOTrainer`` on ``get_preset("gspo")`` (sequence-level ratio,
   eps 3e-4/4e-4, 4 minibatches per rollout), i.e. TRL's ``GRPOTrainer(importance_sampling_level="sequence")``.
 
-Both arms train the demo's SFT warm start on the demo's RL setting (``recipes/configs/demo/dapo.yaml``: 16 prompts x
+Both arms train the demo's SFT warm start on the demo's RL setting (``recipes/configs/demo/dapo/config_demo.yaml``: 16 prompts x
 8 completions per step, 6 tokens, lr 5e-4). The model is tiny (0.6M parameters), so a step is mostly Python and
 generation overhead: the place where a layer's own cost shows most; on a real model the ratio can only be closer to 1.
 

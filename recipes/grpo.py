@@ -7,7 +7,7 @@
     python recipes/grpo.py --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name <dataset> \
         --reward_funcs accuracy format --output_dir outputs/my-run
 
-With no model and no config, the defaults come from recipes/configs/demo/grpo.yaml (CLI flags override them). All
+With no model and no config, the defaults come from recipes/configs/demo/grpo/config_demo.yaml (CLI flags override them). All
 logic lives in trl_ext.recipe.grpo; this file only parses and calls.
 """
 

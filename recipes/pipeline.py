@@ -5,7 +5,7 @@
     python recipes/pipeline.py --config my_pipeline.yaml         # any PipelineArguments field; CLI flags override
 
 Each stage runs its recipe's own code path and YAML (``recipes/sft.py``'s warm start, ``recipes/dapo.py`` with
-``recipes/configs/demo/dapo.yaml``, ``recipes/dpo.py`` with ``recipes/configs/demo/dpo/config_style.yaml``), starting
+``recipes/configs/demo/dapo/config_demo.yaml``, ``recipes/dpo.py`` with ``recipes/configs/demo/dpo/config_style.yaml``), starting
 from the previous stage's saved model; see ``trl_ext/pipeline.py``. The final table and
 ``outputs/pipeline/summary.json`` hold the accuracies, the DPO rounds' mining statistics and each stage's wall time.
 """

@@ -13,7 +13,7 @@ each stage starting from the previous stage's saved model:
 1. **SFT warm start**: ``trl_ext.demo.warm_start`` (TRL's ``SFTTrainer`` with ``warm_start_sft_config``, exactly
    what ``recipes/sft.py`` runs with no arguments): the cold start of DeepSeek-R1 and DAPO, stopped early so that RL
    starts from a low but non-zero pass rate (a group that is always wrong has no advantage).
-2. **DAPO**: ``trl_ext.recipe.grpo.run`` with ``recipes/configs/demo/dapo.yaml`` (what ``recipes/dapo.py`` runs):
+2. **DAPO**: ``trl_ext.recipe.grpo.run`` with ``recipes/configs/demo/dapo/config_demo.yaml`` (what ``recipes/dapo.py`` runs):
    clip-higher, token-level loss, dynamic sampling, soft overlong punishment, on the verifiable arithmetic reward;
    fewer steps than the standalone demo to fit the time budget (``dapo_overrides``).
 3. **DPO for style**: ``run_dpo`` with ``recipes/configs/demo/dpo/config_style.yaml``: pairs mined from groups
@@ -501,7 +501,7 @@ class PipelineArguments:
     seed: int = field(default=0, metadata={"help": "Seed of every stage."})
     sft_max_steps: int = field(default=WarmStartConfig.max_steps, metadata={"help": "SFT warm-start steps."})
     dapo_config: str | None = field(
-        default=None, metadata={"help": "DAPO stage YAML; None = recipes/configs/demo/dapo.yaml."}
+        default=None, metadata={"help": "DAPO stage YAML; None = recipes/configs/demo/dapo/config_demo.yaml."}
     )
     dapo_overrides: list[str] = field(
         default_factory=lambda: ["max_steps=300"],
