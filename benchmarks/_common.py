@@ -35,13 +35,21 @@ def results_dir(out: str | None, quick: bool) -> Path:
     if out:
         return Path(out)
     return QUICK_RESULTS if quick else RESULTS
+
+
 DEMO_YAML = ROOT / "recipes" / "configs" / "demo" / "dapo" / "config_demo.yaml"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # The keys of the demo YAML that define the RL setting (the rest: output, hardware, step count).
-_DEMO_KEYS = ("num_generations", "per_device_train_batch_size", "max_completion_length", "temperature",
-              "learning_rate", "lr_scheduler_type")
+_DEMO_KEYS = (
+    "num_generations",
+    "per_device_train_batch_size",
+    "max_completion_length",
+    "temperature",
+    "learning_rate",
+    "lr_scheduler_type",
+)
 _DAPO_KEYS = ("overlong_buffer_len", "dynamic_sampling_max_rounds", "dynamic_sampling_reward_range")
 
 
@@ -85,8 +93,17 @@ def demo_settings(prompts_per_step: int | None = None) -> tuple[dict[str, Any], 
 
 def run_args(output_dir: str, seed: int = 0, **overrides: Any) -> dict[str, Any]:
     """Trainer fields every benchmark run shares: CPU, fp32, no checkpoints, a log dict every step."""
-    return dict(output_dir=output_dir, seed=seed, save_strategy="no", report_to="none", logging_steps=1,
-                use_cpu=True, bf16=False, disable_tqdm=True, **overrides)
+    return dict(
+        output_dir=output_dir,
+        seed=seed,
+        save_strategy="no",
+        report_to="none",
+        logging_steps=1,
+        use_cpu=True,
+        bf16=False,
+        disable_tqdm=True,
+        **overrides,
+    )
 
 
 def load_policy(warm_start_steps: int | None = None, cache_dir: str | None = None):
@@ -215,8 +232,10 @@ def run_lockstep(target, worker_args: list[tuple], on_result=None, timeout: floa
 
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that has torch's thread pools
     baton, queue = Baton(ctx, len(worker_args), timeout), ctx.Queue()
-    workers = [ctx.Process(target=_worker_entry, args=(target, me, baton, queue, args), daemon=True)
-               for me, args in enumerate(worker_args)]
+    workers = [
+        ctx.Process(target=_worker_entry, args=(target, me, baton, queue, args), daemon=True)
+        for me, args in enumerate(worker_args)
+    ]
     for process in workers:
         process.start()
     results: list[list[Any]] = [[] for _ in workers]

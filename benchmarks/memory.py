@@ -138,8 +138,7 @@ def _run_ppo(path: str, output_dir: str, with_reward_model: bool) -> None:
 def _run_group(method: str, path: str, output_dir: str) -> None:
     from rewards import arithmetic_reward
     from trl_ext.demo import build_tokenizer
-    from trl_ext.grpo.presets import get_preset
-    from trl_ext.grpo.presets import trainer_class_for
+    from trl_ext.grpo.presets import get_preset, trainer_class_for
 
     extra = {"overlong_buffer_len": 2, "num_minibatches": 1} if method == "dapo" else {}  # one step = one rollout
     args = get_preset(

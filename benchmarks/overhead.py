@@ -138,8 +138,18 @@ def worker(me: int, baton, jobs: list, options):
     with tempfile.TemporaryDirectory() as workdir:
         for comparison, arms, first, warmup, measured in jobs:
             baton.start(me, first)
-            result = run_arm(comparison, arms[me], path, tokenizer, train, warmup, measured, options,
-                             common.lockstep(baton, me), workdir)
+            result = run_arm(
+                comparison,
+                arms[me],
+                path,
+                tokenizer,
+                train,
+                warmup,
+                measured,
+                options,
+                common.lockstep(baton, me),
+                workdir,
+            )
             yield {**result, "arm": arms[me], "worker": me}
 
 
@@ -171,9 +181,12 @@ def measure(options) -> dict:
         seen.setdefault(index, {})[result["arm"]] = result
         if index >= warm and len(seen[index]) == 2:
             (name, pair), runs = slots[index - warm], seen[index]
-            print(f"[overhead] pair {pair + 1}/{options.pairs} {name}: ours {runs['ours']['per_step']:.3f} s/step, "
-                  f"TRL {runs['trl']['per_step']:.3f} s/step, ratio "
-                  f"{runs['ours']['per_step'] / runs['trl']['per_step']:.3f}", flush=True)
+            print(
+                f"[overhead] pair {pair + 1}/{options.pairs} {name}: ours {runs['ours']['per_step']:.3f} s/step, "
+                f"TRL {runs['trl']['per_step']:.3f} s/step, ratio "
+                f"{runs['ours']['per_step'] / runs['trl']['per_step']:.3f}",
+                flush=True,
+            )
 
     by_worker = common.run_lockstep(worker, [(jobs, options), (jobs, options)], on_result=progress)
     results = {name: [] for name in options.comparisons}
@@ -195,8 +208,9 @@ def summarize(data: dict) -> dict:
             "ratios": ratios,
             "cpu_ratio": common.spread([p["ours"]["cpu_per_step"] / p["trl"]["cpu_per_step"] for p in pairs]),
             "step_ratio": common.spread(step_ratios),
-            "trl_step_time_ratio": common.spread([p["ours"]["trl_step_time"] / p["trl"]["trl_step_time"]
-                                                  for p in pairs]),
+            "trl_step_time_ratio": common.spread(
+                [p["ours"]["trl_step_time"] / p["trl"]["trl_step_time"] for p in pairs]
+            ),
             "ours": common.spread([p["ours"]["per_step"] for p in pairs])["median"],
             "trl": common.spread([p["trl"]["per_step"] for p in pairs])["median"],
             "identical": all(p["ours"]["weights"] == p["trl"]["weights"] for p in pairs),
@@ -214,15 +228,23 @@ def plot(data: dict, summary: dict, out: Path) -> Path:
     for name, pairs in data["results"].items():
         x = [p["pair"] + 1 for p in pairs]
         left.plot(x, summary[name]["ratios"], "o", color=colors.get(name), label=f"{name}: wall clock")
-        left.plot(x, [p["ours"]["cpu_per_step"] / p["trl"]["cpu_per_step"] for p in pairs], "x",
-                  color=colors.get(name), label=f"{name}: CPU time")
+        left.plot(
+            x,
+            [p["ours"]["cpu_per_step"] / p["trl"]["cpu_per_step"] for p in pairs],
+            "x",
+            color=colors.get(name),
+            label=f"{name}: CPU time",
+        )
         left.axhline(summary[name]["ratio"]["median"], color=colors.get(name), lw=1, ls="--")
         right.plot(x, [p["ours"]["per_step"] for p in pairs], "o-", color=colors.get(name), label=f"{name} ours")
         right.plot(x, [p["trl"]["per_step"] for p in pairs], "x--", color=colors.get(name), label=f"{name} TRL")
     left.axhline(1.0, color="grey", lw=0.8)
     left.axhline(TARGET, color="red", lw=0.8, ls=":", label=f"target {TARGET}")
-    left.set(xlabel="pair (lock-stepped; arms rotate over workers)", ylabel="step-time ratio ours / TRL",
-             title="ours / TRL per pair (dashed: median wall-clock ratio)")
+    left.set(
+        xlabel="pair (lock-stepped; arms rotate over workers)",
+        ylabel="step-time ratio ours / TRL",
+        title="ours / TRL per pair (dashed: median wall-clock ratio)",
+    )
     right.set(xlabel="pair", ylabel="s / step", title="per-step wall time of each arm (machine load drifts)")
     left.legend(fontsize=8)
     right.legend(fontsize=7, ncol=2)
@@ -250,17 +272,35 @@ def markdown(data, summary, options, prov) -> tuple[list[str], list[str]]:
     rows, details = [], []
     for name in options.comparisons:
         s = summary[name]
-        rows.append([f"`{name}`", COMPARISONS[name][0], COMPARISONS[name][1], f"{s['pairs']} x {s['steps']}",
-                     f"**{s['ratio']['median']:.3f}**", fmt(s["ratio"]), fmt(s["cpu_ratio"]),
-                     "yes" if s["identical"] else "**no**"])
-        details.append([f"`{name}`", f"{s['ours']:.3f}", f"{s['trl']:.3f}", fmt(s["step_ratio"]),
-                        fmt(s["trl_step_time_ratio"])])
+        rows.append(
+            [
+                f"`{name}`",
+                COMPARISONS[name][0],
+                COMPARISONS[name][1],
+                f"{s['pairs']} x {s['steps']}",
+                f"**{s['ratio']['median']:.3f}**",
+                fmt(s["ratio"]),
+                fmt(s["cpu_ratio"]),
+                "yes" if s["identical"] else "**no**",
+            ]
+        )
+        details.append(
+            [f"`{name}`", f"{s['ours']:.3f}", f"{s['trl']:.3f}", fmt(s["step_ratio"]), fmt(s["trl_step_time_ratio"])]
+        )
     body = ["## Step-time ratio, ours / TRL (target: at most 1.02)", ""]
     body += common.table(
-        ["comparison", "ours", "TRL", "pairs x measured steps", "wall-clock ratio (median over pairs)",
-         "wall-clock ratio: median [IQR] (min – max)", "CPU-time ratio: median [IQR] (min – max)",
-         "identical final weights"],
-        rows, align="llllrrrl",
+        [
+            "comparison",
+            "ours",
+            "TRL",
+            "pairs x measured steps",
+            "wall-clock ratio (median over pairs)",
+            "wall-clock ratio: median [IQR] (min – max)",
+            "CPU-time ratio: median [IQR] (min – max)",
+            "identical final weights",
+        ],
+        rows,
+        align="llllrrrl",
     )
     body += [
         "",
@@ -282,22 +322,31 @@ def markdown(data, summary, options, prov) -> tuple[list[str], list[str]]:
             f"- `{name}`: wall-clock ratio {wall:.3f} (IQR {s['ratio']['q1']:.3f}–{s['ratio']['q3']:.3f}, "
             f"{s['pairs']} pairs), {verdict} the {TARGET} target; CPU-time ratio {cpu:.3f} "
             f"(IQR {s['cpu_ratio']['q1']:.3f}–{s['cpu_ratio']['q3']:.3f}); final weights "
-            + ("identical in every pair, so both arms did the same numerical work"
-               if s["identical"] else "differ between arms: the arms did not do the same work, investigate")
-            + (f"; dynamic sampling used {s['max_rounds']:.0f} round per step at most (nothing was dropped)."
-               if s["max_rounds"] is not None else ".")
+            + (
+                "identical in every pair, so both arms did the same numerical work"
+                if s["identical"]
+                else "differ between arms: the arms did not do the same work, investigate"
+            )
+            + (
+                f"; dynamic sampling used {s['max_rounds']:.0f} round per step at most (nothing was dropped)."
+                if s["max_rounds"] is not None
+                else "."
+            )
         )
     for name in options.comparisons:
         pairs = data["results"][name]
-        by_worker = {w: [p["ours"]["per_step"] / p["trl"]["per_step"] for p in pairs if p["ours"]["worker"] == w]
-                     for w in (0, 1)}
+        by_worker = {
+            w: [p["ours"]["per_step"] / p["trl"]["per_step"] for p in pairs if p["ours"]["worker"] == w]
+            for w in (0, 1)
+        }
         if by_worker[0] and by_worker[1]:
             logs = [math.log(p["ours"]["per_step"] / p["trl"]["per_step"]) for p in pairs]
             body.append(
                 f"- `{name}`, by worker process: mean wall-clock ratio {statistics.mean(by_worker[0]):.3f} when ours ran "
                 f"in worker 0 and {statistics.mean(by_worker[1]):.3f} when it ran in worker 1, i.e. one of two "
                 "identical worker processes is a little slower; the rotation puts each arm in each worker equally "
-                f"often, and the geometric mean over all pairs, {math.exp(statistics.mean(logs)):.3f}, cancels it.")
+                f"often, and the geometric mean over all pairs, {math.exp(statistics.mean(logs)):.3f}, cancels it."
+            )
     body += [
         "- The spread of the wall-clock ratio comes from other jobs on the shared machine (right panel of the plot: "
         "the per-step times of both arms move together with the load, their ratio much less); the median over "
@@ -311,12 +360,33 @@ def markdown(data, summary, options, prov) -> tuple[list[str], list[str]]:
     for name in options.comparisons:
         for p in data["results"][name]:
             ours, theirs = p["ours"], p["trl"]
-            pair_rows.append([f"`{name}`", p["pair"] + 1, " then ".join(p["order"]), f"{ours['per_step']:.3f}",
-                              f"{theirs['per_step']:.3f}", f"{ours['per_step'] / theirs['per_step']:.3f}",
-                              f"{ours['cpu_per_step']:.3f}", f"{theirs['cpu_per_step']:.3f}",
-                              f"{ours['cpu_per_step'] / theirs['cpu_per_step']:.3f}"])
-    body += common.table(["comparison", "pair", "step order", "ours s/step", "TRL s/step", "wall ratio",
-                          "ours CPU s/step", "TRL CPU s/step", "CPU ratio"], pair_rows)
+            pair_rows.append(
+                [
+                    f"`{name}`",
+                    p["pair"] + 1,
+                    " then ".join(p["order"]),
+                    f"{ours['per_step']:.3f}",
+                    f"{theirs['per_step']:.3f}",
+                    f"{ours['per_step'] / theirs['per_step']:.3f}",
+                    f"{ours['cpu_per_step']:.3f}",
+                    f"{theirs['cpu_per_step']:.3f}",
+                    f"{ours['cpu_per_step'] / theirs['cpu_per_step']:.3f}",
+                ]
+            )
+    body += common.table(
+        [
+            "comparison",
+            "pair",
+            "step order",
+            "ours s/step",
+            "TRL s/step",
+            "wall ratio",
+            "ours CPU s/step",
+            "TRL CPU s/step",
+            "CPU ratio",
+        ],
+        pair_rows,
+    )
     body += ["", "![per-pair ratios](overhead.png)"]
     return head, body
 
@@ -331,7 +401,11 @@ def parse(argv):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
     parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
-    parser.add_argument("--out", default=None, help="directory for overhead.md, .png and .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="directory for overhead.md, .png and .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)",
+    )
     parser.add_argument("--render", help="rebuild the report from a saved overhead.json instead of measuring")
     options = parser.parse_args(argv)
     options.pairs = options.pairs or (5 if options.quick else 16)
@@ -354,14 +428,16 @@ def main(argv: list[str] | None = None) -> int:
         common.setup(options.threads)
         started, load_before = time.time(), os.getloadavg()
         data = measure(options)
-        prov = common.provenance(common.command_line("overhead.py", argv), time.time() - started, options.threads,
-                                 load_before)
+        prov = common.provenance(
+            common.command_line("overhead.py", argv), time.time() - started, options.threads, load_before
+        )
         common.save_raw(out / "overhead.json", options, prov, data)
     summary = summarize(data)
     plot(data, summary, out / "overhead.png")
     head, body = markdown(data, summary, options, prov)
-    path = common.write_markdown(out / "overhead.md", "Overhead of the layer: trl-ext trainers against TRL, "
-                                 "side by side", head, body)
+    path = common.write_markdown(
+        out / "overhead.md", "Overhead of the layer: trl-ext trainers against TRL, side by side", head, body
+    )
     print("\n".join(body[: body.index("## Reading")]))
     print(f"[overhead] wrote {path} and {out / 'overhead.png'}")
     return 0

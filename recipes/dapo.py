@@ -1,25 +1,30 @@
-"""DAPO (arXiv 2503.14476): clip-higher, token-level loss, dynamic sampling, soft overlong punishment.
+"""DAPO (arXiv 2503.14476): clip-higher (eps 0.2 / 0.28), token-level loss (Eq. 12), dynamic sampling (section 3.2: groups whose accuracy is all equal are dropped and refilled) and the soft overlong punishment (Eq. 13, added by DAPOTrainer).
 
-    python recipes/dapo.py                                        # built-in demo on CPU: warm start + RL
-    accelerate launch recipes/dapo.py                             # the same, through accelerate
+    python recipes/dapo.py                                       # built-in demo on CPU: warm start + RL
+    trl-ext dapo                                                 # the same through the console script
     accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/dapo.py \
         --config recipes/configs/<model>/dapo/config_<variant>.yaml
-    python recipes/dapo.py --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name <dataset> \
-        --reward_funcs accuracy format --output_dir outputs/my-run
 
-With no model and no config, the defaults come from recipes/configs/demo/dapo/config_demo.yaml (CLI flags override them). All
-logic lives in trl_ext.recipe.grpo; this file only parses and calls.
+With no model and no config the settings come from ``recipes/configs/demo/dapo/config_demo.yaml``. The recipe is
+``recipes/grpo.py``'s ``main`` (seed, rewards, data, trainer from the preset table, model, train, save, report): in
+the GRPO family the algorithm is the config, so this file only names its preset.
 """
+
+from __future__ import annotations
+
+from trl import ModelConfig
 
 from trl_ext import DAPOConfig
 from trl_ext.console import quiet_libraries
-from trl_ext.recipe.grpo import RLScriptArguments, parse, run
+from trl_ext.recipe.args import RLScriptArguments
+from trl_ext.recipe.common import load_recipe
+from trl_ext.recipe.grpo import parse
 
 
-def main(script_args: RLScriptArguments, training_args: DAPOConfig, model_args) -> dict:
-    return run(script_args, training_args, model_args, recipe="dapo")
+def main(script_args: RLScriptArguments, training_args: DAPOConfig, model_args: ModelConfig) -> dict:
+    return load_recipe("grpo").main(script_args, training_args, model_args)
 
 
 if __name__ == "__main__":
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    main(*parse(DAPOConfig, "dapo"))
+    main(*parse("dapo"))

@@ -11,21 +11,83 @@ DPO); a prompt-only dataset (``prompt`` plus the columns the rewards read) is tu
 best with worst at similar length, for ``mining_rounds`` rounds (each round's pairs are saved as
 ``<output_dir>/pairs-round-<k>.jsonl``, reusable offline). With neither ``--config`` nor ``--model_name_or_path``
 the settings come from ``recipes/configs/demo/dpo/config_demo.yaml``: the demo's SFT warm start, the arithmetic
-problems and reward, held-out greedy accuracy printed before and after, outputs in ``outputs/dpo``. The body is
-``trl_ext.recipe.common.run_dpo``; this file only parses and calls.
+problems and reward, held-out greedy accuracy printed before and after, outputs in ``outputs/dpo``.
 """
 
-from trl import ModelConfig
+from __future__ import annotations
 
-from trl_ext.console import quiet_libraries
-from trl_ext.dpo.trainer import DPOConfig
-from trl_ext.recipe.common import DPOScriptArguments, parse_recipe_args, run_dpo
+import os
+import time
+
+from transformers import set_seed
+from trl import ModelConfig, get_peft_config
+
+from trl_ext.console import quiet_libraries, use_console
+from trl_ext.diagnostics.held_out import held_out_accuracy
+from trl_ext.dpo import DPOConfig, DPOTrainer, train_iterative_dpo
+from trl_ext.recipe.args import DPOScriptArguments
+from trl_ext.recipe.common import (
+    announce,
+    demo_threads,
+    load_policy,
+    load_script_data,
+    parse,
+    report,
+    reward_functions,
+)
 
 
 def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: ModelConfig) -> dict:
-    return run_dpo(script_args, training_args, model_args)
+    started = time.time()
+    set_seed(training_args.seed)
+    demo_threads(model_args)
+
+    # Data: preference pairs (trained on as they are), or prompts to mine pairs from.
+    train_dataset, eval_dataset = load_script_data(script_args)
+    offline = {"chosen", "rejected"} <= set(train_dataset.column_names)
+    mode = "offline DPO" if offline else "group-mined iterative DPO"
+    announce("dpo", f"DPOTrainer ({mode})", script_args, training_args, model_args, (train_dataset, eval_dataset))
+
+    # Model and tokenizer (no model given: the demo's SFT warm start).
+    model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype)
+    before = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (before)")
+
+    if offline:
+        preference_eval = eval_dataset if eval_dataset is not None and "chosen" in eval_dataset.column_names else None
+        trainer = DPOTrainer(
+            model=model,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=preference_eval,
+            processing_class=tokenizer,
+            peft_config=get_peft_config(model_args),
+        )
+        use_console(trainer, "dpo")
+        trainer.train()
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        rounds = []
+    else:
+        reward_funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
+        rounds = train_iterative_dpo(
+            model,
+            reward_funcs,
+            training_args,
+            train_dataset,
+            tokenizer,
+            on_trainer=lambda k, trainer: use_console(trainer, f"dpo round {k + 1}/{training_args.mining_rounds}"),
+        )
+
+    model.save_pretrained(training_args.output_dir)
+    tokenizer.save_pretrained(training_args.output_dir)
+    for r in rounds:  # reusable offline: --dataset_name <output_dir>/pairs-round-0.jsonl
+        r.pairs.to_json(os.path.join(training_args.output_dir, f"pairs-round-{r.round}.jsonl"))
+    after = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (after)")
+    mined = [{**r.stats.as_dict(), "train_loss": r.train_loss} for r in rounds]
+    steps = trainer.state.global_step if offline else None
+    mode = "offline" if offline else "mined"
+    return report("dpo", training_args.output_dir, before, after, steps, started, mode=mode, rounds=mined)
 
 
 if __name__ == "__main__":
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    main(*parse_recipe_args((DPOScriptArguments, DPOConfig, ModelConfig), "dpo"))
+    main(*parse((DPOScriptArguments, DPOConfig, ModelConfig), "dpo"))

@@ -1,25 +1,106 @@
-"""GRPO (DeepSeekMath, arXiv 2402.03300): per-sequence mean loss with a k3 KL term (beta 0.04).
+"""The GRPO-family recipe: one readable ``main`` for every preset of the table (``trl_ext.grpo.presets.PRESETS``).
 
-    python recipes/grpo.py                                        # built-in demo on CPU: warm start + RL
-    accelerate launch recipes/grpo.py                             # the same, through accelerate
+    python recipes/grpo.py                                        # GRPO (DeepSeekMath) on the built-in demo, CPU
+    python recipes/grpo.py --preset dr_grpo                       # any preset by name (also `preset:` in a YAML)
+    trl-ext grpo --preset gspo_token                              # the same through the console script
     accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/grpo.py \
-        --config recipes/configs/<model>/grpo/config_<variant>.yaml
+        --config recipes/configs/<model>/<algo>/config_<variant>.yaml
     python recipes/grpo.py --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name <dataset> \
         --reward_funcs accuracy format --output_dir outputs/my-run
 
-With no model and no config, the defaults come from recipes/configs/demo/grpo/config_demo.yaml (CLI flags override them). All
-logic lives in trl_ext.recipe.grpo; this file only parses and calls.
+GRPO as DeepSeekMath (arXiv 2402.03300) defines it: per-sequence mean loss with a k3 KL term (beta 0.04). With no
+model and no config the settings come from ``recipes/configs/demo/<preset>/config_demo.yaml`` (CLI flags override
+them): the demo's cached SFT warm start, then RL on the arithmetic task. ``dapo.py``, ``gspo.py`` and ``dr_grpo.py``
+run this same ``main`` with their own preset: the algorithm is the config, the trainer comes from the table.
+Outputs under ``output_dir``: ``metrics.jsonl``, ``curves.png``, ``summary.json`` and the model.
 """
 
-from trl_ext import GRPOPaperConfig
+from __future__ import annotations
+
+import time
+
+from transformers import set_seed
+from trl import ModelConfig, get_peft_config
+
+from trl_ext import GRPOFamilyConfig, trainer_class_for
 from trl_ext.console import quiet_libraries
-from trl_ext.recipe.grpo import RLScriptArguments, parse, run
+from trl_ext.recipe.args import RLScriptArguments
+from trl_ext.recipe.common import announce, demo_threads, load_policy, load_script_data, reward_functions
+from trl_ext.recipe.grpo import (
+    MetricsFileCallback,
+    accuracy_after,
+    attach_monitors,
+    held_out_evaluator,
+    parse,
+    prepare_output_dir,
+    resolve_checkpoint,
+    steps_line,
+    summarize,
+)
 
 
-def main(script_args: RLScriptArguments, training_args: GRPOPaperConfig, model_args) -> dict:
-    return run(script_args, training_args, model_args, recipe="grpo")
+def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_args: ModelConfig) -> dict:
+    recipe, output_dir = script_args.preset, training_args.output_dir
+    started = time.time()
+
+    # Seed, threads, output folder (a fresh one unless resuming: 'latest' = the newest checkpoint in output_dir)
+    set_seed(training_args.seed)
+    demo_threads(model_args)
+    resume = resolve_checkpoint(training_args.resume_from_checkpoint, output_dir)
+    metrics_path = prepare_output_dir(output_dir, resume)
+
+    # Rewards by registry name (YAML: reward_funcs / reward_weights): a typo fails before any download
+    reward_funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
+
+    # Data: the demo's arithmetic problems, or the user's dataset (it needs a 'prompt' column)
+    train_dataset, eval_dataset = load_script_data(script_args)
+
+    # Trainer class: the preset table decides (DAPOConfig -> DAPOTrainer, GSPOConfig -> GSPOTrainer, ...)
+    trainer_class = trainer_class_for(training_args)
+    trainer_name = f"{trainer_class.__name__} ({type(training_args).__name__})"
+    data = (train_dataset, eval_dataset)
+    announce(recipe, trainer_name, script_args, training_args, model_args, data, steps_line(training_args))
+
+    # Model and tokenizer (no model given: the demo's SFT warm start, built and cached on first use)
+    model, tokenizer, model_path = load_policy(model_args.model_name_or_path, model_args.dtype)
+
+    # Held-out greedy accuracy before RL: the first reward is the task reward (the demo: its own answer check)
+    task_reward = None if script_args.dataset_name is None else reward_funcs[0]
+    is_main = training_args.process_index == 0
+    evaluate = held_out_evaluator(
+        recipe, tokenizer, eval_dataset, task_reward, training_args.max_completion_length, is_main
+    )
+    before = evaluate(model, "before RL")
+    if before is not None and is_main:
+        print(
+            f"[{recipe}] held-out greedy accuracy before RL: {before:.3f} ({len(eval_dataset)} problems)", flush=True
+        )
+
+    # Trainer: TRL's GRPOTrainer plus this package's mixins; every log line also goes to metrics.jsonl
+    trainer = trainer_class(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        callbacks=[MetricsFileCallback(metrics_path)],
+    )
+    held_out = attach_monitors(trainer, recipe, script_args, evaluate, before)
+
+    # Train and save
+    train_started = time.time()
+    trainer.train(resume_from_checkpoint=resume)
+    train_seconds = time.time() - train_started
+    trainer.save_model(output_dir)
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(output_dir)
+
+    # Report: held-out accuracy after RL, the summary table, summary.json and curves.png
+    after = accuracy_after(trainer, evaluate, held_out)
+    return summarize(recipe, trainer, model_path, eval_dataset, before, after, held_out, started, train_seconds)
 
 
 if __name__ == "__main__":
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    main(*parse(GRPOPaperConfig, "grpo"))
+    main(*parse("grpo"))

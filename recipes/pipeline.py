@@ -6,18 +6,172 @@
 
 Each stage runs its recipe's own code path and YAML (``recipes/sft.py``'s warm start, ``recipes/dapo.py`` with
 ``recipes/configs/demo/dapo/config_demo.yaml``, ``recipes/dpo.py`` with ``recipes/configs/demo/dpo/config_style.yaml``), starting
-from the previous stage's saved model; see ``trl_ext/pipeline.py``. The final table and
+from the previous stage's saved model; see ``main`` below. The final table and
 ``outputs/pipeline/summary.json`` hold the accuracies, the DPO rounds' mining statistics and each stage's wall time.
 """
 
-from trl import TrlParser
+from __future__ import annotations
 
-from trl_ext.console import quiet_libraries
-from trl_ext.recipe.common import PipelineArguments, run_pipeline
+import os
+import resource
+import time
+from dataclasses import asdict
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, PreTrainedModel
+from trl import ModelConfig, TrlParser
+
+from trl_ext.console import opening_line, quiet_libraries
+from trl_ext.demo import DemoTaskConfig, WarmStartConfig, build_tokenizer, greedy_accuracy, make_problems, warm_start
+from trl_ext.dpo import DPOConfig
+from trl_ext.recipe.args import DPOScriptArguments, PipelineArguments
+from trl_ext.recipe.common import (
+    DEMO_CONFIG_DIR,
+    demo_config_path,
+    fresh_demo_policy,
+    load_recipe,
+    parse,
+    write_summary,
+)
+from trl_ext.recipe.grpo import parse as parse_grpo
 
 
-def main(args: PipelineArguments) -> dict:
-    return run_pipeline(args)
+def _flags(overrides: list[str]) -> list[str]:
+    flags = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override {item!r} is not key=value; write e.g. max_steps=100.")
+        flags += [f"--{key}", *value.split(",")] if "," in value else [f"--{key}", value]
+    return flags
+
+
+def main(args: PipelineArguments) -> dict[str, Any]:
+    """SFT warm start -> DAPO -> DPO for style on the demo task; prints and returns each stage's accuracy."""
+    quiet_libraries()
+    start = time.time()
+    print(
+        opening_line(
+            "pipeline",
+            [
+                "SFT warm start -> DAPO -> DPO for style",
+                "model demo model, random init",
+                "data built-in arithmetic demo",
+                f"outputs in {args.output_dir}",
+            ],
+        ),
+        flush=True,
+    )
+    if "OMP_NUM_THREADS" not in os.environ:  # the 0.6M-parameter demo model gains nothing from threads
+        torch.set_num_threads(1)  # and on a busy machine they thrash
+    timings: dict[str, float] = {}
+    accuracies: dict[str, float] = {}
+    _, held_out = make_problems(DemoTaskConfig())
+    tokenizer = build_tokenizer()
+
+    # 0. The random initialisation, for reference.
+    model, _ = fresh_demo_policy()
+    accuracies["0. random init"] = greedy_accuracy(model, tokenizer, held_out)
+
+    # 1. SFT warm start (cached under output_dir/sft/<hash of the settings>).
+    t = time.time()
+    sft_dir = warm_start(os.path.join(args.output_dir, "sft"), sft=WarmStartConfig(max_steps=args.sft_max_steps))
+    accuracies["1. SFT warm start"] = greedy_accuracy(
+        AutoModelForCausalLM.from_pretrained(sft_dir), tokenizer, held_out
+    )
+    timings["sft"] = time.time() - t
+    print(f"[pipeline] 1. SFT warm start: held-out accuracy {accuracies['1. SFT warm start']:.3f}", flush=True)
+
+    # 2. DAPO from the warm start: recipes/dapo.py's code path and YAML.
+    t = time.time()
+    dapo_dir = os.path.join(args.output_dir, "dapo")
+    dapo_config = args.dapo_config or demo_config_path("dapo")
+    argv = [
+        "--config",
+        dapo_config,
+        "--model_name_or_path",
+        sft_dir,
+        "--output_dir",
+        dapo_dir,
+        "--seed",
+        str(args.seed),
+        *_flags(args.dapo_overrides),
+    ]
+    dapo = load_recipe("dapo").main(*parse_grpo("dapo", argv=argv))
+    accuracies["2. DAPO"] = dapo["accuracy_after"]
+    timings["dapo"] = time.time() - t
+    print(f"[pipeline] 2. DAPO: held-out accuracy {accuracies['2. DAPO']:.3f}", flush=True)
+
+    # 3. DPO for style from the DAPO policy: recipes/dpo.py's code path, style YAML.
+    t = time.time()
+    dpo_dir = os.path.join(args.output_dir, "dpo")
+    dpo_config = args.dpo_config or os.path.join(DEMO_CONFIG_DIR, "dpo", "config_style.yaml")
+    argv = [
+        "--config",
+        dpo_config,
+        "--model_name_or_path",
+        dapo_dir,
+        "--output_dir",
+        dpo_dir,
+        "--seed",
+        str(args.seed),
+        *_flags(args.dpo_overrides),
+    ]
+    dpo = load_recipe("dpo").main(*parse((DPOScriptArguments, DPOConfig, ModelConfig), "dpo", argv=argv))
+    accuracies["3. DPO for style"] = dpo["accuracy_after"]
+    timings["dpo"] = time.time() - t
+    style = {
+        "after DAPO": style_report(AutoModelForCausalLM.from_pretrained(dapo_dir), tokenizer, held_out),
+        "after DPO": style_report(AutoModelForCausalLM.from_pretrained(dpo_dir), tokenizer, held_out),
+    }
+
+    total = time.time() - start
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime  # independent of other jobs sharing the cores
+    lines = ["", "| stage | held-out accuracy |", "|---|---|"]
+    lines += [f"| {stage} | {value:.3f} |" for stage, value in accuracies.items()]
+    lines.append(
+        f"\nwall time {total / 60:.1f} min (sft {timings['sft']:.0f} s, dapo {timings['dapo']:.0f} s, "
+        f"dpo {timings['dpo']:.0f} s), CPU time {cpu / 60:.1f} min. Greedy answers that are exactly '<number><eos>': "
+        f"{style['after DAPO']['clean_frac']:.3f} after DAPO, {style['after DPO']['clean_frac']:.3f} after DPO; "
+        f"mean completion tokens {style['after DAPO']['mean_tokens']:.2f} -> {style['after DPO']['mean_tokens']:.2f}"
+    )
+    print("\n".join(lines), flush=True)
+    summary = {
+        "accuracies": accuracies,
+        "timings_s": timings,
+        "wall_time_s": total,
+        "cpu_time_s": cpu,
+        "dpo_rounds": dpo["rounds"],
+        "style": style,
+        "args": asdict(args),
+    }
+    write_summary(args.output_dir, summary)
+    return summary
+
+
+@torch.no_grad()
+def style_report(model: PreTrainedModel, tokenizer: Any, dataset: Dataset, max_new_tokens: int = 6) -> dict:
+    """How the greedy completions look: the fraction that are exactly a number then EOS (the style the pipeline's DPO
+    stage rewards) and their mean length in tokens (EOS included)."""
+    model.eval()
+    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    inputs = tokenizer(list(dataset["prompt"]), return_tensors="pt", padding=True)
+    tokenizer.padding_side = padding_side
+    output = model.generate(
+        **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+    )
+    clean, tokens = 0, 0
+    eos = tokenizer.eos_token_id
+    for ids in output[:, inputs["input_ids"].shape[1] :].tolist():
+        ended = eos in ids
+        ids = ids[: ids.index(eos) + 1] if ended else [i for i in ids if i != tokenizer.pad_token_id]
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        clean += ended and text.lstrip("-").isdigit()
+        tokens += len(ids)
+    return {"clean_frac": clean / len(dataset), "mean_tokens": tokens / len(dataset)}
 
 
 if __name__ == "__main__":

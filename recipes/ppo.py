@@ -10,27 +10,93 @@ usual initialisation). With no ``reward_model_path`` (TRL's default is a Hub mod
 config) the rewards named in ``reward_funcs`` are called on the decoded completions with the dataset's other columns
 (e.g. ``answer``), exactly as the GRPO family calls them. With neither ``--config`` nor ``--model_name_or_path`` the
 settings come from ``recipes/configs/demo/ppo/config_demo.yaml``: the demo's SFT warm start, the arithmetic problems
-and reward, held-out greedy accuracy printed before and after, outputs in ``outputs/ppo``. The body is
-``trl_ext.recipe.common.run_ppo``; this file only parses and calls.
+and reward, held-out greedy accuracy printed before and after, outputs in ``outputs/ppo``.
 """
 
-from trl import ModelConfig
+from __future__ import annotations
 
-from trl_ext.console import quiet_libraries
-from trl_ext.recipe.common import PPOScriptArguments, parse_recipe_args, run_ppo
+import time
+
+from transformers import AutoModelForSequenceClassification, set_seed
+from transformers.utils import logging as hf_logging
+from trl import ModelConfig, get_peft_config
+
+from trl_ext.console import quiet_libraries, use_console
+from trl_ext.diagnostics.held_out import held_out_accuracy
+from trl_ext.ppo import RuleRewardModel, tokenize_prompts
+from trl_ext.recipe.args import PPOScriptArguments
+from trl_ext.recipe.common import (
+    announce,
+    demo_threads,
+    load_policy,
+    load_script_data,
+    parse,
+    report,
+    reward_functions,
+)
 from trl_ext.reliability.checks import require_ppo
-
-PPOConfig, _ = require_ppo()  # trl 1.12 only: on a newer TRL this says so and names the install line
 
 if __name__ == "__main__":
     quiet_libraries()  # before the import below: TRL's "importing from trl.experimental" notice is our choice, not yours
 
-from trl.experimental.ppo import PPOConfig  # noqa: E402
+PPOConfig, PPOTrainer = require_ppo()  # trl 1.12 only: on a newer TRL this says so and names the install line
 
 
 def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: ModelConfig) -> dict:
-    return run_ppo(script_args, training_args, model_args)
+    started = time.time()
+    set_seed(training_args.seed)
+    demo_threads(model_args)
+
+    # Data: prompts (plus the columns the rewards read); PPO itself consumes token ids only.
+    train_dataset, eval_dataset = load_script_data(script_args)
+    announce("ppo", "PPOTrainer", script_args, training_args, model_args, (train_dataset, eval_dataset))
+
+    # Policy (left padding: PPO generates from padded queries) and value model (default: the policy's checkpoint).
+    policy, tokenizer, policy_path = load_policy(model_args.model_name_or_path, model_args.dtype)
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the value head is new on purpose: no "score.weight MISSING" load report
+    try:
+        value_model = AutoModelForSequenceClassification.from_pretrained(
+            script_args.value_model_path or policy_path, num_labels=1
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+    # Reward: a trained reward model, or the rule-based functions behind TRL's reward-model interface.
+    if training_args.reward_model_path:
+        reward_model = AutoModelForSequenceClassification.from_pretrained(
+            training_args.reward_model_path, num_labels=1
+        )
+    else:
+        reward_funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
+        prompt_sets = [d for d in (train_dataset, eval_dataset) if d is not None]
+        reward_model = RuleRewardModel(reward_funcs, tokenizer, prompt_sets, script_args.reward_weights)
+
+    before = held_out_accuracy(policy, tokenizer, eval_dataset, progress="evaluation (before)")
+    trainer = PPOTrainer(
+        args=training_args,
+        processing_class=tokenizer,
+        model=policy,
+        ref_model=None,
+        reward_model=reward_model,
+        value_model=value_model,
+        train_dataset=tokenize_prompts(train_dataset, tokenizer),
+        eval_dataset=tokenize_prompts(eval_dataset, tokenizer) if eval_dataset is not None else None,
+        peft_config=get_peft_config(model_args),
+    )
+
+    use_console(trainer, "ppo")
+    trainer.train()
+    trainer.save_model(training_args.output_dir)
+    tokenizer.save_pretrained(training_args.output_dir)
+
+    after = held_out_accuracy(trainer.policy_model, tokenizer, eval_dataset, progress="evaluation (after)")
+    return report("ppo", training_args.output_dir, before, after, trainer.state.global_step, started)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 
 
 if __name__ == "__main__":
-    main(*parse_recipe_args((PPOScriptArguments, PPOConfig, ModelConfig), "ppo"))
+    main(*parse((PPOScriptArguments, PPOConfig, ModelConfig), "ppo"))

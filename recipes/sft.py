@@ -8,19 +8,61 @@ With neither ``--config`` nor ``--model_name_or_path`` the settings come from
 ``recipes/configs/demo/sft/config_demo.yaml``: the demo's randomly initialised tiny model trained on the arithmetic
 problems with exactly the settings of ``trl_ext.demo.warm_start`` (``trl_ext.recipe.common.warm_start_sft_config``; a test
 keeps the two equal and checks that both give the same weights), held-out greedy accuracy printed before and after,
-the model written to ``outputs/sft``. The body is ``trl_ext.recipe.common.run_sft``; this file only parses and calls.
+the model written to ``outputs/sft``.
 """
 
-from trl import ModelConfig, SFTConfig
+from __future__ import annotations
 
-from trl_ext.console import quiet_libraries
-from trl_ext.recipe.common import SFTScriptArguments, parse_recipe_args, run_sft
+import time
+
+from transformers import set_seed
+from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
+
+from trl_ext.console import quiet_libraries, use_console
+from trl_ext.diagnostics.held_out import held_out_accuracy
+from trl_ext.recipe.args import SFTScriptArguments
+from trl_ext.recipe.common import (
+    announce,
+    demo_threads,
+    fresh_demo_policy,
+    load_policy,
+    load_script_data,
+    parse,
+    report,
+)
 
 
 def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> dict:
-    return run_sft(script_args, training_args, model_args)
+    started = time.time()
+    set_seed(training_args.seed)
+    demo_threads(model_args)
+    train_dataset, eval_dataset = load_script_data(script_args)
+    announce("sft", "SFTTrainer", script_args, training_args, model_args, (train_dataset, eval_dataset))
+
+    # No model given: the demo's randomly initialised model (the warm start starts from scratch).
+    if model_args.model_name_or_path is None:
+        model, tokenizer = fresh_demo_policy()
+    else:
+        model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype)
+
+    before = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (before)")
+    columns = [c for c in ("prompt", "completion", "messages", "text") if c in train_dataset.column_names]
+    trainer = SFTTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset.select_columns(columns),
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
+    use_console(trainer, "sft")
+    trainer.train()
+    trainer.save_model(training_args.output_dir)
+    tokenizer.save_pretrained(training_args.output_dir)
+
+    after = held_out_accuracy(trainer.model, tokenizer, eval_dataset, progress="evaluation (after)")
+    return report("sft", training_args.output_dir, before, after, trainer.state.global_step, started)
 
 
 if __name__ == "__main__":
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    main(*parse_recipe_args((SFTScriptArguments, SFTConfig, ModelConfig), "sft"))
+    main(*parse((SFTScriptArguments, SFTConfig, ModelConfig), "sft"))

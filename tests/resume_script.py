@@ -98,8 +98,8 @@ def build(algo: str, out: str, callbacks: list):
             model, [parity_reward], args=args, train_dataset=train, processing_class=tokenizer, callbacks=callbacks
         )
     if algo == "dpo":
-        from trl_ext.reliability.checkpoints import AtomicCheckpointMixin
         from trl_ext.dpo.trainer import DPOConfig, DPOTrainer
+        from trl_ext.reliability.checkpoints import AtomicCheckpointMixin
 
         class ResumableDPOTrainer(AtomicCheckpointMixin, DPOTrainer):
             """The composition proposed for trl_ext.dpo.DPOTrainer: atomic checkpoints, checked resumes, and TRL's

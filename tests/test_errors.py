@@ -196,8 +196,8 @@ def test_yaml_key_typo_is_an_error_not_ignored(tmp_path):
     from trl import ModelConfig
 
     from trl_ext import DAPOConfig
-    from trl_ext.reliability.checks import check_config_keys
     from trl_ext.recipe.grpo import RLScriptArguments, parse
+    from trl_ext.reliability.checks import check_config_keys
 
     config = _yaml(tmp_path, "lerning_rate: 0.1\n")
     with raises(ValueError, "lerning_rate"):  # what the recipes do today (TRL's parser)

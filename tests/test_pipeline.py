@@ -23,7 +23,7 @@ def load_recipe(name: str):
 def test_pipeline_runs_every_stage_from_a_config(tmp_path, capsys):
     from trl import TrlParser
 
-    from trl_ext.recipe.common import PipelineArguments
+    from trl_ext.recipe.args import PipelineArguments
 
     config = tmp_path / "pipeline.yaml"
     config.write_text(

@@ -24,7 +24,7 @@ def load_recipe(name: str):
 def _parse(ppo, argv):
     from trl import ModelConfig
 
-    return ppo.parse_recipe_args((ppo.PPOScriptArguments, ppo.PPOConfig, ModelConfig), "ppo", argv=argv)
+    return ppo.parse((ppo.PPOScriptArguments, ppo.PPOConfig, ModelConfig), "ppo", argv=argv)
 
 
 def test_no_arguments_parse_to_the_demo_yaml():
@@ -63,6 +63,6 @@ def test_short_run_with_rule_rewards(tmp_path):
     ]
     result = ppo.main(*_parse(ppo, argv))
     assert 0.0 <= result["accuracy_before"] <= 1.0 and 0.0 <= result["accuracy_after"] <= 1.0
-    with open(os.path.join(out, "accuracy.json")) as f:
+    with open(os.path.join(out, "summary.json")) as f:
         assert json.load(f)["recipe"] == "ppo"
     assert os.path.exists(os.path.join(out, "model.safetensors"))

@@ -35,7 +35,7 @@ def test_no_arguments_parse_to_the_demo_yaml():
     sft = load_recipe("sft")
     from trl import ModelConfig, SFTConfig
 
-    script_args, training_args, model_args = sft.parse_recipe_args(
+    script_args, training_args, model_args = sft.parse(
         (sft.SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv=["--max_steps", "7"]
     )
     assert training_args.max_steps == 7  # CLI overrides the YAML
@@ -55,14 +55,14 @@ def test_recipe_trains_exactly_like_the_demo_warm_start(tmp_path):
 
     out = str(tmp_path / "recipe")
     argv = ["--max_steps", str(steps), "--logging_steps", str(max(steps // 4, 1)), "--output_dir", out]
-    result = sft.main(*sft.parse_recipe_args((sft.SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv=argv))
+    result = sft.main(*sft.parse((sft.SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv=argv))
 
     from safetensors.torch import load_file
 
     ours, theirs = load_file(os.path.join(out, "model.safetensors")), load_file(f"{demo_dir}/model.safetensors")
     assert ours.keys() == theirs.keys()
     assert all(torch.equal(ours[k], theirs[k]) for k in ours)
-    with open(os.path.join(out, "accuracy.json")) as f:
+    with open(os.path.join(out, "summary.json")) as f:
         assert json.load(f) == result
     assert 0.0 <= result["accuracy_after"] <= 1.0 and result["accuracy_before"] == 0.0  # random init: never right
 

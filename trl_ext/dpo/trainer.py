@@ -53,8 +53,8 @@ import trl
 from datasets import Dataset
 from trl.trainer.utils import selective_log_softmax
 
-from trl_ext.grpo.group_filter import DEFAULT_ATOL
 from trl_ext.dpo.pairs import PairStats, mine_pairs
+from trl_ext.grpo.group_filter import DEFAULT_ATOL
 
 logger = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from typing import Any
 import trl
 from trl.rewards import get_soft_overlong_punishment
 
+from trl_ext.grpo.configs import DAPOConfig, GRPOFamilyConfig, GSPOConfig
 from trl_ext.grpo.dynamic_sampling import DynamicSamplingMixin
 from trl_ext.grpo.gspo_token import GSPOTokenMixin
-from trl_ext.grpo.configs import DAPOConfig, GRPOFamilyConfig, GSPOConfig
 from trl_ext.reliability.mixin import GRPOReliabilityMixin
 
 logger = logging.getLogger(__name__)

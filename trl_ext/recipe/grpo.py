@@ -1,17 +1,16 @@
-"""The body of the GRPO-family recipes (``recipes/grpo.py``, ``dapo.py``, ``gspo.py``): parse, then call ``run``.
+"""The GRPO-family parts of the recipes (``recipes/grpo.py`` and the presets' recipes that call its ``main``).
 
-Reads top to bottom like open-r1's ``grpo.py``: seed, data, model and tokenizer, rewards, trainer, train, save,
-report. With no ``--model_name_or_path`` / ``--dataset_name`` it runs the built-in demo task: the SFT warm start
-(cached), then RL.
+- ``parse``: the recipe parser for any preset of the table (``--preset NAME`` on the command line, ``preset: NAME``
+  in a YAML, or the recipe's own), with the demo YAML ``recipes/configs/demo/<preset>/config_demo.yaml`` as default.
+- ``prepare_output_dir``, ``held_out_evaluator``, ``attach_monitors``: the steps of ``main`` around TRL's trainer.
+- ``summarize`` / ``format_summary``: what a run reports (table, ``summary.json``, ``curves.png`` from
+  ``metrics.jsonl``, written by ``MetricsFileCallback`` as training goes).
 
-What it prints (``trl_ext.console``): one opening line (trainer, preset, model, data, steps, precision, output
+What a run prints (``trl_ext.console``): one opening line (trainer, preset, model, data, steps, precision, output
 folder), a progress bar per phase (warm start, held-out evaluation, RL) whose postfix carries the live figures, one
-compact line per log, and a summary table at the end. Held-out greedy accuracy (``trl_ext.diagnostics.held_out``: the task
-reward of the greedy completion on the test split) is measured before RL, during RL every ``held_out_eval_steps``
-(adaptive by default: under 5% of the run) and after. Every run writes ``metrics.jsonl`` (every logged metric, as it
-goes, with ``held_out/accuracy``), ``curves.png`` (accuracy over steps with the warm-start level marked, then reward,
-kept-group fraction and rounds, clip fraction, entropy), ``summary.json`` (the summary table's content) and the final
-model under ``output_dir``.
+compact line per log, and a summary table at the end. Held-out greedy accuracy (``trl_ext.diagnostics.held_out``: the
+task reward of the greedy completion on the test split) is measured before RL, during RL every
+``held_out_eval_steps`` (adaptive by default: under 5% of the run) and after.
 """
 
 from __future__ import annotations
@@ -20,71 +19,73 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-from transformers import TrainerCallback, set_seed
-from trl import ModelConfig, TrlParser, get_peft_config
+import yaml
+from datasets import Dataset
+from transformers import TrainerCallback
+from trl import ModelConfig
 
+from trl_ext.console import format_duration, precision_label, summary_table, use_console
+from trl_ext.diagnostics.health import HealthMonitor
+from trl_ext.diagnostics.held_out import HeldOutEvaluation, held_out_accuracy
 from trl_ext.grpo.configs import GRPOFamilyConfig
-from trl_ext.grpo.presets import trainer_class_for
-
-DEMO_MODEL = "demo model + SFT warm start (cached after a first run)"
-DEMO_CONFIG_DIR = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "configs", "demo"
-)
+from trl_ext.grpo.presets import PRESETS, lookup
+from trl_ext.recipe import common
+from trl_ext.recipe.args import RLScriptArguments
+from trl_ext.reliability.checkpoints import check_fresh_output_dir
 
 
-@dataclass
-class RLScriptArguments:
-    """Data, rewards and run options of the GRPO-family recipes (the training options are the preset's config)."""
-
-    dataset_name: str | None = field(
-        default=None,
-        metadata={
-            "help": "Hub dataset, local folder (train.jsonl / test.jsonl, ...) or .json/.jsonl/.csv/.parquet file "
-            "with a 'prompt' column. None: the built-in arithmetic demo."
-        },
-    )
-    dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
-    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
-    dataset_test_split: str = field(
-        default="test",
-        metadata={"help": "Held-out split, or a local file of held-out problems (demo: 240 problems)."},
-    )
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["arithmetic"],
-        metadata={"help": "Reward functions by registry name (see rewards.available_rewards())."},
-    )
-    reward_options: str | None = field(
-        default=None, metadata={"help": 'JSON options per reward, e.g. \'{"accuracy": {"extraction": "boxed"}}\'.'}
-    )
-    health_monitor: bool = field(default=True, metadata={"help": "Warn on KL blow-up, entropy collapse, etc."})
-    held_out_eval_steps: int | None = field(
-        default=None,
-        metadata={
-            "help": "Held-out greedy accuracy every N optimizer steps during RL (rounded up to a multiple of "
-            "logging_steps), logged as held_out/accuracy. None: adaptive, starting at logging_steps and widening "
-            "so that evaluating costs under 5% of the run. 0: only before and after."
-        },
-    )
+def _preset_name(argv: list[str]) -> str | None:
+    """``--preset NAME`` / ``--preset=NAME`` on the command line, else ``preset:`` in the ``--config`` YAML."""
+    for i, arg in enumerate(argv):
+        if arg == "--preset" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--preset="):
+            return arg.split("=", 1)[1]
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        path = argv[argv.index("--config") + 1]
+        if os.path.exists(path):
+            with open(path) as f:
+                config = yaml.safe_load(f)
+            if isinstance(config, dict) and config.get("preset"):
+                return str(config["preset"])
+    return None
 
 
-def parse(preset_config: type[GRPOFamilyConfig], recipe: str, argv: list[str] | None = None):
-    """Parse ``(script_args, training_args, model_args)``. With no model and no config given, the demo's YAML
-    (``recipes/configs/demo/<recipe>.yaml``) supplies the defaults; CLI flags still override it. Unless ``bf16`` is
-    set, it is turned off where the hardware lacks it (``trl_ext.recipe.common.supported_precision``)."""
-    from trl_ext.recipe.common import supported_precision
+def _demo_preset(name: str) -> str:
+    """The preset whose demo YAML a preset uses: its own when ``recipes/configs/demo/<name>/`` exists, else that of
+    the first table row with the same config class (``gspo_token`` runs GSPO's demo with its switch on)."""
+    if os.path.exists(common.demo_config_path(name)):
+        return name
+    config = PRESETS[name].config
+    return next((other for other, row in PRESETS.items() if row.config is config), name)
 
+
+def parse(
+    preset: str | type[GRPOFamilyConfig], recipe: str | None = None, argv: list[str] | None = None
+) -> tuple[RLScriptArguments, GRPOFamilyConfig, ModelConfig]:
+    """``(script_args, training_args, model_args)`` of a GRPO-family run (``common.parse``: demo YAML by default,
+    YAML keys checked). ``preset`` is the recipe's own preset, by name or config class (``recipe`` names its demo
+    YAML then); ``--preset NAME`` or a YAML ``preset:`` key picks another row of the table. The table row's fixed
+    fields (``gspo_token``) are applied unless given. ``script_args.preset`` holds the name that ran."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--config" not in argv and not any(a.startswith("--model_name_or_path") for a in argv):
-        argv = ["--config", os.path.join(DEMO_CONFIG_DIR, f"{recipe}.yaml"), *argv]
-    if "--config" in argv:
-        from trl_ext.reliability.checks import check_config_keys
-
-        check_config_keys(argv[argv.index("--config") + 1], [RLScriptArguments, preset_config, ModelConfig])
-    parser = TrlParser((RLScriptArguments, preset_config, ModelConfig))
-    return parser.parse_args_and_config(args=supported_precision(argv))
+    name = _preset_name(argv)
+    if name is None and isinstance(preset, str):
+        name = preset
+    if name is not None:
+        lookup(name)  # an unknown name fails here, listing the known ones
+        name = name.lower().replace("-", "_")
+    row = PRESETS[name] if name is not None else None
+    config_class = row.config if row is not None else preset
+    recipe = recipe or _demo_preset(name)
+    for key, value in (row.overrides if row is not None else {}).items():
+        if f"--{key}" not in argv:
+            argv += [f"--{key}", str(value)]
+    script_args, training_args, model_args = common.parse((RLScriptArguments, config_class, ModelConfig), recipe, argv)
+    script_args.preset = name or recipe
+    return script_args, training_args, model_args
 
 
 class MetricsFileCallback(TrainerCallback):
@@ -176,7 +177,7 @@ def plot_curves(
     return fig
 
 
-def _resolve_checkpoint(value: str | None, output_dir: str) -> str | bool | None:
+def resolve_checkpoint(value: str | None, output_dir: str) -> str | bool | None:
     if value == "latest":
         return True
     if value is not None and not os.path.isdir(value):
@@ -187,123 +188,75 @@ def _resolve_checkpoint(value: str | None, output_dir: str) -> str | bool | None
     return value
 
 
-def _describe_data(script_args: RLScriptArguments, train_dataset, eval_dataset) -> str:
-    name = "built-in arithmetic demo" if script_args.dataset_name is None else script_args.dataset_name
-    held_out = f"{len(eval_dataset)} held-out" if eval_dataset is not None else "no held-out split"
-    return f"data {name} ({len(train_dataset)} train / {held_out})"
-
-
-def run(
-    script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_args: ModelConfig, recipe: str
-) -> dict[str, Any]:
-    """Train one GRPO-family run and report; returns the summary it prints and writes to ``summary.json``."""
-    from trl_ext.console import format_duration, opening_line, precision_label, quiet_libraries, use_console
-    from trl_ext.diagnostics.held_out import HeldOutEvaluation, held_out_accuracy
-    from trl_ext.recipe.common import load_data, load_policy, reward_functions
-
-    quiet_libraries()
-    started = time.time()
-    set_seed(training_args.seed)
-    if model_args.model_name_or_path is None and "OMP_NUM_THREADS" not in os.environ:
-        import torch
-
-        # The 0.6M-parameter demo model gains nothing from intra-op threads, and on a busy machine they thrash.
-        torch.set_num_threads(1)
-    output_dir = training_args.output_dir
+def prepare_output_dir(output_dir: str, resume: str | bool | None) -> str:
+    """Create ``output_dir``; refuse one holding another run's checkpoints unless resuming (two runs' checkpoints
+    never mix); keep the last run's ``metrics.jsonl`` as ``.previous`` instead of appending. Returns that path."""
     os.makedirs(output_dir, exist_ok=True)
-
-    # Rewards first, by registry name (YAML: reward_funcs / reward_weights): a typo fails before any download.
-    reward_funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
-    resume = _resolve_checkpoint(training_args.resume_from_checkpoint, output_dir)
     if not resume:
-        from trl_ext.reliability.checkpoints import check_fresh_output_dir
-
-        check_fresh_output_dir(output_dir)  # never mix two runs' checkpoints in one output_dir
-
-    # Data: the demo's arithmetic problems, or the user's dataset (it needs a 'prompt' column).
-    train_dataset, eval_dataset = load_data(
-        script_args.dataset_name,
-        script_args.dataset_config,
-        script_args.dataset_train_split,
-        script_args.dataset_test_split,
-    )
-    if "prompt" not in train_dataset.column_names:
-        raise ValueError(
-            f"The training set has no 'prompt' column (columns: {train_dataset.column_names}). "
-            "Rename the column holding the prompts to 'prompt' (e.g. dataset.rename_column)."
-        )
-
-    trainer_class = trainer_class_for(training_args)
-    world = training_args.world_size
-    prompts = training_args.per_device_train_batch_size * world // training_args.num_generations
-    is_main = training_args.process_index == 0
-    if is_main:
-        print(
-            opening_line(
-                recipe,
-                [
-                    f"{trainer_class.__name__} ({type(training_args).__name__})",
-                    f"model {model_args.model_name_or_path or DEMO_MODEL}",
-                    _describe_data(script_args, train_dataset, eval_dataset),
-                    f"{training_args.max_steps} steps of {prompts} prompts x {training_args.num_generations} "
-                    "completions",
-                    precision_label(training_args),
-                    f"outputs in {output_dir}",
-                ],
-            ),
-            flush=True,
-        )
-
-    # Model and tokenizer: the demo's cached SFT warm start when no model is given.
-    model, tokenizer, model_path = load_policy(model_args.model_name_or_path, model_args.dtype)
-
-    # Held-out greedy accuracy: the first reward is the task reward (the demo: its own greedy_accuracy).
-    task_reward = None if script_args.dataset_name is None else reward_funcs[0]
-
-    def evaluate(policy, progress: bool | str = False) -> float | None:
-        return held_out_accuracy(
-            policy, tokenizer, eval_dataset, task_reward, training_args.max_completion_length, progress=progress
-        )
-
-    before = evaluate(model, progress="evaluation (before RL)" if is_main else False)
-    if before is not None and is_main:
-        print(
-            f"[{recipe}] held-out greedy accuracy before RL: {before:.3f} ({len(eval_dataset)} problems)", flush=True
-        )
-
+        check_fresh_output_dir(output_dir)
     metrics_path = os.path.join(output_dir, "metrics.jsonl")
     if not resume and os.path.exists(metrics_path):
-        os.replace(metrics_path, metrics_path + ".previous")  # keep the last run's log, never append to it
-    trainer = trainer_class(
-        model=model,
-        reward_funcs=reward_funcs,
-        args=training_args,
-        train_dataset=train_dataset,
-        processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
-        callbacks=[MetricsFileCallback(metrics_path)],
-    )
+        os.replace(metrics_path, metrics_path + ".previous")
+    return metrics_path
+
+
+def steps_line(training_args: GRPOFamilyConfig) -> str:
+    """``"<max_steps> steps of <prompts> prompts x <G> completions"`` for the opening line."""
+    prompts = training_args.per_device_train_batch_size * training_args.world_size // training_args.num_generations
+    return f"{training_args.max_steps} steps of {prompts} prompts x {training_args.num_generations} completions"
+
+
+def held_out_evaluator(
+    recipe: str,
+    tokenizer: Any,
+    eval_dataset: Dataset | None,
+    task_reward: Any,
+    max_completion_length: int,
+    is_main: bool,
+) -> Callable[[Any, str], float | None]:
+    """``evaluate(model, phase)``: held-out greedy accuracy of ``model`` (None without a held-out split), with a
+    progress bar on the main process. ``task_reward`` None: the demo's own answer check."""
+
+    def evaluate(model: Any, phase: str | bool = False) -> float | None:
+        label = f"evaluation ({phase})" if is_main and isinstance(phase, str) else False
+        return held_out_accuracy(model, tokenizer, eval_dataset, task_reward, max_completion_length, progress=label)
+
+    return evaluate
+
+
+def attach_monitors(
+    trainer: Any, recipe: str, script_args: RLScriptArguments, evaluate: Callable, before: float | None
+) -> HeldOutEvaluation | None:
+    """The console (progress bar, one line per log), held-out evaluation during RL and the health monitor."""
     use_console(trainer, f"{recipe} (RL)")
     held_out = None
     if before is not None and script_args.held_out_eval_steps != 0:
         held_out = HeldOutEvaluation(evaluate, every=script_args.held_out_eval_steps, start=before).attach(trainer)
     if script_args.health_monitor:
-        from trl_ext.diagnostics.health import HealthMonitor
-
         HealthMonitor().attach(trainer)
+    return held_out
 
-    train_started = time.time()
-    trainer.train(resume_from_checkpoint=resume)  # 'latest' = newest checkpoint in output_dir
-    train_seconds = time.time() - train_started
-    trainer.save_model(output_dir)
-    if trainer.accelerator.is_main_process:
-        tokenizer.save_pretrained(output_dir)
 
-    final_step = trainer.state.global_step
-    if held_out is not None and held_out.points and held_out.points[-1][0] == final_step:
-        after = held_out.points[-1][1]  # evaluated at the last step, on the same weights
-    else:
-        after = evaluate(trainer.model, progress="evaluation (after RL)" if is_main else False)
+def accuracy_after(trainer: Any, evaluate: Callable, held_out: HeldOutEvaluation | None) -> float | None:
+    """Held-out accuracy after RL; reused when the last in-training evaluation was at the final step (same weights)."""
+    if held_out is not None and held_out.points and held_out.points[-1][0] == trainer.state.global_step:
+        return held_out.points[-1][1]
+    return evaluate(trainer.model, "after RL" if trainer.accelerator.is_main_process else False)
+
+
+def summarize(
+    recipe: str,
+    trainer: Any,
+    model_path: str,
+    eval_dataset: Dataset | None,
+    before: float | None,
+    after: float | None,
+    held_out: HeldOutEvaluation | None,
+    started: float,
+    train_seconds: float,
+) -> dict[str, Any]:
+    """The run's summary; on the main process also ``summary.json``, ``curves.png`` and the printed table."""
+    training_args, output_dir = trainer.args, trainer.args.output_dir
     history = [h for h in trainer.state.log_history if "reward" in h]
     summary: dict[str, Any] = {
         "recipe": recipe,
@@ -318,7 +271,7 @@ def run(
         "held_out_eval_time_frac": round(held_out.cost_fraction(train_seconds), 4) if held_out else None,
         "mean_reward_first_log": history[0]["reward"] if history else None,
         "mean_reward_last_log": history[-1]["reward"] if history else None,
-        "optimizer_steps": final_step,
+        "optimizer_steps": trainer.state.global_step,
         "wall_time_s": round(time.time() - started, 1),
     }
     ds_logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
@@ -336,22 +289,19 @@ def run(
         )
     if trainer.accelerator.is_main_process:
         curves = os.path.join(output_dir, "curves.png")
-        plot_curves({recipe: read_metrics(metrics_path)}, curves, warm_start=before)
+        plot_curves({recipe: read_metrics(os.path.join(output_dir, "metrics.jsonl"))}, curves, warm_start=before)
         summary["outputs"] = {
             "folder": output_dir,
-            "files": ["metrics.jsonl", "curves.png", "summary.json", "model.safetensors"],
+            "files": ["metrics.jsonl", "curves.png", common.SUMMARY_FILE, "model.safetensors"],
         }
         summary["curves"] = curves
-        with open(os.path.join(output_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+        common.write_summary(output_dir, summary)
         print(format_summary(summary, format_duration), flush=True)
     return summary
 
 
 def format_summary(summary: dict[str, Any], format_duration) -> str:
     """The summary table (the same content as ``summary.json``)."""
-    from trl_ext.console import summary_table
-
     before, after = summary["accuracy_before"], summary["accuracy_after"]
     rows: list[tuple[str, Any]] = []
     if before is not None:

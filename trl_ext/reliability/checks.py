@@ -11,8 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
-import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from trl_ext.reliability.reward_guard import reward_columns  # noqa: F401  (re-exported: checks use it)
