@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import sys
 
+from rewards.math import _quiet_math_verify, score_one
+
 
 def main() -> None:
-    from rewards.math import _quiet_math_verify, score_one
-
     _quiet_math_verify()
     import math_verify  # noqa: F401  - pay the sympy import before announcing readiness
 

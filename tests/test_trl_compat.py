@@ -52,7 +52,7 @@ def test_import_loads_nothing_from_trl_experimental():
         "import sys, trl\n"
         "from trl import DPOTrainer, GRPOTrainer, SFTTrainer\n"
         "before = {m for m in sys.modules if m.startswith('trl.experimental')}\n"
-        "import trl_ext, trl_ext.grpo.trainers, trl_ext.dpo, trl_ext.grpo.presets, trl_ext.ppo\n"
+        "import trl_ext, trl_ext.grpo.trainers, trl_ext.dpo, trl_ext.grpo.presets, trl_ext.ppo, trl_ext.cli, trl_ext.recipe.grpo\n"
         "print(sorted({m for m in sys.modules if m.startswith('trl.experimental')} - before))\n"
     )
     env = {**os.environ, "PYTHONPATH": REPO}

@@ -18,10 +18,16 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import datasets
 import torch
 from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from trl import SFTConfig, SFTTrainer
+
+from rewards.arithmetic import arithmetic_reward
+from trl_ext.console import use_console
+from trl_ext.diagnostics.held_out import greedy_reward_accuracy
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 CHARS = "0123456789+-*= "
@@ -122,9 +128,6 @@ def greedy_accuracy(
 ) -> float:
     """Held-out greedy accuracy: the fraction of prompts whose greedy completion (4 new tokens) has the answer as its
     first integer, i.e. the ``arithmetic`` reward of the greedy completion (``progress``: a tqdm bar's title)."""
-    from rewards.arithmetic import arithmetic_reward
-    from trl_ext.diagnostics.held_out import greedy_reward_accuracy
-
     return greedy_reward_accuracy(
         model, tokenizer, dataset, arithmetic_reward, max_new_tokens=4, batch_size=batch_size, progress=progress
     )
@@ -173,8 +176,6 @@ def warm_start(
     The result is cached under ``output_dir/<hash of the settings>`` so re-runs skip it (``use_cache=False`` forces
     a fresh run). The same function backs ``recipes/sft.py`` with no arguments.
     """
-    from trl import SFTConfig, SFTTrainer
-
     task, model_config, sft = task or DemoTaskConfig(), model_config or DemoModelConfig(), sft or WarmStartConfig()
     settings = {"task": asdict(task), "model": asdict(model_config), "sft": asdict(sft), "version": 1}
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
@@ -187,10 +188,6 @@ def warm_start(
     model = build_model(tokenizer, model_config)
     train, _ = make_problems(task)
     args = SFTConfig(**warm_start_sft_kwargs(os.path.join(run_dir, "trainer"), sft))
-    import datasets
-
-    from trl_ext.console import use_console
-
     bars = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # TRL's five preprocessing passes over 600 rows: nothing worth a bar
     try:

@@ -26,6 +26,8 @@ from datasets import Dataset
 from tqdm import tqdm
 from transformers import TrainerCallback
 
+from rewards.arithmetic import arithmetic_reward
+
 HELD_OUT_KEY = "held_out/accuracy"
 
 
@@ -102,10 +104,10 @@ def held_out_accuracy(
     from transformers.integrations import is_deepspeed_zero3_enabled
 
     def evaluate() -> float:
-        if demo:
-            from trl_ext.demo import greedy_accuracy
-
-            return greedy_accuracy(model, tokenizer, eval_dataset, progress=progress)
+        if demo:  # the demo's own check (trl_ext.demo.greedy_accuracy): the answer is the first integer in 4 tokens
+            return greedy_reward_accuracy(
+                model, tokenizer, eval_dataset, arithmetic_reward, max_new_tokens=4, progress=progress
+            )
         return greedy_reward_accuracy(model, tokenizer, eval_dataset, reward_func, max_new_tokens, progress=progress)
 
     if is_deepspeed_zero3_enabled():  # sharded weights must be gathered (on every rank) before generate

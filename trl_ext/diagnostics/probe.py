@@ -53,7 +53,9 @@ from typing import Any
 import torch
 from datasets import Dataset
 
+from trl_ext.demo import build_model, build_tokenizer
 from trl_ext.grpo.group_filter import expected_rounds, group_stats, informative_groups
+from trl_ext.recipe.common import load_data, load_policy, reward_functions
 
 DEMO = "demo"
 DEMO_RANDOM = "demo-random"
@@ -590,8 +592,6 @@ def score(
 def load_prompts(args: ProbeArguments) -> Dataset:
     """The dataset split (for the demo: ``train``, or the held-out set for ``test``), a seeded sample of
     ``num_prompts`` rows. Loading is the recipes' (``trl_ext.recipe.common.load_data``)."""
-    from trl_ext.recipe.common import load_data
-
     train, held_out = load_data(args.dataset_name, args.dataset_config, train_split=args.dataset_split)
     held_out_names = ("test", "eval", "validation", "held_out")
     dataset = held_out if args.dataset_name is None and args.dataset_split in held_out_names else train
@@ -830,11 +830,7 @@ def probe_model(
 def load_model(args: ProbeArguments) -> tuple[Any, Any, str, str | None]:
     """The model and tokenizer to probe, a display name, and its path (for vLLM; None for the cold demo model).
     Loading is the recipes' (``trl_ext.recipe.common.load_policy``: no name = the demo's cached SFT warm start)."""
-    from trl_ext.recipe.common import load_policy
-
     if args.no_warm_start or args.model_name_or_path == DEMO_RANDOM:
-        from trl_ext.demo import build_model, build_tokenizer
-
         tokenizer = build_tokenizer()
         return build_model(tokenizer), tokenizer, DEMO_RANDOM, None
     model, tokenizer, path = load_policy(None if args.model_name_or_path == DEMO else args.model_name_or_path)
@@ -847,8 +843,6 @@ def run_probe(args: ProbeArguments | None = None, save: bool = True) -> ProbeRep
     """Load the model, data and rewards named in ``args``, probe, and (``save=True``) write the report files."""
     args = args or ProbeArguments()
     model, tokenizer, name, path = load_model(args)
-    from trl_ext.recipe.common import reward_functions
-
     reward_funcs = reward_functions(args.reward_funcs, args.reward_options)
     report = probe_model(model, tokenizer, load_prompts(args), reward_funcs, args, name, path)
     if save:
