@@ -25,7 +25,7 @@ def _run(recipe: str, *args: str, timeout: int = 600) -> subprocess.CompletedPro
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["dapo.py", "grpo.py", "gspo.py"])
+@pytest.mark.parametrize("recipe", ["dapo.py", "grpo.py", "gspo.py", "dr_grpo.py"])
 def test_recipe_demo_runs_and_writes_its_outputs(recipe, tmp_path):
     out = tmp_path / "run"
     result = _run(recipe, "--max_steps", "4", "--logging_steps", "2", "--output_dir", str(out))

@@ -30,19 +30,13 @@ import torch
 from datasets import Dataset
 from transformers.modeling_outputs import BaseModelOutput
 
-from trl_ext.dpo.pairs import score_completions
 from trl_ext.reliability.checks import require_ppo
-
-
-def _prompt_text(prompt: Any, tokenizer: Any) -> str:
-    if isinstance(prompt, list):  # conversational
-        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-    return prompt
+from trl_ext.scoring import prompt_text, score_completions
 
 
 def prompt_token_ids(prompt: Any, tokenizer: Any) -> list[int]:
     """Token ids of one prompt as ``tokenize_prompts`` and the adapter see it (chat template for conversations)."""
-    return tokenizer(_prompt_text(prompt, tokenizer), add_special_tokens=False)["input_ids"]
+    return tokenizer(prompt_text(prompt, tokenizer), add_special_tokens=False)["input_ids"]
 
 
 def tokenize_prompts(dataset: Dataset, tokenizer: Any) -> Dataset:

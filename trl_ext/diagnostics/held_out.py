@@ -27,12 +27,9 @@ from tqdm import tqdm
 from transformers import TrainerCallback
 
 from rewards.arithmetic import arithmetic_reward
+from trl_ext.scoring import is_conversational, prompt_text
 
 HELD_OUT_KEY = "held_out/accuracy"
-
-
-def _is_conversational(prompt: Any) -> bool:
-    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], dict) and "role" in prompt[0]
 
 
 @torch.no_grad()
@@ -57,12 +54,8 @@ def greedy_reward_accuracy(
         for start in range(0, len(dataset), batch_size):
             batch = dataset[start : start + batch_size]
             prompts = batch["prompt"]
-            conversational = _is_conversational(prompts[0])
-            texts = (
-                [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
-                if conversational
-                else prompts
-            )
+            conversational = is_conversational(prompts[0])
+            texts = [prompt_text(p, tokenizer) for p in prompts]
             inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not conversational)
             inputs = inputs.to(device)
             output = model.generate(

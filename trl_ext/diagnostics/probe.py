@@ -56,6 +56,7 @@ from datasets import Dataset
 from trl_ext.demo import build_model, build_tokenizer
 from trl_ext.grpo.group_filter import expected_rounds, group_stats, informative_groups
 from trl_ext.recipe.common import load_data, load_policy, reward_functions
+from trl_ext.scoring import prompt_text, score_completions
 
 DEMO = "demo"
 DEMO_RANDOM = "demo-random"
@@ -570,23 +571,13 @@ def score(
     completions: list[Any],
     prompt_column: str,
 ) -> torch.Tensor:
-    """Weighted sum of the reward functions, called with TRL's signature and keyword columns; ``None`` is NaN and
-    NaNs are skipped in the sum as TRL does (a completion is NaN only when every function returned ``None``)."""
+    """Weighted sum of the reward functions, called with TRL's signature and keyword columns
+    (``trl_ext.scoring.score_completions``: ``None`` is NaN, NaNs skipped in the sum as TRL does, a completion is
+    NaN only when every function returned ``None``)."""
     keys = [key for key in rows[0] if key not in (prompt_column, "prompt", "completion", "completion_ids")]
-    kwargs = {key: [row[key] for row in rows] for key in keys}
-    kwargs.update(trainer_state=None, log_extra=_noop, log_metric=_noop)
-    columns = []
-    for func in reward_funcs:
-        values = func(prompts=prompts, completions=completions, **kwargs)
-        if len(values) != len(completions):
-            name = getattr(func, "__name__", type(func).__name__)
-            raise ValueError(
-                f"reward function {name} returned {len(values)} rewards for {len(completions)} completions."
-            )
-        columns.append(torch.tensor([float("nan") if v is None else float(v) for v in values], dtype=torch.float64))
-    per_func = torch.stack(columns, dim=1) * torch.tensor(list(weights), dtype=torch.float64)
-    total = per_func.nansum(dim=1)
-    return torch.where(torch.isnan(per_func).all(dim=1), torch.full_like(total, float("nan")), total)
+    columns = {key: [row[key] for row in rows] for key in keys}
+    extra = {"trainer_state": None, "log_extra": _noop, "log_metric": _noop}
+    return score_completions(reward_funcs, prompts, completions, weights, extra=extra, dtype=torch.float64, **columns)
 
 
 def load_prompts(args: ProbeArguments) -> Dataset:
@@ -718,14 +709,6 @@ def _rounds(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.2f}"
 
 
-def _prompt_text(prompt: Any, tokenizer: Any) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list):  # conversational: render with the tokenizer's chat template, as TRL does
-        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-    raise ValueError(f"prompts must be text or a list of chat messages, got {type(prompt).__name__}.")
-
-
 def probe_model(
     model: Any,
     tokenizer: Any,
@@ -755,7 +738,7 @@ def probe_model(
         raise ValueError(f"{len(weights)} reward_weights for {len(reward_funcs)} reward functions; pass one each.")
     rows = dataset.to_list()
     raw_prompts = [row[args.prompt_column] for row in rows]
-    prompt_texts = [_prompt_text(p, tokenizer) for p in raw_prompts]
+    prompt_texts = [prompt_text(p, tokenizer) for p in raw_prompts]
 
     start = time.perf_counter()
     if _use_vllm(args, model_path):  # pragma: no cover - GPU only

@@ -37,6 +37,7 @@ from datasets import Dataset
 
 from rewards.arithmetic import completion_text
 from trl_ext.grpo.group_filter import DEFAULT_ATOL, informative_groups
+from trl_ext.scoring import is_conversational, prompt_text, score_completions
 
 PAIR_COLUMNS = ("prompt", "chosen", "rejected", "chosen_reward", "rejected_reward", "chosen_length", "rejected_length")
 
@@ -69,56 +70,6 @@ class PairStats:
             f"{prefix}truncated": self.num_truncated,
             f"{prefix}not_round_trip": self.num_not_round_trip,
         }
-
-
-def _reward_name(func: Callable) -> str:
-    return getattr(func, "__name__", type(func).__name__)
-
-
-def combine_rewards(rewards_per_func: torch.Tensor, weights: Sequence[float] | None = None) -> torch.Tensor:
-    """``(N, F)`` rewards of F functions to ``(N,)``: the weighted sum over the functions that scored each completion
-    (TRL GRPO's ``nansum``), NaN where no function did."""
-    if rewards_per_func.dim() != 2:
-        raise ValueError(
-            f"rewards_per_func must be (num_completions, num_funcs), got {tuple(rewards_per_func.shape)}."
-        )
-    num_funcs = rewards_per_func.shape[1]
-    w = torch.ones(num_funcs) if weights is None else torch.as_tensor(list(weights), dtype=torch.float32)
-    if w.numel() != num_funcs:
-        raise ValueError(
-            f"reward_weights has {w.numel()} values for {num_funcs} reward functions; give one weight per function "
-            "or leave reward_weights unset (all 1.0)."
-        )
-    weighted = rewards_per_func.float() * w.unsqueeze(0)
-    combined = torch.nansum(weighted, dim=1)
-    combined[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-    return combined
-
-
-def score_completions(
-    reward_funcs: Sequence[Callable],
-    prompts: Sequence[Any],
-    completions: Sequence[Any],
-    reward_weights: Sequence[float] | None = None,
-    **columns: Sequence[Any],
-) -> torch.Tensor:
-    """Call each reward function like TRL's GRPO does (``prompts=, completions=, **columns``, one entry per
-    completion) and combine them with ``combine_rewards``. Returns a float tensor of shape ``(len(completions),)``."""
-    if not reward_funcs:
-        raise ValueError("reward_funcs is empty: give at least one reward function (e.g. rewards.arithmetic_reward).")
-    for name, values in columns.items():
-        if len(values) != len(completions):
-            raise ValueError(f"column {name!r} has {len(values)} entries for {len(completions)} completions.")
-    table = torch.full((len(completions), len(reward_funcs)), torch.nan)
-    for j, func in enumerate(reward_funcs):
-        values = func(prompts=list(prompts), completions=list(completions), **{k: list(v) for k, v in columns.items()})
-        if len(values) != len(completions):
-            raise ValueError(
-                f"reward function {_reward_name(func)!r} returned {len(values)} rewards for {len(completions)} "
-                "completions; it must return one float (or None) per completion."
-            )
-        table[:, j] = torch.tensor([math.nan if v is None else float(v) for v in values])
-    return combine_rewards(table, reward_weights)
 
 
 def select_pairs(
@@ -253,10 +204,6 @@ def pair_stats(rewards: torch.Tensor, num_generations: int, pairs: Dataset, atol
     )
 
 
-def _is_conversational(prompt: Any) -> bool:
-    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], dict) and "role" in prompt[0]
-
-
 @torch.no_grad()
 def sample_groups(
     model: torch.nn.Module,
@@ -285,12 +232,7 @@ def sample_groups(
     try:
         for start in range(0, len(prompts), batch_size):
             batch = list(prompts[start : start + batch_size])
-            texts = [
-                tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
-                if _is_conversational(p)
-                else p
-                for p in batch
-            ]
+            texts = [prompt_text(p, tokenizer) for p in batch]
             inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
             output = model.generate(
                 **inputs,
@@ -309,7 +251,7 @@ def sample_groups(
                     ids = ids[: ids.index(eos) + 1]
                 text = tokenizer.decode(ids, skip_special_tokens=True)
                 prompt = batch[k // num_generations]
-                completions.append([{"role": "assistant", "content": text}] if _is_conversational(prompt) else text)
+                completions.append([{"role": "assistant", "content": text}] if is_conversational(prompt) else text)
                 completion_ids.append(ids)
     finally:
         tokenizer.padding_side = padding_side
@@ -365,7 +307,7 @@ def mine_pairs(
     eos = tokenizer.eos_token_id
     truncated = [eos is not None and (not ids or ids[-1] != eos) for ids in completion_ids]
     excluded = [
-        not _is_conversational(p) and not round_trips(tokenizer, completion_text(c), ids)
+        not is_conversational(p) and not round_trips(tokenizer, completion_text(c), ids)
         for p, c, ids in zip(flat_prompts, completions, completion_ids, strict=True)
     ]
     pairs = build_pairs(

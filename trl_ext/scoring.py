@@ -1,0 +1,92 @@
+"""The single copy of what several parts of the package need to turn prompts and completions into rewards.
+
+- ``is_conversational`` / ``prompt_text``: a prompt as the text the model sees (chat template for a list of
+  messages, as TRL renders it).
+- ``combine_rewards``: the weighted, NaN-aware sum of F reward functions' scores, exactly TRL GRPO's
+  ``(rewards_per_func * reward_weights).nansum(dim=1)`` plus its rule that a completion no function scored (every
+  value ``None`` / NaN) is NaN, not 0 (TRL 1.12 ``GRPOTrainer._generate_and_score_completions``).
+- ``score_completions``: call reward functions with TRL GRPO's signature (``prompts=, completions=, **columns``)
+  and combine them.
+
+Used by group-mined DPO (``trl_ext.dpo.pairs``), the PPO reward adapter (``trl_ext.ppo``), the probe
+(``trl_ext.diagnostics.probe``) and held-out evaluation (``trl_ext.diagnostics.held_out``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+
+def is_conversational(prompt: Any) -> bool:
+    """A prompt in TRL's conversational format: a non-empty list of ``{"role": ..., "content": ...}`` messages."""
+    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], dict) and "role" in prompt[0]
+
+
+def prompt_text(prompt: Any, tokenizer: Any) -> str:
+    """The text the model is given for ``prompt``: the string itself, or the chat template of a conversation with
+    the generation prompt appended (what TRL's trainers render)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    raise ValueError(f"prompts must be text or a list of chat messages, got {type(prompt).__name__}.")
+
+
+def combine_rewards(rewards_per_func: torch.Tensor, weights: Sequence[float] | None = None) -> torch.Tensor:
+    """``(N, F)`` rewards of F functions to ``(N,)``: the weighted sum over the functions that scored each completion
+    (TRL GRPO's ``nansum``), NaN where no function did. Computed in the input's floating dtype (float32 otherwise)."""
+    if rewards_per_func.dim() != 2:
+        raise ValueError(
+            f"rewards_per_func must be (num_completions, num_funcs), got {tuple(rewards_per_func.shape)}."
+        )
+    values = rewards_per_func if rewards_per_func.is_floating_point() else rewards_per_func.float()
+    num_funcs = values.shape[1]
+    w = torch.ones(num_funcs, dtype=values.dtype) if weights is None else torch.as_tensor(list(weights))
+    if w.numel() != num_funcs:
+        raise ValueError(
+            f"reward_weights has {w.numel()} values for {num_funcs} reward functions; give one weight per function "
+            "or leave reward_weights unset (all 1.0)."
+        )
+    combined = torch.nansum(values * w.to(values.dtype).unsqueeze(0), dim=1)
+    # TRL's rule: nansum of an all-NaN row is 0, but a completion that no function scored has no reward at all
+    combined[torch.isnan(values).all(dim=1)] = torch.nan
+    return combined
+
+
+def _name(func: Callable) -> str:
+    return getattr(func, "__name__", type(func).__name__)
+
+
+def score_completions(
+    reward_funcs: Sequence[Callable],
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    reward_weights: Sequence[float] | None = None,
+    *,
+    extra: Mapping[str, Any] | None = None,
+    dtype: torch.dtype = torch.float32,
+    **columns: Sequence[Any],
+) -> torch.Tensor:
+    """Call each reward function like TRL's GRPO does (``prompts=, completions=, **columns``, one entry per
+    completion; ``extra``: keywords passed as they are, e.g. ``trainer_state``) and combine them with
+    ``combine_rewards``. ``None`` from a function is NaN. Returns a tensor of shape ``(len(completions),)``."""
+    if not reward_funcs:
+        raise ValueError("reward_funcs is empty: give at least one reward function (e.g. rewards.arithmetic_reward).")
+    for name, values in columns.items():
+        if len(values) != len(completions):
+            raise ValueError(f"column {name!r} has {len(values)} entries for {len(completions)} completions.")
+    table = torch.full((len(completions), len(reward_funcs)), torch.nan, dtype=dtype)
+    kwargs = {k: list(v) for k, v in columns.items()} | dict(extra or {})
+    for j, func in enumerate(reward_funcs):
+        values = func(prompts=list(prompts), completions=list(completions), **kwargs)
+        if len(values) != len(completions):
+            raise ValueError(
+                f"reward function {_name(func)!r} returned {len(values)} rewards for {len(completions)} "
+                "completions; it must return one float (or None) per completion."
+            )
+        table[:, j] = torch.tensor([math.nan if v is None else float(v) for v in values], dtype=dtype)
+    return combine_rewards(table, reward_weights)
