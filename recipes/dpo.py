@@ -17,39 +17,29 @@ problems and reward, held-out greedy accuracy printed before and after, outputs 
 from __future__ import annotations
 
 import os
-import time
 
-from transformers import set_seed
 from trl import ModelConfig, get_peft_config
 
 from trl_ext.console import quiet_libraries, use_console
 from trl_ext.diagnostics.held_out import held_out_accuracy
 from trl_ext.dpo import DPOConfig, DPOTrainer, train_iterative_dpo
+from trl_ext.recipe import common
 from trl_ext.recipe.args import DPOScriptArguments
-from trl_ext.recipe.common import (
-    announce,
-    demo_threads,
-    load_policy,
-    load_script_data,
-    parse,
-    report,
-    reward_functions,
-)
 
 
 def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: ModelConfig) -> dict:
-    started = time.time()
-    set_seed(training_args.seed)
-    demo_threads(model_args)
+    # Seed, threads, data (no dataset given: the arithmetic demo), and the opening line
+    started, train_dataset, eval_dataset = common.start(script_args, training_args, model_args)
 
-    # Data: preference pairs (trained on as they are), or prompts to mine pairs from.
-    train_dataset, eval_dataset = load_script_data(script_args)
+    # The data decide the mode: preference pairs (trained on as they are), or prompts to mine pairs from.
     offline = {"chosen", "rejected"} <= set(train_dataset.column_names)
     mode = "offline DPO" if offline else "group-mined iterative DPO"
-    announce("dpo", f"DPOTrainer ({mode})", script_args, training_args, model_args, (train_dataset, eval_dataset))
+    common.announce(
+        "dpo", f"DPOTrainer ({mode})", script_args, training_args, model_args, (train_dataset, eval_dataset)
+    )
 
     # Model and tokenizer (no model given: the demo's SFT warm start).
-    model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype)
+    model, tokenizer, _ = common.load_policy(model_args.model_name_or_path, model_args.dtype)
     before = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (before)")
 
     if offline:
@@ -67,7 +57,7 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
         model = trainer.accelerator.unwrap_model(trainer.model)
         rounds = []
     else:
-        reward_funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
+        reward_funcs = common.reward_functions(script_args.reward_funcs, script_args.reward_options)
         rounds = train_iterative_dpo(
             model,
             reward_funcs,
@@ -85,9 +75,9 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
     mined = [{**r.stats.as_dict(), "train_loss": r.train_loss} for r in rounds]
     steps = trainer.state.global_step if offline else None
     mode = "offline" if offline else "mined"
-    return report("dpo", training_args.output_dir, before, after, steps, started, mode=mode, rounds=mined)
+    return common.report("dpo", training_args.output_dir, before, after, steps, started, mode=mode, rounds=mined)
 
 
 if __name__ == "__main__":
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    main(*parse((DPOScriptArguments, DPOConfig, ModelConfig), "dpo"))
+    main(*common.parse((DPOScriptArguments, DPOConfig, ModelConfig), "dpo"))

@@ -101,6 +101,12 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     return summarize(recipe, trainer, model_path, eval_dataset, before, after, held_out, started, train_seconds)
 
 
-if __name__ == "__main__":
+def cli(preset: str = "grpo") -> dict:
+    """Parse the command line for ``preset`` (``--preset`` / a YAML ``preset:`` may choose another) and run ``main``:
+    also the entry point of ``dapo.py``, ``gspo.py`` and ``dr_grpo.py``."""
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    main(*parse("grpo"))
+    return main(*parse(preset))
+
+
+if __name__ == "__main__":
+    cli()

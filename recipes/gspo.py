@@ -1,30 +1,17 @@
-"""GSPO (arXiv 2507.18071): the sequence-level importance ratio (Eq. 7) clipped at 3e-4 / 4e-4, sequence-mean loss, 4 minibatches per rollout; `--gspo_token true` (or `--preset gspo_token`) runs GSPO-token (Eq. 13).
+"""GSPO (arXiv 2507.18071): a sequence-level importance ratio (Eq. 7) clipped at 3e-4 / 4e-4, the sequence-mean
+loss and 4 minibatches per rollout. ``--gspo_token true`` (or ``trl-ext gspo_token``) is GSPO-token (Eq. 13).
 
-    python recipes/gspo.py                                       # built-in demo on CPU: warm start + RL
-    trl-ext gspo                                                 # the same through the console script
+    python recipes/gspo.py          # or `trl-ext gspo`: the demo, recipes/configs/demo/gspo/config_demo.yaml
     accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/gspo.py \
-        --config recipes/configs/<model>/gspo/config_<variant>.yaml
+        --config recipes/configs/qwen3-30b-a3b/gspo/config_colocate.yaml
 
-With no model and no config the settings come from ``recipes/configs/demo/gspo/config_demo.yaml``. The recipe is
-``recipes/grpo.py``'s ``main`` (seed, rewards, data, trainer from the preset table, model, train, save, report): in
-the GRPO family the algorithm is the config, so this file only names its preset.
+``GSPOConfig`` holds the algorithm and the preset table gives it ``GSPOTrainer`` (sequence clip fractions under
+``gspo/*``); the run itself is ``main`` of ``recipes/grpo.py``.
 """
 
-from __future__ import annotations
-
-from trl import ModelConfig
-
-from trl_ext import GSPOConfig
-from trl_ext.console import quiet_libraries
-from trl_ext.recipe.args import RLScriptArguments
 from trl_ext.recipe.common import load_recipe
-from trl_ext.recipe.grpo import parse
 
-
-def main(script_args: RLScriptArguments, training_args: GSPOConfig, model_args: ModelConfig) -> dict:
-    return load_recipe("grpo").main(script_args, training_args, model_args)
-
+main = load_recipe("grpo").main  # main(script_args, training_args, model_args), as in every recipe
 
 if __name__ == "__main__":
-    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    main(*parse("gspo"))
+    load_recipe("grpo").cli("gspo")

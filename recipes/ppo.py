@@ -15,25 +15,15 @@ and reward, held-out greedy accuracy printed before and after, outputs in ``outp
 
 from __future__ import annotations
 
-import time
-
-from transformers import AutoModelForSequenceClassification, set_seed
+from transformers import AutoModelForSequenceClassification
 from transformers.utils import logging as hf_logging
 from trl import ModelConfig, get_peft_config
 
 from trl_ext.console import quiet_libraries, use_console
 from trl_ext.diagnostics.held_out import held_out_accuracy
 from trl_ext.ppo import RuleRewardModel, tokenize_prompts
+from trl_ext.recipe import common
 from trl_ext.recipe.args import PPOScriptArguments
-from trl_ext.recipe.common import (
-    announce,
-    demo_threads,
-    load_policy,
-    load_script_data,
-    parse,
-    report,
-    reward_functions,
-)
 from trl_ext.reliability.checks import require_ppo
 
 if __name__ == "__main__":
@@ -43,16 +33,14 @@ PPOConfig, PPOTrainer = require_ppo()  # trl 1.12 only: on a newer TRL this says
 
 
 def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: ModelConfig) -> dict:
-    started = time.time()
-    set_seed(training_args.seed)
-    demo_threads(model_args)
+    # Seed, threads, data (no dataset given: the arithmetic demo), and the opening line
+    started, train_dataset, eval_dataset = common.start(script_args, training_args, model_args)
 
     # Data: prompts (plus the columns the rewards read); PPO itself consumes token ids only.
-    train_dataset, eval_dataset = load_script_data(script_args)
-    announce("ppo", "PPOTrainer", script_args, training_args, model_args, (train_dataset, eval_dataset))
+    common.announce("ppo", "PPOTrainer", script_args, training_args, model_args, (train_dataset, eval_dataset))
 
     # Policy (left padding: PPO generates from padded queries) and value model (default: the policy's checkpoint).
-    policy, tokenizer, policy_path = load_policy(model_args.model_name_or_path, model_args.dtype)
+    policy, tokenizer, policy_path = common.load_policy(model_args.model_name_or_path, model_args.dtype)
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the value head is new on purpose: no "score.weight MISSING" load report
@@ -69,7 +57,7 @@ def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: 
             training_args.reward_model_path, num_labels=1
         )
     else:
-        reward_funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
+        reward_funcs = common.reward_functions(script_args.reward_funcs, script_args.reward_options)
         prompt_sets = [d for d in (train_dataset, eval_dataset) if d is not None]
         reward_model = RuleRewardModel(reward_funcs, tokenizer, prompt_sets, script_args.reward_weights)
 
@@ -88,15 +76,8 @@ def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: 
 
     use_console(trainer, "ppo")
     trainer.train()
-    trainer.save_model(training_args.output_dir)
-    tokenizer.save_pretrained(training_args.output_dir)
-
-    after = held_out_accuracy(trainer.policy_model, tokenizer, eval_dataset, progress="evaluation (after)")
-    return report("ppo", training_args.output_dir, before, after, trainer.state.global_step, started)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
+    return common.finish("ppo", trainer, tokenizer, trainer.policy_model, eval_dataset, before, started)
 
 
 if __name__ == "__main__":
-    main(*parse((PPOScriptArguments, PPOConfig, ModelConfig), "ppo"))
+    main(*common.parse((PPOScriptArguments, PPOConfig, ModelConfig), "ppo"))

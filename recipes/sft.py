@@ -13,37 +13,24 @@ the model written to ``outputs/sft``.
 
 from __future__ import annotations
 
-import time
-
-from transformers import set_seed
 from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
 
 from trl_ext.console import quiet_libraries, use_console
 from trl_ext.diagnostics.held_out import held_out_accuracy
+from trl_ext.recipe import common
 from trl_ext.recipe.args import SFTScriptArguments
-from trl_ext.recipe.common import (
-    announce,
-    demo_threads,
-    fresh_demo_policy,
-    load_policy,
-    load_script_data,
-    parse,
-    report,
-)
 
 
 def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> dict:
-    started = time.time()
-    set_seed(training_args.seed)
-    demo_threads(model_args)
-    train_dataset, eval_dataset = load_script_data(script_args)
-    announce("sft", "SFTTrainer", script_args, training_args, model_args, (train_dataset, eval_dataset))
+    # Seed, threads, data (no dataset given: the arithmetic demo), and the opening line
+    started, train_dataset, eval_dataset = common.start(script_args, training_args, model_args)
+    common.announce("sft", "SFTTrainer", script_args, training_args, model_args, (train_dataset, eval_dataset))
 
     # No model given: the demo's randomly initialised model (the warm start starts from scratch).
     if model_args.model_name_or_path is None:
-        model, tokenizer = fresh_demo_policy()
+        model, tokenizer = common.fresh_demo_policy()
     else:
-        model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype)
+        model, tokenizer, _ = common.load_policy(model_args.model_name_or_path, model_args.dtype)
 
     before = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (before)")
     columns = [c for c in ("prompt", "completion", "messages", "text") if c in train_dataset.column_names]
@@ -56,13 +43,9 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
     )
     use_console(trainer, "sft")
     trainer.train()
-    trainer.save_model(training_args.output_dir)
-    tokenizer.save_pretrained(training_args.output_dir)
-
-    after = held_out_accuracy(trainer.model, tokenizer, eval_dataset, progress="evaluation (after)")
-    return report("sft", training_args.output_dir, before, after, trainer.state.global_step, started)
+    return common.finish("sft", trainer, tokenizer, trainer.model, eval_dataset, before, started)
 
 
 if __name__ == "__main__":
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    main(*parse((SFTScriptArguments, SFTConfig, ModelConfig), "sft"))
+    main(*common.parse((SFTScriptArguments, SFTConfig, ModelConfig), "sft"))

@@ -33,7 +33,7 @@ def tiny_checkpoint(tmp_path_factory):
 def _parse(dpo, argv):
     from trl import ModelConfig
 
-    return dpo.parse((dpo.DPOScriptArguments, dpo.DPOConfig, ModelConfig), "dpo", argv=argv)
+    return dpo.common.parse((dpo.DPOScriptArguments, dpo.DPOConfig, ModelConfig), "dpo", argv=argv)
 
 
 def test_no_arguments_parse_to_the_demo_yaml():

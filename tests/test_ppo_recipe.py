@@ -24,7 +24,7 @@ def load_recipe(name: str):
 def _parse(ppo, argv):
     from trl import ModelConfig
 
-    return ppo.parse((ppo.PPOScriptArguments, ppo.PPOConfig, ModelConfig), "ppo", argv=argv)
+    return ppo.common.parse((ppo.PPOScriptArguments, ppo.PPOConfig, ModelConfig), "ppo", argv=argv)
 
 
 def test_no_arguments_parse_to_the_demo_yaml():

@@ -35,7 +35,7 @@ def test_no_arguments_parse_to_the_demo_yaml():
     sft = load_recipe("sft")
     from trl import ModelConfig, SFTConfig
 
-    script_args, training_args, model_args = sft.parse(
+    script_args, training_args, model_args = sft.common.parse(
         (sft.SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv=["--max_steps", "7"]
     )
     assert training_args.max_steps == 7  # CLI overrides the YAML
@@ -55,7 +55,7 @@ def test_recipe_trains_exactly_like_the_demo_warm_start(tmp_path):
 
     out = str(tmp_path / "recipe")
     argv = ["--max_steps", str(steps), "--logging_steps", str(max(steps // 4, 1)), "--output_dir", out]
-    result = sft.main(*sft.parse((sft.SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv=argv))
+    result = sft.main(*sft.common.parse((sft.SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv=argv))
 
     from safetensors.torch import load_file
 

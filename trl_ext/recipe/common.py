@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import yaml
 from datasets import Dataset, load_dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, set_seed
 from transformers.utils import is_torch_bf16_gpu_available
 from trl import TrlParser
 
@@ -35,6 +35,7 @@ from trl_ext.demo import (
     warm_start,
     warm_start_sft_kwargs,
 )
+from trl_ext.diagnostics.held_out import held_out_accuracy
 from trl_ext.reliability.checks import check_config_keys
 
 DEMO_MODEL = "demo model + SFT warm start (cached after a first run)"
@@ -240,6 +241,33 @@ def demo_threads(model_args: Any) -> None:
     thrash on a busy machine. Set ``OMP_NUM_THREADS`` to choose yourself."""
     if model_args.model_name_or_path is None and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
+
+
+def start(script_args: Any, training_args: Any, model_args: Any) -> tuple[float, Dataset, Dataset | None]:
+    """The first steps of a recipe: the clock, the seed, the demo's thread count and the data (``(started, train,
+    held-out)``; see ``load_script_data``)."""
+    started = time.time()
+    set_seed(training_args.seed)
+    demo_threads(model_args)
+    return (started, *load_script_data(script_args))
+
+
+def finish(
+    recipe: str,
+    trainer: Any,
+    tokenizer: Any,
+    policy: Any,
+    eval_dataset: Dataset | None,
+    before: float | None,
+    started: float,
+) -> dict:
+    """The last steps of a recipe after ``trainer.train()``: save the model and tokenizer to ``output_dir``, measure
+    the held-out greedy accuracy of ``policy`` and report (``report``: table and ``summary.json``)."""
+    output_dir = trainer.args.output_dir
+    trainer.save_model(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    after = held_out_accuracy(policy, tokenizer, eval_dataset, progress="evaluation (after)")
+    return report(recipe, output_dir, before, after, trainer.state.global_step, started)
 
 
 def load_script_data(script_args: Any) -> tuple[Dataset, Dataset | None]:
