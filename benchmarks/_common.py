@@ -10,6 +10,8 @@
 - ``provenance()`` / ``header()`` / ``write_markdown()``: the date, command, machine, versions and load block every
   result file starts with; ``save_raw()`` / ``load_raw()``: a run's raw data as JSON beside its report (git-ignored),
   from which ``--render`` rebuilds the report and plot without training again.
+- ``bench_main()``: the ``main()`` of a trainer benchmark (parse, measure or ``--render``, provenance, raw JSON,
+  report); ``names_option()``: a comma-separated ``--configs`` / ``--algorithms`` style option, checked.
 """
 
 from __future__ import annotations
@@ -364,3 +366,47 @@ def plt():
     import matplotlib.pyplot as pyplot
 
     return pyplot
+
+
+def names_option(parser, flag: str, value: str, known) -> list[str]:
+    """The names of a comma-separated option (``--comparisons dapo,gspo``); an unknown name is a parser error that
+    lists the known ones."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        parser.error(f"{flag}: unknown {unknown}; choose from {sorted(known)}")
+    return names
+
+
+def bench_main(script: str, argv: list[str] | None, parse, measure, report) -> int:
+    """The ``main()`` of a trainer benchmark ``benchmarks/<script>``: ``parse(argv)`` the options, then either load a
+    saved run (``--render``) or ``setup`` the threads and ``measure(options)`` (provenance: command, wall time, load)
+    and save the raw JSON; finally ``report(data, options, prov, out)`` writes the Markdown and plot into ``out``."""
+    argv = sys.argv[1:] if argv is None else argv
+    options = parse(argv)
+    out = results_dir(options.out, options.quick)
+    out.mkdir(parents=True, exist_ok=True)
+    if options.render:
+        options, prov, data = load_raw(options.render, options)
+    else:
+        setup(options.threads)
+        started, load_before = time.time(), os.getloadavg()
+        data = measure(options)
+        prov = provenance(command_line(script, argv), time.time() - started, options.threads, load_before)
+        save_raw(out / f"{Path(script).stem}.json", options, prov, data)
+    report(data, options, prov, out)
+    return 0
+
+
+def demo_batch(prompts_per_step: int | None = None) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """``demo_settings()`` plus the prompts per step they make (for a report's setting line)."""
+    rl, dapo = demo_settings(prompts_per_step)
+    return rl, dapo, rl["per_device_train_batch_size"] // rl["num_generations"]
+
+
+def save_figure(fig, out: Path) -> Path:
+    """Lay out, save (100 dpi) and close a benchmark's figure; returns ``out``."""
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt().close(fig)
+    return out

@@ -45,7 +45,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -248,15 +247,11 @@ def plot(data: dict, summary: dict, out: Path) -> Path:
     right.set(xlabel="pair", ylabel="s / step", title="per-step wall time of each arm (machine load drifts)")
     left.legend(fontsize=8)
     right.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return common.save_figure(fig, out)
 
 
 def markdown(data, summary, options, prov) -> tuple[list[str], list[str]]:
-    rl, _ = common.demo_settings(options.prompts_per_step)
-    prompts = rl["per_device_train_batch_size"] // rl["num_generations"]
+    rl, _, prompts = common.demo_batch(options.prompts_per_step)
     head = common.header(prov)
     head.append(
         f"- setting: demo SFT warm start (0.6M-parameter Qwen2-style model), {prompts} prompts x "
@@ -410,28 +405,11 @@ def parse(argv):
     options = parser.parse_args(argv)
     options.pairs = options.pairs or (5 if options.quick else 16)
     options.steps = options.steps or (4 if options.quick else 16)
-    options.comparisons = [c.strip() for c in options.comparisons.split(",") if c.strip()]
-    unknown = sorted(set(options.comparisons) - set(COMPARISONS))
-    if unknown:
-        parser.error(f"--comparisons: unknown {unknown}; choose from {sorted(COMPARISONS)}")
+    options.comparisons = common.names_option(parser, "--comparisons", options.comparisons, COMPARISONS)
     return options
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    options = parse(argv)
-    out = common.results_dir(options.out, options.quick)
-    out.mkdir(parents=True, exist_ok=True)
-    if options.render:
-        options, prov, data = common.load_raw(options.render, options)
-    else:
-        common.setup(options.threads)
-        started, load_before = time.time(), os.getloadavg()
-        data = measure(options)
-        prov = common.provenance(
-            common.command_line("overhead.py", argv), time.time() - started, options.threads, load_before
-        )
-        common.save_raw(out / "overhead.json", options, prov, data)
+def report(data: dict, options, prov: dict, out: Path) -> None:
     summary = summarize(data)
     plot(data, summary, out / "overhead.png")
     head, body = markdown(data, summary, options, prov)
@@ -440,7 +418,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("\n".join(body[: body.index("## Reading")]))
     print(f"[overhead] wrote {path} and {out / 'overhead.png'}")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.bench_main("overhead.py", argv, parse, measure, report)
 
 
 if __name__ == "__main__":
