@@ -99,9 +99,9 @@ def _run_ppo(path: str, output_dir: str, with_reward_model: bool) -> None:
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
     from trl.experimental.ppo import PPOConfig, PPOTrainer
 
-    from rewards import arithmetic_reward
     from trl_ext.demo import build_tokenizer
     from trl_ext.ppo import RuleRewardModel, tokenize_prompts
+    from trl_ext.rewards import arithmetic_reward
 
     tokenizer = build_tokenizer()
     prompts = _prompts()
@@ -136,9 +136,9 @@ def _run_ppo(path: str, output_dir: str, with_reward_model: bool) -> None:
 
 
 def _run_group(method: str, path: str, output_dir: str) -> None:
-    from rewards import arithmetic_reward
     from trl_ext.demo import build_tokenizer
     from trl_ext.grpo.presets import get_preset, trainer_class_for
+    from trl_ext.rewards import arithmetic_reward
 
     extra = {"overlong_buffer_len": 2, "num_minibatches": 1} if method == "dapo" else {}  # one step = one rollout
     args = get_preset(

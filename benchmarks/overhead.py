@@ -67,7 +67,7 @@ class TieBrokenArithmetic:
         self.num_generations = num_generations
 
     def __call__(self, prompts, completions, answer, **kwargs):
-        from rewards.arithmetic import arithmetic_reward
+        from trl_ext.rewards.arithmetic import arithmetic_reward
 
         base = arithmetic_reward(prompts, completions, answer)
         return [r + 1e-3 * (i % self.num_generations) for i, r in enumerate(base)]

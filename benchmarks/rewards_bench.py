@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rewards.code import CodeReward  # noqa: E402
-from rewards.math import MathAccuracy  # noqa: E402
-from rewards.sandbox import probe_isolation  # noqa: E402
+from trl_ext.rewards.code import CodeReward  # noqa: E402
+from trl_ext.rewards.math import MathAccuracy  # noqa: E402
+from trl_ext.rewards.sandbox import probe_isolation  # noqa: E402
 
 MATH_ITEMS = [
     ("42", "Let me add: 40 + 2.\n#### 42"),

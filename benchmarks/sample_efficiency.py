@@ -71,7 +71,7 @@ class CountingArithmetic:
         self.completions = 0
 
     def __call__(self, prompts, completions, answer, **kwargs):
-        from rewards.arithmetic import arithmetic_reward
+        from trl_ext.rewards.arithmetic import arithmetic_reward
 
         self.completions += len(completions)
         return arithmetic_reward(prompts, completions, answer)

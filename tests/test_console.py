@@ -170,9 +170,9 @@ def test_held_out_accuracy_reaches_trackers_and_the_log_history(tiny_model, toke
     from helpers import tiny_args
     from transformers import TrainerCallback
 
-    from rewards import arithmetic_reward
     from trl_ext import trainer_class_for
     from trl_ext.diagnostics.held_out import HeldOutEvaluation, held_out_accuracy
+    from trl_ext.rewards import arithmetic_reward
 
     class Recorder(TrainerCallback):
         logs: list[dict] = []
@@ -256,8 +256,8 @@ def test_held_out_accuracy_scores_greedy_completions_with_the_task_reward(tiny_m
     """The reward-based metric on a dataset with ``solution``: hand-checked against the model's own greedy output."""
     from datasets import Dataset
 
-    from rewards import get_rewards
     from trl_ext.diagnostics.held_out import held_out_accuracy
+    from trl_ext.rewards import get_rewards
 
     prompts = ["1+1=", "2+3=", "4+4="]
     inputs = tokenizer(prompts, return_tensors="pt", padding=True)

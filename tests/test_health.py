@@ -256,8 +256,8 @@ def test_grpo_metric_names_and_tensorboard_see_health_flags(tmp_path, monkeypatc
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from trl import GRPOConfig, GRPOTrainer
 
-    from rewards import arithmetic_reward
     from trl_ext.demo import build_model, build_tokenizer, make_problems
+    from trl_ext.rewards import arithmetic_reward
 
     tokenizer = build_tokenizer()
     train, _ = make_problems()

@@ -145,3 +145,28 @@ def test_trl_ext_command_runs_dr_grpo_by_name(tmp_path):
     assert "[dr_grpo] GRPOTrainer (DrGRPOConfig) |" in result.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["recipe"] == "dr_grpo" and summary["trainer"] == "GRPOTrainer" and summary["optimizer_steps"] == 2
+
+
+def test_rewards_import_name_cannot_collide_and_the_old_one_still_works():
+    """The package ships only ``trl_ext`` (``rewards`` on the package index is another project); in a checkout the
+    top-level ``rewards/`` shim keeps ``from rewards import ...`` and ``from rewards.<module> import ...`` working."""
+    import tomllib
+    from rewards.math import MathAccuracy
+
+    import rewards
+    import trl_ext.rewards
+    import trl_ext.rewards.math
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        include = tomllib.load(f)["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert include == ["trl_ext*"]
+    assert rewards.get_rewards is trl_ext.rewards.get_rewards and MathAccuracy is trl_ext.rewards.math.MathAccuracy
+    assert sorted(rewards.__all__) == sorted(trl_ext.rewards.__all__)
+
+
+def test_importing_the_rewards_does_not_import_the_trainers():
+    """``trl_ext``'s public names load lazily: the math reward's helper processes import ``trl_ext.rewards`` only."""
+    code = "import sys, trl_ext.rewards.math; print('trl_ext.grpo.trainers' in sys.modules, 'trl_ext.grpo' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "False"]

@@ -14,8 +14,8 @@ from datasets import Dataset
 pytest.importorskip("trl.experimental.ppo", reason='PPO needs trl 1.12 (removed in 1.13): pip install "trl-ext[ppo]"')
 from trl.experimental.utils import get_reward  # noqa: E402
 
-from rewards import arithmetic_reward  # noqa: E402
 from trl_ext.ppo import RuleRewardModel, prompt_token_ids, tokenize_prompts  # noqa: E402
+from trl_ext.rewards import arithmetic_reward  # noqa: E402
 
 PROMPTS = Dataset.from_dict({"prompt": ["1+2=", "10+5=", "7+7="], "answer": [3, 15, 14]})
 

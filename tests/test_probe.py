@@ -10,7 +10,6 @@ import os
 import pytest
 import torch
 
-from rewards.arithmetic import parse_first_int
 from trl_ext.diagnostics.probe import (
     ProbeArguments,
     fit_beta_prior,
@@ -22,6 +21,7 @@ from trl_ext.diagnostics.probe import (
     sample_transformers,
     summarize,
 )
+from trl_ext.rewards.arithmetic import parse_first_int
 
 
 def test_pass_at_k_hand_values():
@@ -145,7 +145,7 @@ def demo():
 
 
 def test_probe_on_cold_demo_model_matches_independent_count(demo):
-    from rewards import arithmetic_reward
+    from trl_ext.rewards import arithmetic_reward
 
     model, tokenizer, train = demo
     data = train.select(range(6))
@@ -170,7 +170,7 @@ def test_probe_on_cold_demo_model_matches_independent_count(demo):
 
 
 def test_probe_rejects_missing_prompt_column(demo):
-    from rewards import arithmetic_reward
+    from trl_ext.rewards import arithmetic_reward
 
     model, tokenizer, train = demo
     with pytest.raises(ValueError, match="--prompt_column"):
@@ -216,8 +216,8 @@ def test_warm_start_moves_the_probe(demo):
     """Before and after the demo's SFT warm start: more prompts solved, more mixed groups, fewer rounds."""
     from transformers import AutoModelForCausalLM
 
-    from rewards import arithmetic_reward
     from trl_ext.demo import warm_start
+    from trl_ext.rewards import arithmetic_reward
 
     model, tokenizer, train = demo
     data = train.shuffle(seed=0).select(range(16))

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rewards.code import CodeReward, extract_code, normalize_tests
+from trl_ext.rewards.code import CodeReward, extract_code, normalize_tests
 
 ADD = "```python\ndef add(a, b):\n    return a + b\n```"
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) == 4"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rewards.arithmetic import arithmetic_reward, completion_text
-from rewards.format import ProcessReward, ThinkFormat, count_steps
+from trl_ext.rewards.arithmetic import arithmetic_reward, completion_text
+from trl_ext.rewards.format import ProcessReward, ThinkFormat, count_steps
 
 # (completion, strict, lenient, answer_tags)
 FORMAT_CASES = [

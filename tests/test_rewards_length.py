@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from trl.rewards import get_repetition_penalty_reward, get_soft_overlong_punishment
 
-from rewards.length import LengthBudget, Repetition, SoftOverlong
+from trl_ext.rewards.length import LengthBudget, Repetition, SoftOverlong
 
 
 def test_soft_overlong_matches_dapo_eq13_and_trl():

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from rewards.extract import boxed_contents, extract_answer, gold_answer, last_number
-from rewards.math import MathAccuracy, _Worker, signals_usable
+from trl_ext.rewards.extract import boxed_contents, extract_answer, gold_answer, last_number
+from trl_ext.rewards.math import MathAccuracy, _Worker, signals_usable
 
 # (reference, completion, expected reward, options)
 CASES = [

@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 
-import rewards
-from rewards import available_rewards, get_reward, get_rewards, register_reward
-from rewards.math import MathAccuracy
+from trl_ext import rewards
+from trl_ext.rewards import available_rewards, get_reward, get_rewards, register_reward
+from trl_ext.rewards.math import MathAccuracy
 
 REQUIRED = {
     "accuracy",

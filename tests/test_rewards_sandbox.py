@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from rewards import sandbox
-from rewards.sandbox import Limits, run_program
+from trl_ext.rewards import sandbox
+from trl_ext.rewards.sandbox import Limits, run_program
 
 TIMEOUT = 1.0
 # A run ends at the wall-clock limit; launch, kill and namespace teardown add well under a second even on two busy

@@ -2,27 +2,39 @@
 
 Public API: presets (configs), drop-in trainers, group-mined DPO, diagnostics.
 ``from trl_ext import DAPOTrainer, DAPOConfig``. PPO's rule-reward adapter lives in ``trl_ext.ppo`` (imported on
-demand, since only trl 1.12 ships ``PPOTrainer``).
+demand, since only trl 1.12 ships ``PPOTrainer``); the reward functions in ``trl_ext.rewards``.
+
+The names below load their module on first use (PEP 562), so ``import trl_ext.rewards`` -- which the math reward's
+helper processes do -- does not pay for torch, transformers and TRL. Where each name lives is the tree's layout:
+``grpo/`` (presets, trainers, dynamic sampling), ``dpo/``, ``diagnostics/``.
 """
 
-from trl_ext.diagnostics import HealthMonitor, HealthThresholds, ProbeArguments, probe_model, run_probe
-from trl_ext.dpo import DPOConfig, DPOTrainer, build_pairs, mine_pairs, train_iterative_dpo
-from trl_ext.grpo import (
-    DAPOConfig,
-    DAPOTrainer,
-    DrGRPOConfig,
-    GRPOFamilyConfig,
-    GRPOPaperConfig,
-    GRPOTrainer,
-    GSPOConfig,
-    GSPOTokenTrainer,
-    GSPOTrainer,
-    get_preset,
-    preset_names,
-    trainer_class_for,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_HOMES = {
+    "trl_ext.grpo": [
+        "DAPOConfig",
+        "DAPOTrainer",
+        "DrGRPOConfig",
+        "GRPOFamilyConfig",
+        "GRPOPaperConfig",
+        "GRPOTrainer",
+        "GSPOConfig",
+        "GSPOTokenTrainer",
+        "GSPOTrainer",
+        "get_preset",
+        "preset_names",
+        "trainer_class_for",
+    ],
+    "trl_ext.dpo": ["DPOConfig", "DPOTrainer", "build_pairs", "mine_pairs", "train_iterative_dpo"],
+    "trl_ext.diagnostics": ["HealthMonitor", "HealthThresholds", "ProbeArguments", "probe_model", "run_probe"],
+}
+_WHERE = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
     "DAPOConfig",
@@ -48,3 +60,35 @@ __all__ = [
     "train_iterative_dpo",
     "trainer_class_for",
 ]
+assert sorted(__all__) == sorted(_WHERE)  # one list of names, two views
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'trl_ext' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # static analysis and IDEs see the real names
+    from trl_ext.diagnostics import HealthMonitor, HealthThresholds, ProbeArguments, probe_model, run_probe
+    from trl_ext.dpo import DPOConfig, DPOTrainer, build_pairs, mine_pairs, train_iterative_dpo
+    from trl_ext.grpo import (
+        DAPOConfig,
+        DAPOTrainer,
+        DrGRPOConfig,
+        GRPOFamilyConfig,
+        GRPOPaperConfig,
+        GRPOTrainer,
+        GSPOConfig,
+        GSPOTokenTrainer,
+        GSPOTrainer,
+        get_preset,
+        preset_names,
+        trainer_class_for,
+    )

@@ -25,9 +25,9 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from trl import SFTConfig, SFTTrainer
 
-from rewards.arithmetic import arithmetic_reward
 from trl_ext.console import use_console
 from trl_ext.diagnostics.held_out import greedy_reward_accuracy
+from trl_ext.rewards.arithmetic import arithmetic_reward
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 CHARS = "0123456789+-*= "

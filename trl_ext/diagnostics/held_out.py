@@ -26,7 +26,7 @@ from datasets import Dataset
 from tqdm import tqdm
 from transformers import TrainerCallback
 
-from rewards.arithmetic import arithmetic_reward
+from trl_ext.rewards.arithmetic import arithmetic_reward
 from trl_ext.scoring import is_conversational, prompt_text
 
 HELD_OUT_KEY = "held_out/accuracy"

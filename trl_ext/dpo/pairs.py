@@ -35,8 +35,8 @@ from typing import Any
 import torch
 from datasets import Dataset
 
-from rewards.arithmetic import completion_text
 from trl_ext.grpo.group_filter import DEFAULT_ATOL, informative_groups
+from trl_ext.rewards.arithmetic import completion_text
 from trl_ext.scoring import is_conversational, prompt_text, score_completions
 
 PAIR_COLUMNS = ("prompt", "chosen", "rejected", "chosen_reward", "rejected_reward", "chosen_length", "rejected_length")

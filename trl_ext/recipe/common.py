@@ -24,7 +24,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, s
 from transformers.utils import is_torch_bf16_gpu_available
 from trl import TrlParser
 
-from rewards import get_rewards
 from trl_ext.console import format_duration, opening_line, precision_label, quiet_libraries, summary_table
 from trl_ext.demo import (
     DemoTaskConfig,
@@ -37,6 +36,7 @@ from trl_ext.demo import (
 )
 from trl_ext.diagnostics.held_out import held_out_accuracy
 from trl_ext.reliability.checks import check_config_keys
+from trl_ext.rewards import get_rewards
 
 DEMO_MODEL = "demo model + SFT warm start (cached after a first run)"
 SUMMARY_FILE = "summary.json"

@@ -4,20 +4,20 @@ Every reward takes TRL's keyword arguments (dataset columns, ``completion_ids``,
 ``log_extra``), accepts plain-text and conversational completions, returns one float per completion (``None``:
 cannot be scored) and never raises on malformed model output. Get them by name for recipes::
 
-    from rewards import get_rewards
+    from trl_ext.rewards import get_rewards
     reward_funcs = get_rewards(["accuracy", "format"], {"accuracy": {"extraction": "boxed"}})
 
 See ``rewards/README.md`` for the list, the options and the code sandbox's threat model.
 """
 
-from rewards.arithmetic import arithmetic_reward
-from rewards.code import CodeReward
-from rewards.format import ProcessReward, ThinkFormat
-from rewards.length import LengthBudget, Repetition, SoftOverlong
-from rewards.math import MathAccuracy
-from rewards.registry import available_rewards, get_reward, get_rewards, register_reward
-from rewards.sandbox import sandbox_report
-from rewards.text import completion_text
+from trl_ext.rewards.arithmetic import arithmetic_reward
+from trl_ext.rewards.code import CodeReward
+from trl_ext.rewards.format import ProcessReward, ThinkFormat
+from trl_ext.rewards.length import LengthBudget, Repetition, SoftOverlong
+from trl_ext.rewards.math import MathAccuracy
+from trl_ext.rewards.registry import available_rewards, get_reward, get_rewards, register_reward
+from trl_ext.rewards.sandbox import sandbox_report
+from trl_ext.rewards.text import completion_text
 
 __all__ = [
     "CodeReward",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from rewards.math import _quiet_math_verify, score_one
+from trl_ext.rewards.math import _quiet_math_verify, score_one
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rewards.text import completion_text
+from trl_ext.rewards.text import completion_text
 
 __all__ = ["arithmetic_reward", "completion_text", "parse_first_int"]
 

@@ -33,9 +33,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rewards.extract import answer_region
-from rewards.sandbox import Limits, ProgramResult, SandboxPool, sandbox_report
-from rewards.text import column, completion_texts
+from trl_ext.rewards.extract import answer_region
+from trl_ext.rewards.sandbox import Limits, ProgramResult, SandboxPool, sandbox_report
+from trl_ext.rewards.text import column, completion_texts
 
 __all__ = ["CodeReward", "extract_code", "normalize_tests", "sandbox_report"]
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rewards.extract import extract_answer
-from rewards.text import completion_texts
+from trl_ext.rewards.extract import extract_answer
+from trl_ext.rewards.text import completion_texts
 
 _STRICT = re.compile(r"<think>\n(?P<reasoning>.*?)\n</think>\n(?P<answer>.*)", re.DOTALL)
 _ANSWER_STRICT = re.compile(r"<answer>\n(?P<inner>.*?)\n</answer>\s*", re.DOTALL)

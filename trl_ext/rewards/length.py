@@ -21,7 +21,7 @@ from typing import Any
 
 from trl.rewards import get_repetition_penalty_reward, get_soft_overlong_punishment
 
-from rewards.text import completion_texts
+from trl_ext.rewards.text import completion_texts
 
 
 def _units(completions: list | None, completion_ids: list | None) -> tuple[list[list[Any]], str]:

@@ -38,8 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
 
-from rewards.extract import extract_answer, gold_answer, parse_strategies
-from rewards.text import column, completion_texts
+from trl_ext.rewards.extract import extract_answer, gold_answer, parse_strategies
+from trl_ext.rewards.text import column, completion_texts
 
 BACKENDS = ("auto", "signal", "process")
 EXTRACTIONS = ("auto", "boxed", "gsm8k", "answer_is", "last_number", "math_verify")
@@ -184,7 +184,7 @@ class _Worker:
 
 def worker_command() -> list[str]:
     """Command line of a math-verification helper (imports by module name, so it is notebook- and script-safe)."""
-    return [sys.executable, "-c", "from rewards._math_worker import main; main()"]
+    return [sys.executable, "-c", "from trl_ext.rewards._math_worker import main; main()"]
 
 
 class MathAccuracy:

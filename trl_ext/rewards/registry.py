@@ -30,11 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewards.arithmetic import arithmetic_reward
-from rewards.code import CodeReward
-from rewards.format import ProcessReward, ThinkFormat
-from rewards.length import LengthBudget, Repetition, SoftOverlong
-from rewards.math import MathAccuracy
+from trl_ext.rewards.arithmetic import arithmetic_reward
+from trl_ext.rewards.code import CodeReward
+from trl_ext.rewards.format import ProcessReward, ThinkFormat
+from trl_ext.rewards.length import LengthBudget, Repetition, SoftOverlong
+from trl_ext.rewards.math import MathAccuracy
 
 
 @dataclass(frozen=True)
