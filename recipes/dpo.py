@@ -22,7 +22,7 @@ from trl import ModelConfig, get_peft_config
 
 from trl_ext.console import quiet_libraries, use_console
 from trl_ext.diagnostics.held_out import held_out_accuracy
-from trl_ext.dpo import DPOConfig, DPOTrainer, train_iterative_dpo
+from trl_ext.dpo.trainer import DPOConfig, DPOTrainer, train_iterative_dpo
 from trl_ext.recipe import common
 from trl_ext.recipe.args import DPOScriptArguments
 

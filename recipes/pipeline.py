@@ -25,7 +25,7 @@ from trl import ModelConfig, TrlParser
 
 from trl_ext.console import opening_line, quiet_libraries
 from trl_ext.demo import DemoTaskConfig, WarmStartConfig, build_tokenizer, greedy_accuracy, make_problems, warm_start
-from trl_ext.dpo import DPOConfig
+from trl_ext.dpo.trainer import DPOConfig
 from trl_ext.recipe.args import DPOScriptArguments, PipelineArguments
 from trl_ext.recipe.common import (
     DEMO_CONFIG_DIR,

@@ -2,10 +2,10 @@
 
     python tools/import_graph.py            # from the repository root
 
-A module-level import edge A -> B is any ``import``/``from`` at module level (``TYPE_CHECKING`` blocks included);
-a cycle is a strongly connected component of more than one module, counting edges made inside functions too (an
-import inside a function still ties the two modules together at run time). Intra-project = ``trl_ext`` or
-``rewards``.
+An import edge A -> B is any ``import``/``from`` in A that loads B (inside functions too: such an import still ties
+the two modules together at run time; ``if TYPE_CHECKING:`` blocks excluded, they never run). Importing ``a.b.c``
+also runs the ``__init__`` of ``a`` and ``a.b``, so it adds edges to those packages. A cycle is a strongly connected
+component of more than one module. Intra-project = ``trl_ext`` or ``rewards``.
 """
 
 from __future__ import annotations
@@ -35,9 +35,20 @@ def resolve(node: ast.ImportFrom | ast.Import, current: str, modules: set[str]) 
     for name in names:
         while name and name not in modules:
             name = name.rpartition(".")[0]
-        if name and name != current:
-            targets.append(name)
+        while name:  # the module and every package above it (their __init__ runs first)
+            if name != current and not current.startswith(name + "."):
+                targets.append(name)
+            name = name.rpartition(".")[0]
     return targets
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes inside ``if TYPE_CHECKING:`` blocks."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return skipped
 
 
 def main() -> int:
@@ -56,8 +67,9 @@ def main() -> int:
         tree = ast.parse(open(path).read())
         functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
         in_function = {id(n) for f in functions for n in ast.walk(f)}
+        type_checking = _type_checking_nodes(tree)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Import | ast.ImportFrom):
+            if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in type_checking:
                 targets = resolve(node, current, modules)
                 edges[current].update(targets)
                 if id(node) in in_function and targets:

@@ -17,22 +17,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _HOMES = {
-    "trl_ext.grpo": [
-        "DAPOConfig",
-        "DAPOTrainer",
-        "DrGRPOConfig",
-        "GRPOFamilyConfig",
-        "GRPOPaperConfig",
-        "GRPOTrainer",
-        "GSPOConfig",
-        "GSPOTokenTrainer",
-        "GSPOTrainer",
-        "get_preset",
-        "preset_names",
-        "trainer_class_for",
-    ],
-    "trl_ext.dpo": ["DPOConfig", "DPOTrainer", "build_pairs", "mine_pairs", "train_iterative_dpo"],
-    "trl_ext.diagnostics": ["HealthMonitor", "HealthThresholds", "ProbeArguments", "probe_model", "run_probe"],
+    "trl_ext.grpo.configs": ["DAPOConfig", "DrGRPOConfig", "GRPOFamilyConfig", "GRPOPaperConfig", "GSPOConfig"],
+    "trl_ext.grpo.presets": ["get_preset", "preset_names", "trainer_class_for"],
+    "trl_ext.grpo.trainers": ["DAPOTrainer", "GRPOTrainer", "GSPOTokenTrainer", "GSPOTrainer"],
+    "trl_ext.dpo.trainer": ["DPOConfig", "DPOTrainer", "train_iterative_dpo"],
+    "trl_ext.dpo.pairs": ["build_pairs", "mine_pairs"],
+    "trl_ext.diagnostics.health": ["HealthMonitor", "HealthThresholds"],
+    "trl_ext.diagnostics.probe": ["ProbeArguments", "probe_model", "run_probe"],
 }
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -76,19 +67,10 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static analysis and IDEs see the real names
-    from trl_ext.diagnostics import HealthMonitor, HealthThresholds, ProbeArguments, probe_model, run_probe
-    from trl_ext.dpo import DPOConfig, DPOTrainer, build_pairs, mine_pairs, train_iterative_dpo
-    from trl_ext.grpo import (
-        DAPOConfig,
-        DAPOTrainer,
-        DrGRPOConfig,
-        GRPOFamilyConfig,
-        GRPOPaperConfig,
-        GRPOTrainer,
-        GSPOConfig,
-        GSPOTokenTrainer,
-        GSPOTrainer,
-        get_preset,
-        preset_names,
-        trainer_class_for,
-    )
+    from trl_ext.diagnostics.health import HealthMonitor, HealthThresholds
+    from trl_ext.diagnostics.probe import ProbeArguments, probe_model, run_probe
+    from trl_ext.dpo.pairs import build_pairs, mine_pairs
+    from trl_ext.dpo.trainer import DPOConfig, DPOTrainer, train_iterative_dpo
+    from trl_ext.grpo.configs import DAPOConfig, DrGRPOConfig, GRPOFamilyConfig, GRPOPaperConfig, GSPOConfig
+    from trl_ext.grpo.presets import get_preset, preset_names, trainer_class_for
+    from trl_ext.grpo.trainers import DAPOTrainer, GRPOTrainer, GSPOTokenTrainer, GSPOTrainer

@@ -1,6 +1,2 @@
-"""DPO over group-mined preference pairs: the pair miner (``pairs``) and TRL's ``DPOTrainer`` subclass (``trainer``)."""
-
-from trl_ext.dpo.pairs import build_pairs, mine_pairs
-from trl_ext.dpo.trainer import DPOConfig, DPOTrainer, train_iterative_dpo
-
-__all__ = ["DPOConfig", "DPOTrainer", "build_pairs", "mine_pairs", "train_iterative_dpo"]
+"""DPO over group-mined preference pairs: the pair miner (``pairs``) and TRL's ``DPOTrainer`` subclass with length
+diagnostics and iterative rounds (``trainer``). Public names are re-exported by ``trl_ext``."""
