@@ -247,7 +247,7 @@ def test_gpu_recipe_parses_into_the_preset(path):
     funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
     assert [f.__name__ for f in funcs] == script_args.reward_funcs
 
-    # Keys are grouped under "# --- section ---" headers (DESIGN.md), the first key under the first header.
+    # Keys are grouped under "# --- section ---" headers (docs/ARCHITECTURE.md, "Conventions"), the first key under the first header.
     with open(os.path.join(REPO, path)) as f:
         lines = [line.rstrip("\n") for line in f]
     headers = [i for i, line in enumerate(lines) if re.match(r"# --- .+ ---$", line)]

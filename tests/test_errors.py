@@ -1,5 +1,5 @@
 """The error catalogue: each misconfiguration fails at the earliest point with a message that names the field, column
-or function, the value, and the fix (DESIGN.md, "Errors"), and loses nothing already written.
+or function, the value, and the fix (docs/ARCHITECTURE.md, "Conventions"), and loses nothing already written.
 
 Every test asserts the message users see. The closing note of the reliability work lists them.
 """

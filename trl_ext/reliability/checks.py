@@ -1,7 +1,7 @@
 """Checks that run before training starts, so that a misconfigured run fails in seconds, not at step 5,000.
 
-Each function raises with a message that names the field, column or function, the value, and the fix (DESIGN.md,
-"Errors"). The GRPO-family trainers call the dataset, reward, tokenizer, context and vLLM checks at construction
+Each function raises with a message that names the field, column or function, the value, and the fix
+(docs/ARCHITECTURE.md, "Conventions"). The GRPO-family trainers call the dataset, reward, tokenizer, context and vLLM checks at construction
 (``trl_ext.reliability``); recipes can call ``check_config_keys`` before parsing a YAML file and ``require_ppo``
 before importing TRL's PPO.
 """
