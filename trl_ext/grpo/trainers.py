@@ -131,6 +131,8 @@ class DAPOTrainer(GRPOTrainer):
                 f"reward_weights has {len(args.reward_weights)} values but {len(funcs)} reward functions were given "
                 "(DAPOTrainer appends the overlong reward itself). Give one weight per reward function you pass."
             )
+        # The overlong term is one more reward function whose weight is the penalty factor: TRL then sums it into the
+        # reward with the others (weighted, NaN-aware) and logs it as rewards/soft_overlong_punishment_reward/*.
         weights = list(args.reward_weights) if args.reward_weights is not None else [1.0] * len(funcs)
         args = copy.copy(args)  # never mutate the caller's config: it may build another trainer
         args.reward_weights = [*weights, args.overlong_penalty_factor]

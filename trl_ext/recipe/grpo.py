@@ -80,6 +80,8 @@ def parse(
     row = PRESETS[name] if name is not None else None
     config_class = row.config if row is not None else preset
     recipe = recipe or _demo_preset(name)
+    # A row's fixed fields (gspo_token=True) become flags unless the user gave them: the YAML cannot undo them, a flag
+    # can, and the config's __post_init__ sees them like any other value.
     for key, value in (row.overrides if row is not None else {}).items():
         if f"--{key}" not in argv:
             argv += [f"--{key}", str(value)]

@@ -313,9 +313,9 @@ class AtomicCheckpointMixin:
         if os.path.exists(final):
             replaced = os.path.join(os.path.dirname(staging), f"replaced-{os.path.basename(final)}")
             shutil.rmtree(replaced, ignore_errors=True)
-            os.rename(final, replaced)
-        os.rename(staging, final)
-        _fsync_dir(parent)
+            os.rename(final, replaced)  # set the old copy aside first: a kill here leaves it, complete, to rmtree later
+        os.rename(staging, final)  # the one atomic step: readers see no checkpoint-N or a complete one, never half
+        _fsync_dir(parent)  # the rename is durable only once the parent directory's entry reaches the disk
         if replaced is not None:
             shutil.rmtree(replaced, ignore_errors=True)
         try:

@@ -116,6 +116,8 @@ class GRPOReliabilityMixin(FiniteLossMixin, AtomicCheckpointMixin):
     ``GRPOTrainer`` (module docstring). Takes exactly ``trl.GRPOTrainer``'s arguments."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Bind against TRL's own signature: every argument, positional or keyword, is found by name (and a call TRL
+        # would reject fails here the same way); the possibly rewritten arguments go on to TRL unchanged in form.
         bound = inspect.signature(trl.GRPOTrainer.__init__).bind(self, *args, **kwargs)
         params = bound.arguments
         config = params.get("args")
