@@ -313,7 +313,8 @@ class AtomicCheckpointMixin:
         if os.path.exists(final):
             replaced = os.path.join(os.path.dirname(staging), f"replaced-{os.path.basename(final)}")
             shutil.rmtree(replaced, ignore_errors=True)
-            os.rename(final, replaced)  # set the old copy aside first: a kill here leaves it, complete, to rmtree later
+            # set the old copy aside first: a kill here leaves it, complete, for the next start to clean up
+            os.rename(final, replaced)
         os.rename(staging, final)  # the one atomic step: readers see no checkpoint-N or a complete one, never half
         _fsync_dir(parent)  # the rename is durable only once the parent directory's entry reaches the disk
         if replaced is not None:
