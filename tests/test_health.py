@@ -304,7 +304,7 @@ def test_grpo_metric_names_and_tensorboard_see_health_flags(tmp_path, monkeypatc
         "completions/mean_length",
         "frac_reward_zero_std",
     ):
-        assert key in logged[0], f"TRL no longer logs {key!r}: update trl_ext/health.py"
+        assert key in logged[0], f"TRL no longer logs {key!r}: update trl_ext/diagnostics/health.py"
     for key in ("health/non_finite", "health/clip_high", "health/kept_groups_low", "health/truncation_high"):
         assert key in logged[0]
 
