@@ -78,22 +78,15 @@ def _fsync_tree(folder: str) -> None:
     """Flush every file of ``folder`` to disk: a pre-empted VM loses its page cache, a killed process does not."""
     for root, _, files in os.walk(folder):
         for name in files:
-            try:
-                fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.fsync(fd)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+            _fsync_path(os.path.join(root, name))
     _fsync_dir(folder)
 
 
-def _fsync_dir(folder: str) -> None:
+def _fsync_path(path: str) -> None:
+    """fsync one file or directory; a path that cannot be opened or synced (gone, or a filesystem without fsync) is
+    skipped: durability is best effort, atomicity comes from the rename."""
     try:
-        fd = os.open(folder, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
@@ -102,6 +95,10 @@ def _fsync_dir(folder: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _fsync_dir(folder: str) -> None:
+    _fsync_path(folder)
 
 
 def write_json_atomic(path: str, payload: Any) -> None:

@@ -30,7 +30,21 @@ def _units(completions: list | None, completion_ids: list | None) -> tuple[list[
     return [text.split() for text in completion_texts(completions or [])], "words"
 
 
-class SoftOverlong:
+class _TRLLengthReward:
+    """Calls a TRL reward built over ``completion_ids`` with our units (token ids, or whitespace-separated words without them)."""
+
+    def __call__(
+        self,
+        prompts: list | None = None,
+        completions: list | None = None,
+        completion_ids: list | None = None,
+        **kw: Any,
+    ) -> list[float]:
+        units, self.last_unit = _units(completions, completion_ids)
+        return [float(r) for r in self._trl(completion_ids=units)]
+
+
+class SoftOverlong(_TRLLengthReward):
     """DAPO's soft overlong punishment (TRL's implementation), in [-1, 0]."""
 
     def __init__(self, max_completion_len: int, soft_punish_cache: int = 0, name: str = "soft_overlong"):
@@ -46,18 +60,8 @@ class SoftOverlong:
         self.__name__ = name
         self.last_unit = "tokens"
 
-    def __call__(
-        self,
-        prompts: list | None = None,
-        completions: list | None = None,
-        completion_ids: list | None = None,
-        **kw: Any,
-    ) -> list[float]:
-        units, self.last_unit = _units(completions, completion_ids)
-        return [float(r) for r in self._trl(completion_ids=units)]
 
-
-class Repetition:
+class Repetition(_TRLLengthReward):
     """TRL's n-gram repetition penalty, in [max_penalty, 0]."""
 
     def __init__(self, ngram_size: int = 3, max_penalty: float = -1.0, name: str = "repetition"):
@@ -68,16 +72,6 @@ class Repetition:
         self._trl = get_repetition_penalty_reward(ngram_size, max_penalty)  # raises if max_penalty > 0
         self.__name__ = name
         self.last_unit = "tokens"
-
-    def __call__(
-        self,
-        prompts: list | None = None,
-        completions: list | None = None,
-        completion_ids: list | None = None,
-        **kw: Any,
-    ) -> list[float]:
-        units, self.last_unit = _units(completions, completion_ids)
-        return [float(r) for r in self._trl(completion_ids=units)]
 
 
 class LengthBudget:
