@@ -7,6 +7,8 @@
   value ``None`` / NaN) is NaN, not 0 (TRL 1.12 ``GRPOTrainer._generate_and_score_completions``).
 - ``score_completions``: call reward functions with TRL GRPO's signature (``prompts=, completions=, **columns``)
   and combine them.
+- ``generate_groups``: G sampled completions per prompt with ``model.generate``, group-contiguous (TRL's order), cut
+  after the first EOS (the sampling core of group-mined DPO and of the probe).
 
 Used by group-mined DPO (``trl_ext.dpo.pairs``), the PPO reward adapter (``trl_ext.ppo``), the probe
 (``trl_ext.diagnostics.probe``) and held-out evaluation (``trl_ext.diagnostics.held_out``).
@@ -90,3 +92,51 @@ def score_completions(
             )
         table[:, j] = torch.tensor([math.nan if v is None else float(v) for v in values], dtype=dtype)
     return combine_rewards(table, reward_weights)
+
+
+@torch.no_grad()
+def generate_groups(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    num_generations: int,
+    max_new_tokens: int,
+    prompts_per_call: int,
+    eos_ids: Sequence[int],
+    pad_id: int,
+    add_special_tokens: bool = True,
+    **sampling: Any,
+) -> tuple[list[list[int]], list[bool]]:
+    """``num_generations`` samples per prompt text, groups contiguous; returns each completion's token ids up to and
+    including its first EOS (TRL GRPO's ``completion_ids``), and whether it was truncated (no EOS within
+    ``max_new_tokens``). ``sampling``: ``temperature``, ``top_p``, ``top_k`` for ``model.generate``. The model is put
+    in eval mode and the tokenizer pads on the left for the call; both are restored afterwards."""
+    device = next(model.parameters()).device
+    was_training, padding_side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"  # decoder-only generation continues from the last prompt token
+    eos = set(eos_ids)
+    completions: list[list[int]] = []
+    truncated: list[bool] = []
+    try:
+        for start in range(0, len(texts), prompts_per_call):
+            batch = list(texts[start : start + prompts_per_call])
+            inputs = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens)
+            inputs = inputs.to(device)
+            output = model.generate(
+                **inputs,
+                do_sample=True,
+                num_return_sequences=num_generations,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=pad_id,
+                eos_token_id=sorted(eos) or None,
+                **sampling,
+            )
+            for ids in output[:, inputs["input_ids"].shape[1] :].tolist():
+                end = next((i for i, token in enumerate(ids) if token in eos), None)
+                completions.append(ids if end is None else ids[: end + 1])
+                truncated.append(end is None)
+    finally:
+        tokenizer.padding_side = padding_side
+        model.train(was_training)
+    return completions, truncated

@@ -56,7 +56,7 @@ from datasets import Dataset
 from trl_ext.demo import build_model, build_tokenizer
 from trl_ext.grpo.group_filter import expected_rounds, group_stats, informative_groups
 from trl_ext.recipe.common import load_data, load_policy, reward_functions
-from trl_ext.scoring import prompt_text, score_completions
+from trl_ext.scoring import generate_groups, prompt_text, score_completions
 
 DEMO = "demo"
 DEMO_RANDOM = "demo-random"
@@ -482,41 +482,16 @@ def sample_transformers(
 ) -> tuple[list[str], torch.Tensor, torch.Tensor]:
     """G seeded samples per prompt with ``model.generate``; returns the completion texts (groups contiguous, TRL's
     order), their lengths in tokens (up to and including the first EOS) and whether each was truncated."""
-    was_training, padding_side = model.training, tokenizer.padding_side
-    model.eval()
-    tokenizer.padding_side = "left"
-    device = next(model.parameters()).device
     eos_ids = _eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
-    texts, lengths, truncated = [], [], []
     per_call = max(1, args.generation_batch_size // args.num_generations)
     torch.manual_seed(args.seed)
-    try:
-        for start in range(0, len(prompts), per_call):
-            inputs = tokenizer(list(prompts[start : start + per_call]), return_tensors="pt", padding=True).to(device)
-            output = model.generate(
-                **inputs,
-                do_sample=True,
-                num_return_sequences=args.num_generations,
-                max_new_tokens=max_completion_length,
-                temperature=args.temperature,
-                top_p=args.top_p,
-                top_k=args.top_k,
-                pad_token_id=pad_id,
-                eos_token_id=sorted(eos_ids),
-            )
-            completion_ids = output[:, inputs["input_ids"].shape[1] :].cpu()
-            is_eos = torch.isin(completion_ids, torch.tensor(sorted(eos_ids)))
-            has_eos = is_eos.any(dim=1)
-            first_eos = torch.where(has_eos, is_eos.int().argmax(dim=1), completion_ids.shape[1] - 1)
-            lengths.append(torch.where(has_eos, first_eos + 1, torch.full_like(first_eos, completion_ids.shape[1])))
-            truncated.append(~has_eos)
-            kept = [ids[: int(n)] for ids, n in zip(completion_ids, lengths[-1], strict=True)]
-            texts.extend(tokenizer.batch_decode(kept, skip_special_tokens=True))
-    finally:
-        tokenizer.padding_side = padding_side
-        model.train(was_training)
-    return texts, torch.cat(lengths), torch.cat(truncated)
+    sampling = {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}
+    ids, truncated = generate_groups(
+        model, tokenizer, prompts, args.num_generations, max_completion_length, per_call, eos_ids, pad_id, **sampling
+    )
+    texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
+    return texts, torch.tensor([len(c) for c in ids]), torch.tensor(truncated)
 
 
 def sample_vllm(

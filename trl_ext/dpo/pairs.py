@@ -37,7 +37,7 @@ from datasets import Dataset
 
 from trl_ext.grpo.group_filter import DEFAULT_ATOL, informative_groups
 from trl_ext.rewards.arithmetic import completion_text
-from trl_ext.scoring import is_conversational, prompt_text, score_completions
+from trl_ext.scoring import generate_groups, is_conversational, prompt_text, score_completions
 
 PAIR_COLUMNS = ("prompt", "chosen", "rejected", "chosen_reward", "rejected_reward", "chosen_length", "rejected_length")
 
@@ -222,40 +222,27 @@ def sample_groups(
         raise ValueError(f"num_generations={num_generations}: a group needs at least 2 completions to compare.")
     if tokenizer.pad_token_id is None:
         raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token (e.g. to tokenizer.eos_token).")
-    device = next(model.parameters()).device
-    was_training, padding_side = model.training, tokenizer.padding_side
-    model.eval()
-    tokenizer.padding_side = "left"
     eos = tokenizer.eos_token_id
+    texts = [prompt_text(p, tokenizer) for p in prompts]
+    sampling = {"temperature": temperature, "top_p": top_p, "top_k": 0}
+    eos_ids = [] if eos is None else [eos]
+    completion_ids, _ = generate_groups(
+        model,
+        tokenizer,
+        texts,
+        num_generations,
+        max_new_tokens,
+        batch_size,
+        eos_ids,
+        tokenizer.pad_token_id,
+        add_special_tokens=False,
+        **sampling,
+    )
     completions: list[Any] = []
-    completion_ids: list[list[int]] = []
-    try:
-        for start in range(0, len(prompts), batch_size):
-            batch = list(prompts[start : start + batch_size])
-            texts = [prompt_text(p, tokenizer) for p in batch]
-            inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-            output = model.generate(
-                **inputs,
-                do_sample=True,
-                temperature=temperature,
-                top_p=top_p,
-                top_k=0,
-                max_new_tokens=max_new_tokens,
-                num_return_sequences=num_generations,
-                pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=eos,
-            )
-            new_tokens = output[:, inputs["input_ids"].shape[1] :].tolist()
-            for k, ids in enumerate(new_tokens):
-                if eos is not None and eos in ids:
-                    ids = ids[: ids.index(eos) + 1]
-                text = tokenizer.decode(ids, skip_special_tokens=True)
-                prompt = batch[k // num_generations]
-                completions.append([{"role": "assistant", "content": text}] if is_conversational(prompt) else text)
-                completion_ids.append(ids)
-    finally:
-        tokenizer.padding_side = padding_side
-        model.train(was_training)
+    for k, ids in enumerate(completion_ids):
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        prompt = prompts[k // num_generations]
+        completions.append([{"role": "assistant", "content": text}] if is_conversational(prompt) else text)
     return completions, completion_ids
 
 
