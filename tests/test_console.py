@@ -33,7 +33,9 @@ def _recipe(recipe: str, *args: str, cwd: str, extra_env: dict | None = None) ->
         "PYTHONPATH": ROOT,
         **(extra_env or {}),
     }
-    for name in ("TRL_EXT_LIBRARY_WARNINGS", "WANDB_MODE"):  # what a user sees by default (conftest sets W&B off)
+    # What a user sees by default: no variable the test process itself set (conftest sets W&B off; quiet_libraries,
+    # run by other tests in this process, sets DS_ACCELERATOR, which would hide DeepSpeed's accelerator line).
+    for name in ("TRL_EXT_LIBRARY_WARNINGS", "WANDB_MODE", "DS_ACCELERATOR"):
         env.pop(name, None)
     return subprocess.run(
         [sys.executable, os.path.join(ROOT, "recipes", recipe), *args],
@@ -65,7 +67,7 @@ def test_demo_console_is_clean_and_logs_held_out_accuracy(tmp_path):
     lines = result.stdout.splitlines()
     opening = lines[0]
     assert opening.startswith("[dapo] DAPOTrainer") and "fp32 on CPU" in opening and str(out) in opening
-    assert "600 train / 240 held-out" in opening and "4 steps of 16 prompts x 8 completions" in opening
+    assert "600 train / 240 held-out" in opening and "4 steps of 8 prompts x 8 completions" in opening
     assert any(line.startswith("warm start (SFT) step 600/600 | loss") for line in lines)
     rl_lines = [line for line in lines if line.startswith("dapo (RL) step")]
     assert [line.split(" | ")[0] for line in rl_lines] == ["dapo (RL) step 2/4", "dapo (RL) step 4/4"]
@@ -231,7 +233,7 @@ def test_local_dataset_folder_gets_the_console_and_a_held_out_figure_from_its_te
         *("--model_name_or_path", model, "--dataset_name", str(data), "--reward_funcs", "accuracy"),
         *("--num_generations", "4", "--per_device_train_batch_size", "8", "--max_completion_length", "4"),
         *("--max_steps", "2", "--logging_steps", "1", "--output_dir", str(out), "--report_to", "none"),
-        *("--save_strategy", "no", "--overlong_buffer_len", "1"),
+        *("--save_strategy", "no", "--overlong_buffer_len", "1", "--num_minibatches", "1"),
         cwd=str(tmp_path),
     )
     assert result.returncode == 0, result.stderr[-3000:]

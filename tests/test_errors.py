@@ -49,6 +49,28 @@ def test_dataset_without_prompt_column(tiny_model, tokenizer, problems, tmp_path
         _dapo(tiny_model, tokenizer, data, tmp_path)
 
 
+def test_dataset_smaller_than_one_generation_batch(tiny_model, tokenizer, problems, tmp_path):
+    """Fewer prompts than one generation batch samples: TRL's sampler would drop the incomplete batch and train zero
+    steps silently (seen with DAPOConfig's 16 minibatches on a 12-prompt file)."""
+    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False)
+    needed = args.generation_batch_size // args.num_generations
+    small = problems[0].select(range(needed - 1))
+    with raises(
+        ValueError,
+        f"train_dataset has {needed - 1} prompts",
+        f"samples {needed} distinct prompts",
+        "lower num_minibatches",
+    ):
+        DAPOTrainer(tiny_model, [answer_reward], args=args, train_dataset=small, processing_class=tokenizer)
+    DAPOTrainer(  # exactly one generation batch of prompts is enough
+        tiny_model,
+        [answer_reward],
+        args=args,
+        train_dataset=problems[0].select(range(needed)),
+        processing_class=tokenizer,
+    )
+
+
 def test_reward_function_column_missing_from_dataset(tiny_model, tokenizer, problems, tmp_path):
     def exact_match(completions, answers, **kwargs):
         return [0.0] * len(completions)

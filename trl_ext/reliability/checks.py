@@ -44,6 +44,28 @@ def check_prompt_column(dataset: Any, name: str = "train_dataset", environment_f
         )
 
 
+def check_dataset_size(dataset: Any, args: Any, name: str = "train_dataset") -> None:
+    """TRL's ``RepeatSampler`` draws ``generation_batch_size / num_generations`` distinct prompts per generation batch
+    and drops an incomplete batch: a map-style dataset with fewer prompts than that trains zero steps without a word
+    (transformers only says "not a single sample in your epoch_iterator"). Fail at construction instead."""
+    if args is None or dataset is None or not hasattr(dataset, "__len__") or _columns(dataset) is None:
+        return
+    num_generations = getattr(args, "num_generations", None)
+    batch = getattr(args, "generation_batch_size", None)
+    if not num_generations or not batch:
+        return
+    needed = batch // num_generations
+    if len(dataset) < needed:
+        steps = getattr(args, "steps_per_generation", None)
+        raise ValueError(
+            f"{name} has {len(dataset)} prompts, but one generation batch samples {needed} distinct prompts "
+            f"(generation_batch_size={batch} completions / num_generations={num_generations}; steps_per_generation="
+            f"{steps}, which presets set from num_minibatches), so no batch can be formed and nothing would train. "
+            f"Add prompts, or lower num_minibatches / steps_per_generation / per_device_train_batch_size so that a "
+            f"generation batch needs at most {len(dataset)} prompts."
+        )
+
+
 def _guess_prompt(columns: Sequence[str]) -> str:
     for candidate in ("question", "problem", "query", "instruction", "input", "text", "messages"):
         if candidate in columns:

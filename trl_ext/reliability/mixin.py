@@ -128,6 +128,7 @@ class GRPOReliabilityMixin(FiniteLossMixin, AtomicCheckpointMixin):
         funcs_list = list(funcs) if isinstance(funcs, list | tuple) else [] if funcs is None else [funcs]
         checks.check_prompt_column(dataset, environment_factory=params.get("environment_factory"))
         checks.check_reward_columns(funcs_list, dataset)
+        checks.check_dataset_size(dataset, config)
         checks.check_vllm(config)
         checks.check_tokenizer(params.get("processing_class"))
         model = params["model"]
