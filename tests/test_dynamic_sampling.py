@@ -10,7 +10,8 @@ import torch
 from helpers import tiny_args
 from transformers import TrainerCallback
 
-from trl_ext import DAPOConfig, DAPOTrainer, group_filter
+from trl_ext import DAPOConfig, DAPOTrainer
+from trl_ext.grpo import group_filter
 from trl_ext.grpo.group_filter import informative_groups
 
 
