@@ -74,6 +74,7 @@ import torch
 from accelerate.utils import pad_across_processes
 from datasets import IterableDataset
 
+from trl_ext.ds_rounds import InformativeRate, importance_sampling_ratio, refill_groups
 from trl_ext.group_filter import group_advantages, group_reward_range, informative_groups, nanstd
 
 logger = logging.getLogger(__name__)
@@ -202,6 +203,7 @@ class _Round:
     lengths: torch.Tensor  # [rows] completion lengths, TRL's definition (len of the sampled ids)
     truncated: torch.Tensor  # [rows] no EOS at the end (TRL's completions/clipped_ratio)
     seconds: float
+    deferred: frozenset = frozenset()  # log-prob keys of ``output`` that are placeholders ("old", "ref")
 
     @property
     def num_rows(self) -> int:
@@ -229,6 +231,8 @@ class DynamicSamplingMixin:
         self._ds_stream: PromptStream | IterablePromptStream | None = None
         self._ds_window_tokens = 0
         self._ds_metric_columns: list[int] = []
+        self._ds_rate = InformativeRate()
+        self._ds_defer: set[str] | None = None  # while a round runs: the no-grad log-prob passes deferred
         if self._ds_enabled:
             seed = self.args.seed + _STREAM_SEED_OFFSET
             if isinstance(self.train_dataset, IterableDataset):
@@ -291,6 +295,17 @@ class DynamicSamplingMixin:
             }
         return rewards_per_func
 
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        """While a round is generated, TRL's no-grad old-policy / reference passes are deferred: they return a
+        placeholder, and ``_fill_logps`` computes them afterwards for the trained rows only."""
+        if self._ds_defer is not None and not torch.is_grad_enabled():
+            kind = "ref" if self.ref_model is not None and model is self.ref_model else "old"
+            self._ds_defer.add(kind)
+            return torch.zeros(input_ids.size(0), logits_to_keep, device=input_ids.device), None, None
+        return super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+        )
+
     def _generate_and_score_completions(self, inputs):
         if not (self._ds_enabled and self.model.training):
             return super()._generate_and_score_completions(inputs)
@@ -301,27 +316,49 @@ class DynamicSamplingMixin:
         # buffers, and only what describes the trained batch reaches the real ones (``_merge_logs``).
         metrics, logs = self._metrics["train"], self._logs
         self._metrics["train"], self._logs = defaultdict(list), _scratch_logs(logs)
+        world = self.accelerator.num_processes
         try:
             rounds = [self._run_round(inputs)]
             keep = informative_groups(rounds[0].metric, num_generations, args.dynamic_sampling_atol)
             num_groups = keep.numel()
             kept = int(keep.sum())
-            while kept < num_groups and len(rounds) < args.dynamic_sampling_max_rounds:
-                rounds.append(self._run_round(self._refill_inputs(inputs)))
+            generated = num_groups
+            budget = args.dynamic_sampling_max_rounds * num_groups  # whole generation batches' worth of groups
+            while kept < num_groups:
+                size = refill_groups(
+                    missing=num_groups - kept,
+                    rate=self._ds_rate.estimate(kept, generated),
+                    margin=getattr(args, "dynamic_sampling_refill_margin", 1.25),
+                    world_size=world,
+                    cap=num_groups,
+                    remaining=budget - generated,
+                )
+                if size == 0:
+                    break
+                rounds.append(self._run_round(self._refill_inputs(inputs, size)))
+                generated += size
                 kept += int(informative_groups(rounds[-1].metric, num_generations, args.dynamic_sampling_atol).sum())
         finally:
+            self._ds_defer = None
             round_metrics, round_logs = self._metrics["train"], self._logs
             self._metrics["train"], self._logs = metrics, logs
+        self._ds_rate.update(kept, generated)
 
         chosen, fillers, surplus = self._select(rounds, num_groups)
         self._log_round_stats(rounds, num_groups, len(surplus))
+        deferred = rounds[0].deferred
+        if deferred and self.use_vllm and getattr(self, "vllm_importance_sampling_correction", False):
+            # TRL's sampling/* metrics of the rounds were computed from placeholders: logged again for the batch.
+            for key in [k for k in round_metrics if k.startswith("sampling/")]:
+                del round_metrics[key]
         if len(rounds) == 1 and not fillers:
-            # Nothing dropped: exactly TRL's step, logs included.
+            # Nothing dropped: exactly TRL's step, logs included (deferred log-probs computed on the same rows).
             self._merge_logs(round_metrics, round_logs, rounds, rows=None, advantages=None)
-            return rounds[0].output
+            self._metrics["train"]["dynamic_sampling/gathered_bytes"].append(0.0)
+            return self._fill_logps(rounds[0].output, deferred)
         batch, rows, advantages = self._assemble(rounds, chosen, fillers, local_rows=len(inputs))
         self._merge_logs(round_metrics, round_logs, rounds, rows=rows, advantages=advantages)
-        return batch
+        return self._fill_logps(batch, deferred)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self._ds_enabled and self.model.training:
@@ -349,6 +386,7 @@ class DynamicSamplingMixin:
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
             state = {"stream": self._ds_stream.state_dict(), "warned": self._ds_warned}
+            state["informative_rate"] = self._ds_rate.state_dict()
             state["reward_range"] = [self._ds_reward_low, self._ds_reward_high]
             with open(os.path.join(folder, STATE_FILE), "w") as f:
                 json.dump(state, f)
@@ -363,6 +401,8 @@ class DynamicSamplingMixin:
                 state = json.load(f)
             self._ds_stream.load_state_dict(state["stream"])
             self._ds_warned = state.get("warned", False)
+            if "informative_rate" in state:
+                self._ds_rate.load_state_dict(state["informative_rate"])
             self._ds_reward_low, self._ds_reward_high = state.get("reward_range", [float("inf"), float("-inf")])
         else:
             logger.warning(
@@ -415,7 +455,13 @@ class DynamicSamplingMixin:
     def _run_round(self, inputs: list[dict[str, Any]]) -> _Round:
         started = time.perf_counter()
         self._ds_capture = None
-        output = super()._generate_and_score_completions(inputs)
+        # PEFT with a KL term computes the reference with the adapter disabled inside TRL: not deferred (the context
+        # could not be replayed); everything else is.
+        self._ds_defer = None if self.beta != 0.0 and self.ref_model is None else set()
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            deferred, self._ds_defer = frozenset(self._ds_defer or ()), None
         capture, self._ds_capture = self._ds_capture, None
         if capture is None:
             raise RuntimeError(
@@ -426,7 +472,70 @@ class DynamicSamplingMixin:
         if finite.numel():
             self._ds_reward_low = min(self._ds_reward_low, finite.min().item())
             self._ds_reward_high = max(self._ds_reward_high, finite.max().item())
-        return _Round(output=output, seconds=time.perf_counter() - started, **capture)
+        return _Round(output=output, seconds=time.perf_counter() - started, deferred=deferred, **capture)
+
+    def _fill_logps(self, batch: dict[str, Any], deferred: frozenset) -> dict[str, Any]:
+        """Compute the deferred old-policy / reference log-probs for the rows of ``batch`` (the trained rows only),
+        with TRL's own ``_get_per_token_logps_and_entropies`` on TRL's inputs (prompt + completion ids, their masks,
+        the completion width, ``per_device_train_batch_size``); then, under vLLM's importance-sampling correction,
+        the ratio of those rows (``importance_sampling_ratio``, TRL's formula) and its ``sampling/*`` metrics."""
+        if not deferred:
+            return batch
+        from trl.models.utils import disable_gradient_checkpointing
+
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        width = batch["completion_ids"].size(1)
+        size = self.args.per_device_train_batch_size
+        gc_kwargs = self.args.gradient_checkpointing_kwargs
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, gc_kwargs):
+            if "old" in deferred and "old_per_token_logps" in batch:
+                batch["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
+                    self.model, ids, mask, width, size
+                )[0]
+            if "ref" in deferred and "ref_per_token_logps" in batch:
+                batch["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
+                    self.ref_model, ids, mask, width, size
+                )[0]
+        if "old" in deferred and "importance_sampling_ratio" in batch and "sampling_per_token_logps" in batch:
+            self._fill_importance_sampling(batch)
+        return batch
+
+    def _fill_importance_sampling(self, batch: dict[str, Any]) -> None:
+        """vLLM's importance-sampling ratio of the trained rows, and TRL's ``sampling/*`` metrics for them."""
+        loss_mask = batch["completion_mask"] * batch["tool_mask"] if "tool_mask" in batch else batch["completion_mask"]
+        old, sampled = batch["old_per_token_logps"], batch["sampling_per_token_logps"]
+        mode = self.vllm_importance_sampling_mode
+        ratio = importance_sampling_ratio(
+            old,
+            sampled,
+            loss_mask,
+            mode,
+            self.vllm_importance_sampling_clip_min,
+            self.vllm_importance_sampling_clip_max,
+        )
+        batch["importance_sampling_ratio"] = ratio
+        metrics, gather = self._metrics["train"], self.accelerator.gather
+        zero = torch.tensor(0.0, device=old.device)
+        mask = loss_mask.bool()
+        delta = torch.abs(old - sampled)[mask]
+        delta = delta[~torch.isnan(delta)]
+        metrics["sampling/sampling_logp_difference/mean"].append(
+            gather(delta.mean() if delta.numel() else zero).mean().item()
+        )
+        metrics["sampling/sampling_logp_difference/max"].append(
+            gather(delta.max() if delta.numel() else zero).max().item()
+        )
+        flat = ratio.flatten() if mode.startswith("sequence") else ratio[mask]
+        metrics["sampling/importance_sampling_ratio/min"].append(
+            gather(flat.min() if flat.numel() else zero).min().item()
+        )
+        metrics["sampling/importance_sampling_ratio/mean"].append(
+            gather(flat.mean() if flat.numel() else zero).mean().item()
+        )
+        metrics["sampling/importance_sampling_ratio/max"].append(
+            gather(flat.max() if flat.numel() else zero).max().item()
+        )
 
     def _select(self, rounds: list[_Round], num_groups: int) -> tuple[list, list, list]:
         """(round, group) pairs: the informative groups trained (in round order), the fillers (uninformative groups
@@ -441,11 +550,13 @@ class DynamicSamplingMixin:
         fillers = uninformative[len(uninformative) - num_filler :] if num_filler else []
         return chosen, fillers, surplus
 
-    def _refill_inputs(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Fresh prompts for one refill round, laid out as TRL's RepeatSampler lays out a generation batch."""
+    def _refill_inputs(self, inputs: list[dict[str, Any]], num_prompts: int) -> list[dict[str, Any]]:
+        """Fresh prompts for one refill round of ``num_prompts`` groups (a multiple of the number of processes: each
+        process generates ``num_prompts / world`` whole groups), laid out as TRL's RepeatSampler lays out a batch."""
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
-        local_rows = len(inputs)
-        num_prompts = local_rows * world // self.num_generations
+        if num_prompts % world:
+            raise ValueError(f"A refill of {num_prompts} groups cannot be split evenly over {world} processes.")
+        local_rows = num_prompts * self.num_generations // world
         # identical on every rank (same seed, same state): each rank reads the whole stream, then takes its slice
         if isinstance(self._ds_stream, IterablePromptStream):
             prompts = self._ds_stream.take_rows(num_prompts)
@@ -607,32 +718,57 @@ class DynamicSamplingMixin:
                 "Set dynamic_sampling=False for this dataset."
             )
 
-        # 1. Each round's per-row tensors, gathered to the global batch (a group may straddle two ranks).
-        gathered: list[dict[str, torch.Tensor]] = []
-        for round_ in rounds:
-            round_global = {}
-            for key in keys:
-                if key in _SCALARS or key in _PER_ROW:
-                    continue  # advantages are recomputed below
-                value = round_.output[key]
-                pad_value = pad_id if key.endswith("_ids") else (1.0 if key == "tool_mask" else 0)
-                value = pad_across_processes(value, dim=1, pad_index=pad_value, pad_first=key in _LEFT_PADDED)
-                round_global[key] = accelerator.gather(value)
-            gathered.append(round_global)
-
-        # 2. The selected global rows: informative groups in round order, then fillers if the limit was hit.
+        # 1. The selected global rows of the concatenated rounds: informative groups in round order, then fillers.
+        #    Round k's global row i lives on process i // (rows_k / world), at local index i % (rows_k / world).
+        world, rank = accelerator.num_processes, accelerator.process_index
         offsets = [sum(r.num_rows for r in rounds[:i]) for i in range(len(rounds))]
-        rows = torch.tensor(
-            [offsets[r] + g * num_generations + j for r, g in chosen + fillers for j in range(num_generations)],
-            device=accelerator.device,
-        )
+        selected = [(r, g * num_generations + j) for r, g in chosen + fillers for j in range(num_generations)]
+        rows = torch.tensor([offsets[r] + i for r, i in selected], device=accelerator.device)
+        owner = [i // (rounds[r].num_rows // world) for r, i in selected]
+        mine = [(r, i % (rounds[r].num_rows // world)) for (r, i), o in zip(selected, owner, strict=True) if o == rank]
+        per_rank = [owner.count(k) for k in range(world)]
+        slots = max(per_rank)
+        seen = [0] * world
+        order = []  # position in the gathered tensor of each selected row, in batch order
+        for o in owner:
+            order.append(o * slots + seen[o])
+            seen[o] += 1
+        order = torch.tensor(order, device=accelerator.device)
+
+        # 2. Only the selected rows move: each process contributes the selected rows it holds (padded to the same
+        #    count and width), one all-gather per key. Deferred log-probs are not moved (computed after, locally).
+        skip = {"old_per_token_logps"} if "old" in rounds[0].deferred else set()
+        if "ref" in rounds[0].deferred:
+            skip.add("ref_per_token_logps")
+        if skip and "old_per_token_logps" in skip:
+            skip.add("importance_sampling_ratio")
         batch: dict[str, torch.Tensor] = {}
-        for key in gathered[0]:
-            parts = [round_global[key] for round_global in gathered]
-            width = max(p.size(1) for p in parts)
+        moved = 0
+        for key in keys:
+            if key in _SCALARS or key in _PER_ROW:
+                continue  # advantages are recomputed below
+            if key in skip:
+                batch[key] = None  # placeholder: filled by _fill_logps
+                continue
             pad_value = pad_id if key.endswith("_ids") else (1.0 if key == "tool_mask" else 0)
-            parts = [_pad_width(p, width, pad_value, left=key in _LEFT_PADDED) for p in parts]
-            batch[key] = torch.cat(parts).index_select(0, rows)
+            left = key in _LEFT_PADDED
+            values = [round_.output[key] for round_ in rounds]
+            width = max(v.size(1) for v in values) if values[0].dim() > 1 else 0
+            picked = [
+                (_pad_width(values[r], width, pad_value, left) if width else values[r])[i : i + 1] for r, i in mine
+            ]
+            template = values[0][:1]
+            if width:
+                template = _pad_width(template, width, pad_value, left)
+            filler_row = torch.full_like(template, pad_value)
+            local = torch.cat(picked + [filler_row] * (slots - len(picked)))
+            if world > 1:
+                if width:
+                    local = pad_across_processes(local, dim=1, pad_index=pad_value, pad_first=left)
+                local = accelerator.gather(local)
+            moved += local.numel() * local.element_size()
+            batch[key] = local.index_select(0, order)
+        self._metrics["train"]["dynamic_sampling/gathered_bytes"].append(float(moved))
 
         # 3. Advantages of the batch that is trained: TRL's formula (scale_rewards, multi_objective_aggregation)
         #    over the chosen rows' stored rewards, with this batch's group / batch statistics. Fillers: zero.
@@ -657,7 +793,7 @@ class DynamicSamplingMixin:
 
         # 5. This rank's slice, trimmed of columns that are padding on every local row.
         start = accelerator.process_index * local_rows
-        local = {key: value[start : start + local_rows] for key, value in batch.items()}
+        local = {key: value[start : start + local_rows] for key, value in batch.items() if value is not None}
         prompt_cols = local["prompt_mask"].any(dim=0).nonzero()
         first = int(prompt_cols.min()) if prompt_cols.numel() else 0
         completion_cols = local["completion_mask"].any(dim=0).nonzero()
@@ -668,6 +804,9 @@ class DynamicSamplingMixin:
             if local[key].dim() > 1 and local[key].size(1) > 1:
                 local[key] = local[key][:, :last]
         local["num_items_in_batch"] = num_items_in_batch
+        for key, value in batch.items():
+            if value is None:
+                local[key] = None  # a deferred log-prob (or its importance-sampling ratio): _fill_logps computes it
         return local, rows, advantages
 
 

@@ -42,7 +42,9 @@ class GRPOFamilyConfig(GRPOConfig):
             completions for fresh training prompts until the generation batch holds as many informative groups as
             it was meant to, or ``dynamic_sampling_max_rounds`` is reached.
         dynamic_sampling_max_rounds (`int`, defaults to `4`):
-            Generation rounds per generation batch, the first included. When the limit is hit, the missing groups
+            The generation budget of one generation batch, in whole generation batches (the first round included):
+            refill rounds are right-sized (``dynamic_sampling_refill_margin``), so there may be more rounds than
+            this, but never more groups than ``max_rounds`` generation batches. When the budget is spent, the missing groups
             are filled with uninformative ones whose loss mask is zeroed (they change nothing in the gradient), a
             warning is printed once and ``dynamic_sampling/limit_hit`` is logged.
         dynamic_sampling_atol (`float`, defaults to `1e-6`):
@@ -56,6 +58,9 @@ class GRPOFamilyConfig(GRPOConfig):
         dynamic_sampling_reward_range (`list[float]` or `None`, defaults to `None`):
             ``[min, max]`` of the reward scale, used only to label uninformative groups as all-min ("too hard") or
             all-max ("too easy") in the logs. ``None``: the extremes seen so far in training.
+        dynamic_sampling_refill_margin (`float`, defaults to `1.25`):
+            A refill round generates ``missing / rate x margin`` groups, ``rate`` being the running estimate of the
+            informative fraction (GRESO, arXiv 2506.02177, uses 1.25), rounded up to whole groups on every process.
         reward_errors (`str`, defaults to `"raise"`):
             A reward function raising on a completion stops the run, naming the function and the completion
             (``"raise"``), or scores it ``None`` and counts it (``"skip"``; ``trl_ext.reward_guard``).
@@ -87,6 +92,13 @@ class GRPOFamilyConfig(GRPOConfig):
     dynamic_sampling_reward_range: list[float] | None = field(
         default=None,
         metadata={"help": "[min, max] of the reward scale, to label uninformative groups too hard / too easy."},
+    )
+    dynamic_sampling_refill_margin: float = field(
+        default=1.25,
+        metadata={
+            "help": "A refill round generates missing / (estimated informative rate) x this many groups (GRESO's "
+            "1.25), rounded to whole groups per process and capped at the first round's size."
+        },
     )
     reward_errors: str = field(
         default="raise",
@@ -143,6 +155,11 @@ class GRPOFamilyConfig(GRPOConfig):
                 raise ValueError(
                     f"dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds}: at least 1 round is needed. "
                     "Set it to 2 or more for dynamic sampling to refill anything, or set dynamic_sampling=False."
+                )
+            if not (math.isfinite(self.dynamic_sampling_refill_margin) and self.dynamic_sampling_refill_margin > 0):
+                raise ValueError(
+                    f"dynamic_sampling_refill_margin={self.dynamic_sampling_refill_margin} must be a finite number > 0 "
+                    "(e.g. 1.25, GRESO's margin; 1.0 asks for exactly the expected need)."
                 )
             if self.dynamic_sampling_atol < 0 or not math.isfinite(self.dynamic_sampling_atol):
                 raise ValueError(
