@@ -10,8 +10,9 @@ Synthetic reward: of the 600 training prompts of the demo, exactly round(p x 600
 index in the group (0..G-1, all distinct), so those groups are always informative. Over the training set a fraction
 p of groups is uninformative; per batch it varies as sampling does. The policy is the demo's warm start, trained
 with learning rate 0 so that it, and with it completion lengths and generation cost, is the same for every p: what
-changes with p is only dynamic sampling's work. Each refill round generates a whole generation batch (the size of
-the first), so the rounds needed are a whole number, capped at ``dynamic_sampling_max_rounds`` (20 here).
+changes with p is only dynamic sampling's work. Refill rounds are right-sized (missing / estimated informative rate x
+``dynamic_sampling_refill_margin``, at most a generation batch), within a budget of ``dynamic_sampling_max_rounds``
+(20 here) generation batches. ``--before`` puts a run of the code before issue 14 (whole-batch refills) beside it.
 
 Three trainer configs, all with dynamic sampling on, the demo's 16 prompts x 8 completions per step, 6 tokens:
 
@@ -115,8 +116,17 @@ def instrumented(base):
             self._bench_reset()
             output = super()._generate_and_score_completions(inputs)
             if self.model.training:
-                self.bench_batches.append(self._bench_rounds)
+                # log-prob passes after the last round's rewards: computed for the trained rows only
+                after = {**self._bench_current, "groups": 0, "informative": 0, "reward": 0.0, "after": True}
+                self.bench_batches.append(self._bench_rounds + [after])
             return output
+
+        def _run_round(self, inputs):  # bytes of the round's per-row tensors (what gathering them all moves)
+            round_ = super()._run_round(inputs)
+            self._bench_rounds[-1]["bytes"] = sum(
+                v.numel() * v.element_size() for k, v in round_.output.items()
+                if isinstance(v, torch.Tensor) and v.dim() >= 1 and k != "advantages")
+            return round_
 
         def _generate(self, prompts):
             started = time.perf_counter()
@@ -127,9 +137,12 @@ def instrumented(base):
         def _get_per_token_logps_and_entropies(self, *args, **kwargs):
             if torch.is_grad_enabled():  # the training forward pass, not a rollout's old/ref log-probs
                 return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            if getattr(self, "_ds_defer", None) is not None:  # deferred by dynamic sampling: no forward pass here
+                return super()._get_per_token_logps_and_entropies(*args, **kwargs)
             started = time.perf_counter()
             output = super()._get_per_token_logps_and_entropies(*args, **kwargs)
             self._bench_current["logps"] += time.perf_counter() - started
+            self._bench_current["logps_rows"] = self._bench_current.get("logps_rows", 0) + args[1].size(0)
             return output
 
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -182,6 +195,7 @@ def worker(me: int, baton, p: float, jobs: list, options):
                 "step_wall": clock.step_seconds()[spg : spg + measured],
                 "step_cpu": clock.step_seconds(cpu=True)[spg : spg + measured],
                 "rounds": trainer.bench_batches[batches],
+                "code": options.label,
                 "logs": [{k: v for k, v in h.items() if k.startswith("dynamic_sampling/")} for h in logs],
             }
             del trainer
@@ -191,30 +205,49 @@ def worker(me: int, baton, p: float, jobs: list, options):
 # -- analysis ---------------------------------------------------------------------------------------------------------
 
 
+def _num_rounds(batch: list[dict]) -> int:
+    return sum(1 for r in batch if not r.get("after"))
+
+
 def run_figures(run: dict) -> dict:
     """Per-run totals over the measured steps. A round's full time (the trainer's ``generation_time``, split over
     the batch's rounds in proportion to the benchmark's timers) is charged to dropped (uninformative) and surplus
     groups by their share of the round's groups; with this split "dropped" equals the trainer's ``dropped_time``."""
     groups = run["groups"]
     kept = surplus_s = generate = generate_dropped = logps = logps_dropped = 0.0
+    rows = rows_dropped = 0.0
     for batch, log in zip(run["rounds"], run["logs"], strict=True):
         timed = sum(r["generate"] + r["logps"] + r["reward"] for r in batch)
         scale = log["dynamic_sampling/generation_time"] / timed if timed else 0.0
         need = groups
         for r in batch:
-            dropped = (r["groups"] - r["informative"]) / r["groups"]
+            dropped = (r["groups"] - r["informative"]) / r["groups"] if r["groups"] else 0.0
+            rows += r.get("logps_rows", 0)
+            rows_dropped += r.get("logps_rows", 0) * dropped
             used = min(r["informative"], need)
             need -= used
             kept += used
-            surplus_s += scale * (r["generate"] + r["logps"] + r["reward"]) * (r["informative"] - used) / r["groups"]
+            if r["groups"]:
+                surplus_s += scale * (r["generate"] + r["logps"] + r["reward"]) * (r["informative"] - used) / r["groups"]
             generate += r["generate"]
             generate_dropped += r["generate"] * dropped
             logps += r["logps"]
             logps_dropped += r["logps"] * dropped
     wall, cpu = sum(run["step_wall"]), sum(run["step_cpu"])
     logs = run["logs"]
+    # bytes gathered per step: the trainer's metric when it logs one; else (code before it) every round's tensors
+    # whenever the batch had more than one round, as that code gathered them all to every rank
+    gathered = [h.get("dynamic_sampling/gathered_bytes") for h in logs]
+    if any(g is None for g in gathered):
+        gathered = []
+        for batch in run["rounds"]:
+            per_round = [r.get("bytes", 0) for r in batch if not r.get("after")]
+            gathered.append(sum(per_round) if len(per_round) > 1 else 0)
     return {
-        "rounds": statistics.mean(len(b) for b in run["rounds"]),
+        "generated_groups_per_step": sum(r["groups"] for b in run["rounds"] for r in b) / len(run["rounds"]),
+        "gathered_mb_per_step": statistics.mean(gathered) / 2**20 if gathered else 0.0,
+        "logps_rows_dropped_frac": rows_dropped / rows if rows else None,
+        "rounds": statistics.mean(_num_rounds(b) for b in run["rounds"]),
         "generated_per_kept": sum(r["groups"] for b in run["rounds"] for r in b) / max(kept, 1),
         "limit_hit": statistics.mean(h["dynamic_sampling/limit_hit"] for h in logs),
         "wall_per_kept": wall / max(kept, 1),
@@ -350,6 +383,44 @@ def markdown(summary, options, prov) -> tuple[list[str], list[str]]:
     return head, body
 
 
+def before_after(before: dict, after: dict, options) -> list[str]:
+    """Side-by-side table of the code before issue 14 (whole-batch refills, old/ref log-probs for every generated row,
+    every round's tensors gathered) and this code, measured with the same benchmark and options."""
+    rows, within = [], []
+    for name in options.configs:
+        for p in options.ps:
+            b, a = before.get((name, p)), after[(name, p)]
+            if b is None:
+                continue
+            ideal = 1 / (1 - p)
+            within.append((name, p, a["generated_per_kept"] / ideal))
+
+            def frac(x):
+                return f"{x:.0%}" if x is not None else "– (no pass)"
+
+            rows.append([f"`{name}`", f"{p:g}", f"{ideal:.2f}", f"{b['generated_per_kept']:.2f}",
+                         f"**{a['generated_per_kept']:.2f}**", f"{a['generated_per_kept'] / ideal:.2f}",
+                         f"{b['rounds']:.2f}", f"{a['rounds']:.2f}",
+                         frac(b["logps_rows_dropped_frac"]), f"**{frac(a['logps_rows_dropped_frac'])}**",
+                         f"{b['gathered_mb_per_step']:.3f}", f"**{a['gathered_mb_per_step']:.3f}**",
+                         f"{b['wall_per_kept'] * 1000:.0f}", f"{a['wall_per_kept'] * 1000:.0f}"])
+    out = ["## Before / after issue 14 (same benchmark, same options; before = main's code at the issue's start)", ""]
+    out += common.table(
+        ["config", "p", "ideal 1/(1-p)", "groups generated per kept group: before", "after", "after / ideal",
+         "rounds per step: before", "after", "old/ref forward rows on dropped groups: before", "after",
+         "MB gathered per step: before", "after", "wall ms per kept group: before", "after"],
+        rows, align="lrrrrrrrrrrrrr")
+    worst = max(within, key=lambda t: t[2]) if within else None
+    if worst:
+        out += ["", f"- Generated groups per kept group over the ideal 1/(1-p), worst case: `{worst[0]}` at p = "
+                f"{worst[1]:g}, x{worst[2]:.2f} (the issue's bar: within 10%, i.e. at most x1.10)."]
+    out += ["- MB gathered per step: bytes of the per-row tensors assembled on each rank when a step needed more "
+            "than one round (the trainer's `dynamic_sampling/gathered_bytes`; for the code before it, every round's "
+            "tensors, which it gathered to every rank). With W processes, (W-1)/W of it crosses the interconnect; "
+            "this run has one process, so it is what would move."]
+    return out
+
+
 def findings(summary: dict, options) -> list[str]:
     out = []
     for name in options.configs:
@@ -374,9 +445,9 @@ def findings(summary: dict, options) -> list[str]:
     if mid and "dapo" in options.configs:
         s = summary[("dapo", mid[0])]
         out.append(
-            f"- Whole-batch refills cost most at small p: at p = {mid[0]:g} the ideal is {s['ideal']:.2f} batches but a "
-            f"refill is a whole batch, so {s['rounds']:.2f} rounds were generated ({s['generated_per_kept']:.2f} "
-            f"groups per kept group). Refilling only the missing groups would bring it close to 1/(1-p)."
+            f"- At p = {mid[0]:g} the ideal is {s['ideal']:.2f} groups generated per kept group; right-sized refills "
+            f"generated {s['generated_per_kept']:.2f} in {s['rounds']:.2f} rounds per step (whole-batch refills: "
+            f"{s['expected_rounds']:.2f} batches expected)."
         )
     out.append("- The time per kept group grows more slowly than the rounds because a step's training part "
                "(loss, backward, optimizer) does not grow with p; generation on this tiny model is cheap, so on a "
@@ -399,6 +470,9 @@ def parse(argv):
     parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
     parser.add_argument("--out", default=None, help="directory for dynamic_sampling.md, .png, .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)")
     parser.add_argument("--render", help="rebuild the report from a saved dynamic_sampling.json instead of measuring")
+    parser.add_argument("--label", default="after", help="name of the code measured (e.g. 'before' at main's commit)")
+    parser.add_argument("--before", help="a dynamic_sampling.json measured on the code before issue 14 (same "
+                        "options), shown side by side")
     options = parser.parse_args(argv)
     options.ps = [float(p) for p in options.ps.split(",")]
     if any(not 0 <= p < 1 for p in options.ps):
@@ -419,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parse(argv)
     out = common.results_dir(options.out, options.quick)
     out.mkdir(parents=True, exist_ok=True)
+    before_path = options.before
     if options.render:
         options, prov, runs = common.load_raw(options.render, options)
     else:
@@ -428,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         jobs = [(name, rep) for rep in range(options.reps) for name in options.configs]
 
         def progress(me, index, run):
-            rounds = statistics.mean(len(b) for b in run["rounds"])
+            rounds = statistics.mean(_num_rounds(b) for b in run["rounds"])
             print(f"[dynamic_sampling] {run['config']} p={run['p']:g} rep {run['rep']}: {rounds:.2f} rounds/batch, "
                   f"{sum(run['step_wall']) / run['measured']:.2f} s/step", flush=True)
 
@@ -440,6 +515,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(runs, options)
     plot(summary, options, out / "dynamic_sampling.png")
     head, body = markdown(summary, options, prov)
+    if before_path:
+        before_options, _, before_runs = common.load_raw(before_path, options)
+        before = summarize(before_runs, before_options)
+        body = before_after(before, summary, options) + [""] + body
     path = common.write_markdown(out / "dynamic_sampling.md", "Cost of dynamic sampling against the uninformative "
                                  "fraction p", head, body)
     print("\n".join(body[: body.index("## Reading")]))
