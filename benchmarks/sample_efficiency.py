@@ -402,11 +402,13 @@ def findings(summary: dict, options) -> list[str]:
             f"with dynamic sampling and {no_ds['reached_by_common_steps']}/{n} without (without it, "
             f"{len(no_ds['reached'])}/{n} by the end of its {mean(no_ds['steps']):.0f} steps). At the same "
             f"generation budget its accuracy is {per_budget}: {mean(ds['final']):.3f} against "
-            f"{mean(no_ds['final']):.3f}. Each of its steps generated {ds['rounds']:.2f} batches (a refill round "
-            f"generates a whole batch however few groups are missing), which left {mean(ds['steps']):.0f} optimizer "
-            "steps in the budget instead of "
-            f"{mean(no_ds['steps']):.0f}; it used {ds['time_ratio']:.2f}x GRPO's training time for the budget against "
-            f"{no_ds['time_ratio']:.2f}x without dynamic sampling (fewer backward passes)."
+            f"{mean(no_ds['final']):.3f}. Each of its steps generated {ds['rounds']:.2f} rounds (right-sized refills: "
+            f"only about the missing groups), which left {mean(ds['steps']):.0f} optimizer steps in the budget "
+            f"instead of {mean(no_ds['steps']):.0f}"
+            + (f"; it used {ds['time_ratio']:.2f}x GRPO's training time for the budget against "
+               f"{no_ds['time_ratio']:.2f}x without dynamic sampling (fewer backward passes)."
+               if ds["time_ratio"] is not None and no_ds["time_ratio"] is not None
+               else " (training-time ratios need GRPO in --algorithms).")
         )
     kept = {a: mean(summary[a]["kept_all"]) for a in options.algorithms if summary[a]["kept_all"]}
     if kept:
@@ -414,8 +416,8 @@ def findings(summary: dict, options) -> list[str]:
         out.append(f"- Informative (kept) group fraction of generated groups over the whole run: {low:.2f} to "
                    f"{high:.2f} across algorithms (" + ", ".join(f"{ALGORITHMS[a][0]} {v:.2f}" for a, v in kept.items())
                    + f"). On this task {1 - high:.0%}-{1 - low:.0%} of the groups are uninformative; dynamic sampling "
-                   "replaces them, but a refill round generates a whole batch however few groups are missing "
-                   "(cost against p: benchmarks/results/dynamic_sampling.md).")
+                   "replaces them with right-sized refill rounds (cost against p: "
+                   "benchmarks/results/dynamic_sampling.md).")
     return out
 
 
