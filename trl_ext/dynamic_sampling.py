@@ -660,6 +660,8 @@ class DynamicSamplingMixin:
             dropped_time += round_.seconds * (1.0 - round_keep.float().mean().item())
         last = rounds[-1]
         metrics["dynamic_sampling/rounds"].append(float(len(rounds)))
+        metrics["dynamic_sampling/generated_groups"].append(float(generated))
+        metrics["dynamic_sampling/informative_rate_estimate"].append(self._ds_rate.estimate())
         metrics["dynamic_sampling/kept_group_frac"].append(int(keep.sum()) / generated)
         metrics["dynamic_sampling/all_max_frac"].append(all_max.float().mean().item())
         metrics["dynamic_sampling/all_min_frac"].append(all_min.float().mean().item())
