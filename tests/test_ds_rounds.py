@@ -83,7 +83,11 @@ def test_importance_sampling_ratio_hand_computed(mode):
 
 def test_refill_round_is_sized_from_the_informative_rate(tiny_model, tokenizer, problems, tmp_path):
     args = tiny_args(
-        "dapo", tmp_path, soft_overlong_punishment=False, per_device_train_batch_size=16, dynamic_sampling_max_rounds=30
+        "dapo",
+        tmp_path,
+        soft_overlong_punishment=False,
+        per_device_train_batch_size=16,
+        dynamic_sampling_max_rounds=30,
     )
     trainer = DAPOTrainer(
         tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
@@ -172,9 +176,7 @@ def test_old_and_ref_logps_only_for_trained_rows(tiny_model, tokenizer, problems
     assert sorted(forward_rows) == [("old", 16), ("ref", 16)]
     # and the values are those of the trained rows (not placeholders)
     torch.testing.assert_close(out["old_per_token_logps"], _direct_logps(trainer.model, out), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(
-        out["ref_per_token_logps"], _direct_logps(trainer.ref_model, out), rtol=1e-5, atol=1e-5
-    )
+    torch.testing.assert_close(out["ref_per_token_logps"], _direct_logps(trainer.ref_model, out), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.04])
@@ -230,9 +232,7 @@ def test_gathered_bytes_are_the_selected_rows_only(tiny_model, tokenizer, proble
     keys = ["prompt_ids", "prompt_mask", "completion_ids", "completion_mask"]
     assert set(rounds[0].output) - {"advantages", "num_items_in_batch"} == set(keys)
     # 8 selected rows, each padded to the widest round: one gather of exactly those rows per key
-    expected = sum(
-        8 * max(r.output[k].size(1) for r in rounds) * rounds[0].output[k].element_size() for k in keys
-    )
+    expected = sum(8 * max(r.output[k].size(1) for r in rounds) * rounds[0].output[k].element_size() for k in keys)
     every_round = sum(r.output[k].numel() * r.output[k].element_size() for r in rounds for k in keys)
     assert trainer._metrics["train"]["dynamic_sampling/gathered_bytes"] == [float(expected)]
     assert expected < every_round  # what gathering every round's tensors moved
