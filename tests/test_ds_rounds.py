@@ -236,3 +236,156 @@ def test_gathered_bytes_are_the_selected_rows_only(tiny_model, tokenizer, proble
     every_round = sum(r.output[k].numel() * r.output[k].element_size() for r in rounds for k in keys)
     assert trainer._metrics["train"]["dynamic_sampling/gathered_bytes"] == [float(expected)]
     assert expected < every_round  # what gathering every round's tensors moved
+
+
+# -- surplus carried to the next step, once, with its own old-policy log-probs ------------------------------------
+
+
+class MarkedConstant:
+    """Constant for the odd-answer prompts ``_groups`` uses (its "o" groups), informative for every other prompt: a
+    refill round is almost all informative, so it leaves surplus groups."""
+
+    __name__ = "marked_constant"
+
+    def __init__(self, problems):
+        odd = [row["prompt"] for row in problems[0] if int(row["answer"]) % 2][:4]
+        self.marked = set(odd)
+
+    def __call__(self, prompts, completions, **kwargs):
+        return [0.0 if p in self.marked else float(i % 2) for i, p in enumerate(prompts)]
+
+
+def _carry_trainer(tokenizer, problems, out, model=None, **overrides):
+    from trl_ext.demo import DemoModelConfig, build_model
+
+    small = DemoModelConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+    )
+    settings = dict(
+        soft_overlong_punishment=False,
+        num_minibatches=2,  # old-policy log-probs: carry-over is sound
+        dynamic_sampling_max_rounds=30,
+        dynamic_sampling_carry_over=0.5,
+    )
+    settings.update(overrides)
+    args = tiny_args("dapo", out, **settings)
+    return DAPOTrainer(
+        model or build_model(tokenizer, small),
+        [MarkedConstant(problems)],
+        args=args,
+        train_dataset=problems[0],
+        processing_class=tokenizer,
+    )
+
+
+def test_surplus_is_carried_once_bounded_with_its_own_old_logps(tokenizer, problems, tmp_path):
+    trainer = _carry_trainer(tokenizer, problems, tmp_path, dynamic_sampling_refill_margin=4.0)  # overshoot
+    trainer.model.train()
+    trainer._generate_and_score_completions(_groups(problems, "eeeo"))  # 3 of 4 informative: a refill of 4
+    metrics = trainer._metrics["train"]
+    surplus = metrics["dynamic_sampling/surplus_groups"][-1]
+    carried = trainer._ds_carry
+    assert surplus > 0 and carried is not None
+    # bounded: at most 0.5 x 4 groups, and exactly min(surplus, 2)
+    assert carried.num_rows == 4 * min(int(surplus), 2)
+    assert metrics["dynamic_sampling/carried_groups_out"] == [float(carried.num_rows // 4)]
+    assert bool(informative_rows(carried).all())
+    stored = carried.output["old_per_token_logps"].clone()
+    torch.testing.assert_close(stored, _direct_logps(trainer.model, carried.output), rtol=1e-5, atol=1e-5)
+
+    with torch.no_grad():  # the policy moves on before the next step
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    out = trainer._generate_and_score_completions(_groups(problems, "oooo"))
+    n = carried.num_rows
+    # the carried rows come first, with the old-policy log-probs of the policy that generated them
+    assert torch.equal(
+        out["completion_ids"][:n, : carried.output["completion_ids"].size(1)],
+        carried.output["completion_ids"][:, : out["completion_ids"].size(1)],
+    )
+    width = min(stored.size(1), out["old_per_token_logps"].size(1))
+    mask = out["completion_mask"][:n, :width].bool()
+    assert torch.equal(out["old_per_token_logps"][:n, :width][mask], stored[:, :width][mask])
+    current = _direct_logps(trainer.model, out)
+    torch.testing.assert_close(out["old_per_token_logps"][n:], current[n:], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(
+        out["old_per_token_logps"][:n][mask[:, : out["old_per_token_logps"].size(1)]],
+        current[:n][mask[:, : current.size(1)]],
+        atol=1e-4,
+    )
+    assert metrics["dynamic_sampling/carried_groups_used"][-1] == n // 4
+    # at most once: what is carried out of step 2 comes from step 2's own rounds
+    if trainer._ds_carry is not None:
+        assert not any(
+            torch.equal(trainer._ds_carry.output["completion_ids"][i], carried.output["completion_ids"][i])
+            and torch.equal(trainer._ds_carry.output["prompt_ids"][i], carried.output["prompt_ids"][i])
+            for i in range(min(n, trainer._ds_carry.num_rows))
+        )
+
+
+def informative_rows(round_):
+    from trl_ext.group_filter import informative_groups
+
+    return informative_groups(round_.metric, 4, 1e-6)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"num_minibatches": 1},  # on-policy: TRL computes no old log-probs, a carried group's age is uncorrected
+        {"dynamic_sampling_carry_over": 0.0},
+    ],
+)
+def test_no_carry_where_unsound_or_off(tokenizer, problems, tmp_path, overrides):
+    trainer = _carry_trainer(tokenizer, problems, tmp_path, dynamic_sampling_refill_margin=4.0, **overrides)
+    trainer.model.train()
+    trainer._generate_and_score_completions(_groups(problems, "eeeo"))
+    assert trainer._metrics["train"]["dynamic_sampling/surplus_groups"][-1] > 0
+    assert trainer._ds_carry is None
+    assert trainer._metrics["train"]["dynamic_sampling/carried_groups_out"] == [0.0]
+
+
+def test_no_carry_for_gspo(tiny_model, tokenizer, problems, tmp_path):
+    from trl_ext import GSPOTrainer
+
+    args = tiny_args("gspo", tmp_path, dynamic_sampling=True, dynamic_sampling_carry_over=0.5)
+    trainer = GSPOTrainer(
+        tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
+    )
+    assert trainer.args.gradient_accumulation_steps % (trainer.args.steps_per_generation * trainer.num_iterations)
+    assert not trainer._carry_allowed()
+
+
+def test_carried_groups_are_checkpointed_and_resumed_exactly(tokenizer, problems, tmp_path):
+    full = _carry_trainer(
+        tokenizer,
+        problems,
+        tmp_path / "full",
+        max_steps=4,
+        save_strategy="steps",
+        save_steps=2,
+        dynamic_sampling_refill_margin=4.0,
+        dynamic_sampling_carry_over=1.0,
+    )
+    full.train()
+    logs = [h for h in full.state.log_history if "dynamic_sampling/carried_groups_out" in h]
+    assert logs[0]["dynamic_sampling/carried_groups_out"] > 0  # the first generation carried groups over
+    assert logs[1]["dynamic_sampling/carried_groups_used"] == logs[0]["dynamic_sampling/carried_groups_out"]
+    checkpoint = tmp_path / "full" / "out" / "checkpoint-2"
+    assert (checkpoint / "dynamic_sampling_carry.pt").exists()
+
+    resumed = _carry_trainer(
+        tokenizer,
+        problems,
+        tmp_path / "resumed",
+        max_steps=4,
+        dynamic_sampling_refill_margin=4.0,
+        dynamic_sampling_carry_over=1.0,
+    )
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    params = [torch.cat([p.detach().flatten() for p in t.model.parameters()]) for t in (full, resumed)]
+    assert torch.equal(params[0], params[1])
+    after = [h for h in resumed.state.log_history if "dynamic_sampling/carried_groups_out" in h]
+    assert [h["dynamic_sampling/carried_groups_used"] for h in after] == [
+        h["dynamic_sampling/carried_groups_used"] for h in logs
+    ]

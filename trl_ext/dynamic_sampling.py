@@ -80,6 +80,7 @@ from trl_ext.group_filter import group_advantages, group_reward_range, informati
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "dynamic_sampling_state.json"
+CARRY_FILE = "dynamic_sampling_carry.pt"
 _STREAM_SEED_OFFSET = 1_000_003  # keeps the refill stream independent of TRL's sampler (seeded with args.seed)
 _EMPTY_STEPS_WARNING = 10  # consecutive steps without a single informative group before the second warning
 
@@ -204,6 +205,8 @@ class _Round:
     truncated: torch.Tensor  # [rows] no EOS at the end (TRL's completions/clipped_ratio)
     seconds: float
     deferred: frozenset = frozenset()  # log-prob keys of ``output`` that are placeholders ("old", "ref")
+    replicated: bool = False  # a carried round: its rows (global) are on every process, with real log-probs
+    log_entries: dict | None = None  # a carried round's completions-table entries
 
     @property
     def num_rows(self) -> int:
@@ -233,6 +236,8 @@ class DynamicSamplingMixin:
         self._ds_metric_columns: list[int] = []
         self._ds_rate = InformativeRate()
         self._ds_defer: set[str] | None = None  # while a round runs: the no-grad log-prob passes deferred
+        self._ds_carry: _Round | None = None  # surplus informative groups kept for the next step
+        self._ds_moved_bytes = 0
         if self._ds_enabled:
             seed = self.args.seed + _STREAM_SEED_OFFSET
             if isinstance(self.train_dataset, IterableDataset):
@@ -317,17 +322,21 @@ class DynamicSamplingMixin:
         metrics, logs = self._metrics["train"], self._logs
         self._metrics["train"], self._logs = defaultdict(list), _scratch_logs(logs)
         world = self.accelerator.num_processes
+        carried, self._ds_carry = self._ds_carry, None  # informative groups of the last step, used now or never
         try:
-            rounds = [self._run_round(inputs)]
-            keep = informative_groups(rounds[0].metric, num_generations, args.dynamic_sampling_atol)
+            first = self._run_round(inputs)
+            rounds = [carried, first] if carried is not None else [first]
+            keep = informative_groups(first.metric, num_generations, args.dynamic_sampling_atol)
             num_groups = keep.numel()
-            kept = int(keep.sum())
+            informative = int(keep.sum())
+            num_carried = carried.num_rows // num_generations if carried is not None else 0
+            kept = informative + num_carried
             generated = num_groups
             budget = args.dynamic_sampling_max_rounds * num_groups  # whole generation batches' worth of groups
             while kept < num_groups:
                 size = refill_groups(
                     missing=num_groups - kept,
-                    rate=self._ds_rate.estimate(kept, generated),
+                    rate=self._ds_rate.estimate(informative, generated),
                     margin=getattr(args, "dynamic_sampling_refill_margin", 1.25),
                     world_size=world,
                     cap=num_groups,
@@ -337,28 +346,82 @@ class DynamicSamplingMixin:
                     break
                 rounds.append(self._run_round(self._refill_inputs(inputs, size)))
                 generated += size
-                kept += int(informative_groups(rounds[-1].metric, num_generations, args.dynamic_sampling_atol).sum())
+                found = int(informative_groups(rounds[-1].metric, num_generations, args.dynamic_sampling_atol).sum())
+                informative, kept = informative + found, kept + found
         finally:
             self._ds_defer = None
             round_metrics, round_logs = self._metrics["train"], self._logs
             self._metrics["train"], self._logs = metrics, logs
-        self._ds_rate.update(kept, generated)
+        self._ds_rate.update(informative, generated)
+        self._ds_moved_bytes = 0
 
         chosen, fillers, surplus = self._select(rounds, num_groups)
-        self._log_round_stats(rounds, num_groups, len(surplus))
-        deferred = rounds[0].deferred
+        fresh_rounds = [r for r in rounds if not r.replicated]
+        self._log_round_stats(fresh_rounds, num_groups, len(surplus))
+        deferred = first.deferred
         if deferred and self.use_vllm and getattr(self, "vllm_importance_sampling_correction", False):
             # TRL's sampling/* metrics of the rounds were computed from placeholders: logged again for the batch.
             for key in [k for k in round_metrics if k.startswith("sampling/")]:
                 del round_metrics[key]
+        self._carry_surplus(rounds, surplus, round_logs, num_groups, deferred)
+        used = sum(1 for r, _ in chosen if rounds[r].replicated)
+        self._metrics["train"]["dynamic_sampling/carried_groups_used"].append(float(used))
+        self._metrics["train"]["dynamic_sampling/carried_groups_expired"].append(float(num_carried - used))
         if len(rounds) == 1 and not fillers:
             # Nothing dropped: exactly TRL's step, logs included (deferred log-probs computed on the same rows).
             self._merge_logs(round_metrics, round_logs, rounds, rows=None, advantages=None)
-            self._metrics["train"]["dynamic_sampling/gathered_bytes"].append(0.0)
-            return self._fill_logps(rounds[0].output, deferred)
-        batch, rows, advantages = self._assemble(rounds, chosen, fillers, local_rows=len(inputs))
+            self._metrics["train"]["dynamic_sampling/gathered_bytes"].append(float(self._ds_moved_bytes))
+            return self._fill_logps(first.output, deferred)
+        batch, rows, advantages, fresh = self._assemble(rounds, chosen, fillers, local_rows=len(inputs))
+        self._metrics["train"]["dynamic_sampling/gathered_bytes"].append(float(self._ds_moved_bytes))
         self._merge_logs(round_metrics, round_logs, rounds, rows=rows, advantages=advantages)
-        return self._fill_logps(batch, deferred)
+        return self._fill_logps(batch, deferred, rows=fresh)
+
+    def _carry_allowed(self) -> bool:
+        """Carry-over needs the old-policy log-probs TRL keeps for off-policy minibatches (or vLLM's correction):
+        without them TRL's ratio is 1 by construction and a carried group's age would go uncorrected. Off for a
+        sequence-level ratio (GSPO: its 3e-4 clipping band would clip every token of a one-step-old group)."""
+        share = float(getattr(self.args, "dynamic_sampling_carry_over", 0.0) or 0.0)
+        if share <= 0 or getattr(self, "importance_sampling_level", "token") != "token":
+            return False
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        return self.args.gradient_accumulation_steps % generate_every != 0 or bool(
+            self.use_vllm and getattr(self, "vllm_importance_sampling_correction", False)
+        )
+
+    def _carry_surplus(
+        self, rounds: list[_Round], surplus: list, round_logs: dict, num_groups: int, deferred: frozenset
+    ) -> None:
+        """Keep fresh surplus informative groups (at most ``dynamic_sampling_carry_over`` x the batch's groups) for
+        the next step, on every process, with their old-policy (and reference) log-probs of this step's policy."""
+        fresh = [(r, g) for r, g in surplus if not rounds[r].replicated]
+        limit = int(float(getattr(self.args, "dynamic_sampling_carry_over", 0.0) or 0.0) * num_groups)
+        fresh = fresh[:limit]
+        carried_out = len(fresh) if self._carry_allowed() else 0
+        self._metrics["train"]["dynamic_sampling/carried_groups_out"].append(float(carried_out))
+        if not carried_out:
+            return
+        num_generations = self.num_generations
+        selected = [(r, g * num_generations + j) for r, g in fresh for j in range(num_generations)]
+        output = self._gather_rows(rounds, selected, self._skip_keys(rounds))
+        output = self._fill_logps(output, deferred, metrics=False)
+        offsets = [sum(r.num_rows for r in rounds[:i]) for i in range(len(rounds))]
+        index = torch.tensor([offsets[r] + i for r, i in selected])
+        cat = {
+            name: torch.cat([getattr(r, name) for r in rounds]).index_select(0, index)
+            for name in ("rewards_per_func", "metric", "lengths", "truncated")
+        }
+        # completions-table entries of those rows (TRL logged one per fresh row, in round order)
+        base = sum(r.num_rows for r in rounds if r.replicated)
+        picked = [offsets[r] + i - base for r, i in selected]
+        entries: dict[str, Any] = {}
+        total = sum(r.num_rows for r in rounds if not r.replicated)
+        for key, value in round_logs.items():
+            if isinstance(value, dict):
+                entries[key] = {c: _pick(v, picked, total) for c, v in value.items() if len(v) == total}
+            elif len(value) == total and key != "advantages":
+                entries[key] = _pick(value, picked, total)
+        self._ds_carry = _Round(output=output, seconds=0.0, replicated=True, log_entries=entries, **cat)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self._ds_enabled and self.model.training:
@@ -390,6 +453,8 @@ class DynamicSamplingMixin:
             state["reward_range"] = [self._ds_reward_low, self._ds_reward_high]
             with open(os.path.join(folder, STATE_FILE), "w") as f:
                 json.dump(state, f)
+            if self._ds_carry is not None:
+                torch.save(_round_to(self._ds_carry, "cpu").__dict__, os.path.join(folder, CARRY_FILE))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -403,6 +468,11 @@ class DynamicSamplingMixin:
             self._ds_warned = state.get("warned", False)
             if "informative_rate" in state:
                 self._ds_rate.load_state_dict(state["informative_rate"])
+            carry = os.path.join(checkpoint, CARRY_FILE)
+            self._ds_carry = None
+            if os.path.exists(carry):
+                saved = torch.load(carry, map_location="cpu", weights_only=False)
+                self._ds_carry = _round_to(_Round(**saved), self.accelerator.device)
             self._ds_reward_low, self._ds_reward_high = state.get("reward_range", [float("inf"), float("-inf")])
         else:
             logger.warning(
@@ -474,7 +544,9 @@ class DynamicSamplingMixin:
             self._ds_reward_high = max(self._ds_reward_high, finite.max().item())
         return _Round(output=output, seconds=time.perf_counter() - started, deferred=deferred, **capture)
 
-    def _fill_logps(self, batch: dict[str, Any], deferred: frozenset) -> dict[str, Any]:
+    def _fill_logps(
+        self, batch: dict[str, Any], deferred: frozenset, rows: torch.Tensor | None = None, metrics: bool = True
+    ) -> dict[str, Any]:
         """Compute the deferred old-policy / reference log-probs for the rows of ``batch`` (the trained rows only),
         with TRL's own ``_get_per_token_logps_and_entropies`` on TRL's inputs (prompt + completion ids, their masks,
         the completion width, ``per_device_train_batch_size``); then, under vLLM's importance-sampling correction,
@@ -486,22 +558,29 @@ class DynamicSamplingMixin:
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         width = batch["completion_ids"].size(1)
+        index = None if rows is None or bool(rows.all()) else rows.nonzero().flatten().to(ids.device)
+        if index is not None:  # carried rows keep the log-probs of the policy that generated them
+            ids, mask = ids.index_select(0, index), mask.index_select(0, index)
         size = self.args.per_device_train_batch_size
         gc_kwargs = self.args.gradient_checkpointing_kwargs
         with torch.no_grad(), disable_gradient_checkpointing(self.model, gc_kwargs):
-            if "old" in deferred and "old_per_token_logps" in batch:
-                batch["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                    self.model, ids, mask, width, size
-                )[0]
-            if "ref" in deferred and "ref_per_token_logps" in batch:
-                batch["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                    self.ref_model, ids, mask, width, size
-                )[0]
+            for kind, key, model in (
+                ("old", "old_per_token_logps", self.model),
+                ("ref", "ref_per_token_logps", self.ref_model),
+            ):
+                if kind not in deferred or key not in batch or ids.size(0) == 0:
+                    continue
+                values = self._get_per_token_logps_and_entropies(model, ids, mask, width, size)[0]
+                if index is None:
+                    batch[key] = values
+                else:
+                    batch[key] = _pad_width(batch[key], width, 0, left=False)[:, :width].clone()
+                    batch[key][index] = values.to(batch[key].dtype)
         if "old" in deferred and "importance_sampling_ratio" in batch and "sampling_per_token_logps" in batch:
-            self._fill_importance_sampling(batch)
+            self._fill_importance_sampling(batch, metrics=metrics)
         return batch
 
-    def _fill_importance_sampling(self, batch: dict[str, Any]) -> None:
+    def _fill_importance_sampling(self, batch: dict[str, Any], metrics: bool = True) -> None:
         """vLLM's importance-sampling ratio of the trained rows, and TRL's ``sampling/*`` metrics for them."""
         loss_mask = batch["completion_mask"] * batch["tool_mask"] if "tool_mask" in batch else batch["completion_mask"]
         old, sampled = batch["old_per_token_logps"], batch["sampling_per_token_logps"]
@@ -515,6 +594,8 @@ class DynamicSamplingMixin:
             self.vllm_importance_sampling_clip_max,
         )
         batch["importance_sampling_ratio"] = ratio
+        if not metrics:
+            return
         metrics, gather = self._metrics["train"], self.accelerator.gather
         zero = torch.tensor(0.0, device=old.device)
         mask = loss_mask.bool()
@@ -611,7 +692,23 @@ class DynamicSamplingMixin:
         per_func = torch.cat([r.rewards_per_func for r in rounds])
         lengths = torch.cat([r.lengths for r in rounds])
         truncated = torch.cat([r.truncated for r in rounds])
-        generated = self._describe(per_func, lengths, truncated)
+        fresh = [r for r in rounds if not r.replicated]
+        generated = self._describe(
+            torch.cat([r.rewards_per_func for r in fresh]),
+            torch.cat([r.lengths for r in fresh]),
+            torch.cat([r.truncated for r in fresh]),
+        )
+        carried = [r for r in rounds if r.replicated and r.log_entries is not None]
+        if carried:  # the carried rows' table entries first, as their rows come first
+            entries = carried[0].log_entries
+            round_logs = {
+                key: (
+                    {c: list(entries.get(key, {}).get(c, [])) + list(v) for c, v in value.items()}
+                    if isinstance(value, dict)
+                    else list(entries.get(key, [])) + list(value)
+                )
+                for key, value in round_logs.items()
+            }
         for key, value in generated.items():
             metrics[f"dynamic_sampling/generated_{key}"].append(value)
         trained = None
@@ -703,16 +800,98 @@ class DynamicSamplingMixin:
                 "(SFT first), the group size (num_generations) or the reward function."
             )
 
+    def _skip_keys(self, rounds: list[_Round]) -> set[str]:
+        """Per-row keys whose values in the fresh rounds are placeholders (deferred log-probs) and are not moved."""
+        deferred = frozenset().union(*(r.deferred for r in rounds if not r.replicated))
+        skip = set()
+        if "old" in deferred:
+            skip |= {"old_per_token_logps", "importance_sampling_ratio"}
+        if "ref" in deferred:
+            skip.add("ref_per_token_logps")
+        return skip
+
+    def _gather_rows(self, rounds: list[_Round], selected: list[tuple[int, int]], skip: set[str]) -> dict:
+        """The per-row tensors of ``selected`` (round, global row) pairs, in that order, on every process.
+
+        Only the selected rows move: round k's global row i lives on process i // (rows_k / world) at local index
+        i % (rows_k / world); each process contributes the selected rows it holds (padded to the same count and
+        width), one all-gather per key. Rows of a carried round (``replicated``) are on every process already. Keys in
+        ``skip`` are not moved: zeros for fresh rows, the stored values for carried rows."""
+        accelerator = self.accelerator
+        world, rank = accelerator.num_processes, accelerator.process_index
+        pad_id = self._tokenizer.pad_token_id
+        fresh = [n for n, (r, _) in enumerate(selected) if not rounds[r].replicated]
+        carried = [n for n, (r, _) in enumerate(selected) if rounds[r].replicated]
+        owner = [selected[n][1] // (rounds[selected[n][0]].num_rows // world) for n in fresh]
+        mine = [
+            (selected[n][0], selected[n][1] % (rounds[selected[n][0]].num_rows // world))
+            for n, o in zip(fresh, owner, strict=True)
+            if o == rank
+        ]
+        slots = max([owner.count(k) for k in range(world)] + [0])
+        seen = [0] * world
+        order = []  # position in the gathered tensor of each fresh selected row
+        for o in owner:
+            order.append(o * slots + seen[o])
+            seen[o] += 1
+        order_t = torch.tensor(order, device=accelerator.device, dtype=torch.long)
+        # position in torch.cat([fresh rows, carried rows]) of each selected row
+        perm = torch.empty(len(selected), dtype=torch.long)
+        perm[fresh] = torch.arange(len(fresh))
+        perm[carried] = torch.arange(len(carried)) + len(fresh)
+        perm = perm.to(accelerator.device)
+        first_fresh = next(r for r in rounds if not r.replicated)
+        out: dict[str, torch.Tensor] = {}
+        moved = 0
+        for key, template in first_fresh.output.items():
+            if key in _SCALARS or key in _PER_ROW:
+                continue
+            pad_value = pad_id if key.endswith("_ids") else (1.0 if key == "tool_mask" else 0)
+            left = key in _LEFT_PADDED
+            wide = template.dim() > 1
+            width = max(r.output[key].size(1) for r in rounds) if wide else 0
+
+            def pad(t: torch.Tensor, to: int, pad_value=pad_value, left=left, wide=wide) -> torch.Tensor:
+                return _pad_width(t, to, pad_value, left) if wide else t
+
+            parts = []
+            if fresh and key in skip:
+                parts.append(
+                    torch.zeros(len(fresh), *template.shape[1:], dtype=template.dtype, device=template.device)
+                )
+            elif fresh:
+                rows = [pad(rounds[r].output[key], width)[i : i + 1] for r, i in mine]
+                filler = torch.full_like(pad(template[:1], width), pad_value)
+                local = torch.cat(rows + [filler] * (slots - len(rows)))
+                if world > 1:
+                    if wide:
+                        local = pad_across_processes(local, dim=1, pad_index=pad_value, pad_first=left)
+                    local = accelerator.gather(local)
+                moved += local.numel() * local.element_size()
+                parts.append(local.index_select(0, order_t))
+            if carried:
+                parts.append(
+                    torch.cat(
+                        [rounds[selected[n][0]].output[key][selected[n][1] : selected[n][1] + 1] for n in carried]
+                    )
+                )
+            if wide:
+                full = max(p.size(1) for p in parts)
+                parts = [pad(p, full) for p in parts]
+            out[key] = torch.cat(parts).index_select(0, perm)
+        self._ds_moved_bytes += moved
+        return out
+
     def _assemble(
         self, rounds: list[_Round], chosen: list, fillers: list, local_rows: int
-    ) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    ) -> tuple[dict, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Join the chosen groups (then the fillers) of all rounds into one generation batch with the first round's
         shapes; advantages are recomputed on that batch. Returns this rank's slice, the selected global rows of the
-        concatenated rounds and their advantages."""
+        concatenated rounds, their advantages and which local rows still need their deferred log-probs (the fresh
+        ones; a carried row keeps those of the policy that generated it)."""
         accelerator = self.accelerator
         num_generations = self.num_generations
-        pad_id = self._tokenizer.pad_token_id
-        keys = list(rounds[0].output.keys())
+        keys = list(rounds[-1].output.keys())
         unknown = [k for k in keys if k not in _LEFT_PADDED | _RIGHT_PADDED | _PER_ROW | _SCALARS]
         if unknown:
             raise NotImplementedError(
@@ -720,57 +899,18 @@ class DynamicSamplingMixin:
                 "Set dynamic_sampling=False for this dataset."
             )
 
-        # 1. The selected global rows of the concatenated rounds: informative groups in round order, then fillers.
-        #    Round k's global row i lives on process i // (rows_k / world), at local index i % (rows_k / world).
-        world, rank = accelerator.num_processes, accelerator.process_index
+        # 1-2. The selected global rows of the concatenated rounds (informative groups in round order, carried ones
+        #      first, then fillers), and only those rows moved between processes.
         offsets = [sum(r.num_rows for r in rounds[:i]) for i in range(len(rounds))]
         selected = [(r, g * num_generations + j) for r, g in chosen + fillers for j in range(num_generations)]
         rows = torch.tensor([offsets[r] + i for r, i in selected], device=accelerator.device)
-        owner = [i // (rounds[r].num_rows // world) for r, i in selected]
-        mine = [(r, i % (rounds[r].num_rows // world)) for (r, i), o in zip(selected, owner, strict=True) if o == rank]
-        per_rank = [owner.count(k) for k in range(world)]
-        slots = max(per_rank)
-        seen = [0] * world
-        order = []  # position in the gathered tensor of each selected row, in batch order
-        for o in owner:
-            order.append(o * slots + seen[o])
-            seen[o] += 1
-        order = torch.tensor(order, device=accelerator.device)
-
-        # 2. Only the selected rows move: each process contributes the selected rows it holds (padded to the same
-        #    count and width), one all-gather per key. Deferred log-probs are not moved (computed after, locally).
-        skip = {"old_per_token_logps"} if "old" in rounds[0].deferred else set()
-        if "ref" in rounds[0].deferred:
-            skip.add("ref_per_token_logps")
-        if skip and "old_per_token_logps" in skip:
-            skip.add("importance_sampling_ratio")
-        batch: dict[str, torch.Tensor] = {}
-        moved = 0
-        for key in keys:
-            if key in _SCALARS or key in _PER_ROW:
-                continue  # advantages are recomputed below
-            if key in skip:
-                batch[key] = None  # placeholder: filled by _fill_logps
-                continue
-            pad_value = pad_id if key.endswith("_ids") else (1.0 if key == "tool_mask" else 0)
-            left = key in _LEFT_PADDED
-            values = [round_.output[key] for round_ in rounds]
-            width = max(v.size(1) for v in values) if values[0].dim() > 1 else 0
-            picked = [
-                (_pad_width(values[r], width, pad_value, left) if width else values[r])[i : i + 1] for r, i in mine
-            ]
-            template = values[0][:1]
-            if width:
-                template = _pad_width(template, width, pad_value, left)
-            filler_row = torch.full_like(template, pad_value)
-            local = torch.cat(picked + [filler_row] * (slots - len(picked)))
-            if world > 1:
-                if width:
-                    local = pad_across_processes(local, dim=1, pad_index=pad_value, pad_first=left)
-                local = accelerator.gather(local)
-            moved += local.numel() * local.element_size()
-            batch[key] = local.index_select(0, order)
-        self._metrics["train"]["dynamic_sampling/gathered_bytes"].append(float(moved))
+        skip = self._skip_keys(rounds)
+        batch = self._gather_rows(rounds, selected, skip)
+        fresh = torch.tensor([not rounds[r].replicated for r, _ in selected], dtype=torch.bool)
+        width = batch["completion_ids"].size(1)
+        for key in _RIGHT_PADDED & batch.keys():
+            if batch[key].dim() > 1 and batch[key].size(1) > 1:
+                batch[key] = _pad_width(batch[key], width, 1.0 if key == "tool_mask" else 0, left=False)[:, :width]
 
         # 3. Advantages of the batch that is trained: TRL's formula (scale_rewards, multi_objective_aggregation)
         #    over the chosen rows' stored rewards, with this batch's group / batch statistics. Fillers: zero.
@@ -795,7 +935,7 @@ class DynamicSamplingMixin:
 
         # 5. This rank's slice, trimmed of columns that are padding on every local row.
         start = accelerator.process_index * local_rows
-        local = {key: value[start : start + local_rows] for key, value in batch.items() if value is not None}
+        local = {key: value[start : start + local_rows] for key, value in batch.items()}
         prompt_cols = local["prompt_mask"].any(dim=0).nonzero()
         first = int(prompt_cols.min()) if prompt_cols.numel() else 0
         completion_cols = local["completion_mask"].any(dim=0).nonzero()
@@ -806,10 +946,13 @@ class DynamicSamplingMixin:
             if local[key].dim() > 1 and local[key].size(1) > 1:
                 local[key] = local[key][:, :last]
         local["num_items_in_batch"] = num_items_in_batch
-        for key, value in batch.items():
-            if value is None:
-                local[key] = None  # a deferred log-prob (or its importance-sampling ratio): _fill_logps computes it
-        return local, rows, advantages
+        return local, rows, advantages, fresh[start : start + local_rows]
+
+
+def _round_to(round_: _Round, device: Any) -> _Round:
+    """A copy of a carried round whose output tensors are on ``device`` (captures stay on the CPU)."""
+    output = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in round_.output.items()}
+    return _Round(**{**round_.__dict__, "output": output})
 
 
 def _scratch_logs(logs: dict[str, Any]) -> dict[str, Any]:

@@ -58,6 +58,12 @@ class GRPOFamilyConfig(GRPOConfig):
         dynamic_sampling_reward_range (`list[float]` or `None`, defaults to `None`):
             ``[min, max]`` of the reward scale, used only to label uninformative groups as all-min ("too hard") or
             all-max ("too easy") in the logs. ``None``: the extremes seen so far in training.
+        dynamic_sampling_carry_over (`float`, defaults to `0.25`):
+            Informative groups generated beyond a step's need (at most this share of its groups) are trained at the
+            next step, once, with the old-policy log-probs of the policy that generated them, so that the clipped
+            ratio corrects for their age. Only where TRL computes old log-probs (several minibatches per generation,
+            or vLLM's importance-sampling correction) and the ratio is per token (off for GSPO: its 3e-4 band would
+            clip a one-step-old group entirely). 0: off. Checkpointed; logged as ``dynamic_sampling/carried_*``.
         dynamic_sampling_refill_margin (`float`, defaults to `1.25`):
             A refill round generates ``missing / rate x margin`` groups, ``rate`` being the running estimate of the
             informative fraction (GRESO, arXiv 2506.02177, uses 1.25), rounded up to whole groups on every process.
@@ -92,6 +98,13 @@ class GRPOFamilyConfig(GRPOConfig):
     dynamic_sampling_reward_range: list[float] | None = field(
         default=None,
         metadata={"help": "[min, max] of the reward scale, to label uninformative groups too hard / too easy."},
+    )
+    dynamic_sampling_carry_over: float = field(
+        default=0.25,
+        metadata={
+            "help": "Informative groups beyond a step's need, as a share of its groups, carried to the next step once "
+            "with their old-policy log-probs (only where TRL computes those and the ratio is per token). 0: off."
+        },
     )
     dynamic_sampling_refill_margin: float = field(
         default=1.25,
@@ -155,6 +168,11 @@ class GRPOFamilyConfig(GRPOConfig):
                 raise ValueError(
                     f"dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds}: at least 1 round is needed. "
                     "Set it to 2 or more for dynamic sampling to refill anything, or set dynamic_sampling=False."
+                )
+            if not 0 <= self.dynamic_sampling_carry_over <= 1:
+                raise ValueError(
+                    f"dynamic_sampling_carry_over={self.dynamic_sampling_carry_over} must be a share in [0, 1] of a "
+                    "generation batch's groups (e.g. 0.25); 0 turns carry-over off."
                 )
             if not (math.isfinite(self.dynamic_sampling_refill_margin) and self.dynamic_sampling_refill_margin > 0):
                 raise ValueError(
