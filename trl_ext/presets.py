@@ -64,6 +64,14 @@ class GRPOFamilyConfig(GRPOConfig):
             ratio corrects for their age. Only where TRL computes old log-probs (several minibatches per generation,
             or vLLM's importance-sampling correction) and the ratio is per token (off for GSPO: its 3e-4 band would
             clip a one-step-old group entirely). 0: off. Checkpointed; logged as ``dynamic_sampling/carried_*``.
+        dynamic_sampling_skip_predicted (`bool`, defaults to `False`):
+            Beyond the paper (GRESO, arXiv 2506.02177): skip a prompt before its rollout with probability
+            ``1 - p**z`` after ``z`` consecutive zero-variance visits, ``p`` adapting toward
+            ``dynamic_sampling_skip_target``. Every round's prompts then come from the refill stream (TRL's sampler
+            still advances). History per training-set index (a ``datasets.Dataset`` is needed), checkpointed, logged
+            as ``dynamic_sampling/skipped_prompts``. Off by default, so that the DAPO preset stays the paper's.
+        dynamic_sampling_skip_target (`float`, defaults to `0.25`):
+            The zero-variance fraction of generated groups that the skip rule's exploration probability aims at.
         dynamic_sampling_refill_margin (`float`, defaults to `1.25`):
             A refill round generates ``missing / rate x margin`` groups, ``rate`` being the running estimate of the
             informative fraction (GRESO, arXiv 2506.02177, uses 1.25), rounded up to whole groups on every process.
@@ -105,6 +113,17 @@ class GRPOFamilyConfig(GRPOConfig):
             "help": "Informative groups beyond a step's need, as a share of its groups, carried to the next step once "
             "with their old-policy log-probs (only where TRL computes those and the ratio is per token). 0: off."
         },
+    )
+    dynamic_sampling_skip_predicted: bool = field(
+        default=False,
+        metadata={
+            "help": "GRESO pre-rollout skipping: skip a prompt with probability 1 - p^z after z consecutive "
+            "zero-variance visits (beyond the DAPO paper; off by default)."
+        },
+    )
+    dynamic_sampling_skip_target: float = field(
+        default=0.25,
+        metadata={"help": "Zero-variance fraction of generated groups that GRESO's exploration probability targets."},
     )
     dynamic_sampling_refill_margin: float = field(
         default=1.25,
@@ -168,6 +187,10 @@ class GRPOFamilyConfig(GRPOConfig):
                 raise ValueError(
                     f"dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds}: at least 1 round is needed. "
                     "Set it to 2 or more for dynamic sampling to refill anything, or set dynamic_sampling=False."
+                )
+            if not 0 <= self.dynamic_sampling_skip_target < 1:
+                raise ValueError(
+                    f"dynamic_sampling_skip_target={self.dynamic_sampling_skip_target} must be in [0, 1) (e.g. 0.25)."
                 )
             if not 0 <= self.dynamic_sampling_carry_over <= 1:
                 raise ValueError(
