@@ -59,7 +59,17 @@ CONFIGS = {  # name: (label, preset, overrides)
     ),
     "grpo_kl": ("GRPO beta 0.04 (+ reference log-probs)", "grpo", {"dynamic_sampling": True}),
     "gspo": ("GSPO, 4 minibatches (+ old-policy log-probs)", "gspo", {"dynamic_sampling": True}),
+    "dapo_mb": (
+        "DAPO, 4 minibatches (old-policy log-probs: surplus carried over)", "dapo",
+        {"soft_overlong_punishment": False, "num_minibatches": 4},
+    ),
+    "dapo_skip": (
+        "DAPO + GRESO skipping (dynamic_sampling_skip_predicted)", "dapo",
+        {"soft_overlong_punishment": False, "num_minibatches": 1, "dynamic_sampling_skip_predicted": True},
+    ),
 }
+#: Skipping needs a history: ``dapo_skip`` first runs this many passes over the training set (at most 40 steps).
+SKIP_WARMUP_EPOCHS = 1.5
 PS = (0.0, 0.25, 0.5, 0.75, 0.9)
 
 
@@ -175,7 +185,11 @@ def worker(me: int, baton, p: float, jobs: list, options):
             probe = make_args(name, workdir, 1, options.max_rounds, options.prompts_per_step)
             spg = probe.steps_per_generation
             measured = -(-options.steps // spg) * spg
-            total = spg + measured + 1
+            warm = 1  # warm-up generation cycles
+            if name == "dapo_skip":
+                prompts = probe.generation_batch_size // probe.num_generations
+                warm += min(40, math.ceil(SKIP_WARMUP_EPOCHS * len(train) * (1 - p) / prompts)) // spg
+            total = spg * warm + measured + 1
             args = make_args(name, os.path.join(workdir, f"{name}-{rep}"), total, options.max_rounds,
                              options.prompts_per_step)
             reward = PartlyUninformativeReward(p, train["prompt"], args.num_generations, seed=options.seed)
@@ -187,13 +201,13 @@ def worker(me: int, baton, p: float, jobs: list, options):
             common.silence(trainer)
             baton.start(me, first=index % baton.parties)
             trainer.train()
-            batches = slice(1, 1 + measured // spg)  # batch 0 is the warm-up cycle's, the last the closing step's
+            batches = slice(warm, warm + measured // spg)  # warm-up cycles first, the last the closing step's
             logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h][batches]
             yield {
                 "p": p, "config": name, "rep": rep, "spg": spg, "measured": measured,
                 "groups": args.generation_batch_size // args.num_generations,
-                "step_wall": clock.step_seconds()[spg : spg + measured],
-                "step_cpu": clock.step_seconds(cpu=True)[spg : spg + measured],
+                "step_wall": clock.step_seconds()[spg * warm : spg * warm + measured],
+                "step_cpu": clock.step_seconds(cpu=True)[spg * warm : spg * warm + measured],
                 "rounds": trainer.bench_batches[batches],
                 "code": options.label,
                 "logs": [{k: v for k, v in h.items() if k.startswith("dynamic_sampling/")} for h in logs],

@@ -75,6 +75,7 @@ from accelerate.utils import pad_across_processes
 from datasets import IterableDataset
 
 from trl_ext.ds_rounds import InformativeRate, importance_sampling_ratio, refill_groups
+from trl_ext.ds_skip import SkipPredictor
 from trl_ext.group_filter import group_advantages, group_reward_range, informative_groups, nanstd
 
 logger = logging.getLogger(__name__)
@@ -207,6 +208,7 @@ class _Round:
     deferred: frozenset = frozenset()  # log-prob keys of ``output`` that are placeholders ("old", "ref")
     replicated: bool = False  # a carried round: its rows (global) are on every process, with real log-probs
     log_entries: dict | None = None  # a carried round's completions-table entries
+    indices: list | None = None  # training-set index of each group's prompt (rounds drawn from the refill stream)
 
     @property
     def num_rows(self) -> int:
@@ -238,6 +240,9 @@ class DynamicSamplingMixin:
         self._ds_defer: set[str] | None = None  # while a round runs: the no-grad log-prob passes deferred
         self._ds_carry: _Round | None = None  # surplus informative groups kept for the next step
         self._ds_moved_bytes = 0
+        self._ds_skip: SkipPredictor | None = None
+        self._ds_pending_indices: list[int] | None = None
+        self._ds_skipped = 0
         if self._ds_enabled:
             seed = self.args.seed + _STREAM_SEED_OFFSET
             if isinstance(self.train_dataset, IterableDataset):
@@ -252,6 +257,14 @@ class DynamicSamplingMixin:
                     "Dataset.from_list or IterableDataset.from_generator) or set dynamic_sampling=False."
                 )
             self._ds_metric_columns = self._resolve_metric_columns()
+            if getattr(self.args, "dynamic_sampling_skip_predicted", False):
+                if not isinstance(self._ds_stream, PromptStream):
+                    raise ValueError(
+                        "dynamic_sampling_skip_predicted=True keeps a history per training-set index, which an "
+                        "IterableDataset does not have. Use a datasets.Dataset, or set "
+                        "dynamic_sampling_skip_predicted=False."
+                    )
+                self._ds_skip = SkipPredictor(seed=seed, target=self.args.dynamic_sampling_skip_target)
 
     @property
     def _ds_enabled(self) -> bool:
@@ -323,7 +336,13 @@ class DynamicSamplingMixin:
         self._metrics["train"], self._logs = defaultdict(list), _scratch_logs(logs)
         world = self.accelerator.num_processes
         carried, self._ds_carry = self._ds_carry, None  # informative groups of the last step, used now or never
+        self._ds_skipped = 0
         try:
+            global_groups = len(inputs) * world // num_generations
+            if self._ds_skip is not None and global_groups % world == 0:
+                # every round's prompts from the refill stream, so that predicted zero-variance prompts are skipped
+                # before their rollout (TRL's sampler still advances; its prompts are not used)
+                inputs = self._refill_inputs(inputs, global_groups)
             first = self._run_round(inputs)
             rounds = [carried, first] if carried is not None else [first]
             keep = informative_groups(first.metric, num_generations, args.dynamic_sampling_atol)
@@ -354,17 +373,18 @@ class DynamicSamplingMixin:
             self._metrics["train"], self._logs = metrics, logs
         self._ds_rate.update(informative, generated)
         self._ds_moved_bytes = 0
+        self._update_skip_history([r for r in rounds if not r.replicated])
 
         chosen, fillers, surplus = self._select(rounds, num_groups)
         fresh_rounds = [r for r in rounds if not r.replicated]
-        self._log_round_stats(fresh_rounds, num_groups, len(surplus))
+        used = sum(1 for r, _ in chosen if rounds[r].replicated)
+        self._log_round_stats(fresh_rounds, num_groups, len(surplus), carried_used=used)
         deferred = first.deferred
         if deferred and self.use_vllm and getattr(self, "vllm_importance_sampling_correction", False):
             # TRL's sampling/* metrics of the rounds were computed from placeholders: logged again for the batch.
             for key in [k for k in round_metrics if k.startswith("sampling/")]:
                 del round_metrics[key]
         self._carry_surplus(rounds, surplus, round_logs, num_groups, deferred)
-        used = sum(1 for r, _ in chosen if rounds[r].replicated)
         self._metrics["train"]["dynamic_sampling/carried_groups_used"].append(float(used))
         self._metrics["train"]["dynamic_sampling/carried_groups_expired"].append(float(num_carried - used))
         if len(rounds) == 1 and not fillers:
@@ -376,6 +396,22 @@ class DynamicSamplingMixin:
         self._metrics["train"]["dynamic_sampling/gathered_bytes"].append(float(self._ds_moved_bytes))
         self._merge_logs(round_metrics, round_logs, rounds, rows=rows, advantages=advantages)
         return self._fill_logps(batch, deferred, rows=fresh)
+
+    def _update_skip_history(self, fresh_rounds: list[_Round]) -> None:
+        """GRESO's per-prompt zero-variance streaks and exploration probability, after a step's rounds."""
+        if self._ds_skip is None:
+            return
+        zero, total = 0, 0
+        for round_ in fresh_rounds:
+            keep = informative_groups(round_.metric, self.num_generations, self.args.dynamic_sampling_atol)
+            zero, total = zero + int((~keep).sum()), total + keep.numel()
+            if round_.indices is not None:
+                for index, informative in zip(round_.indices, keep.tolist(), strict=True):
+                    self._ds_skip.record(index, zero_variance=not informative)
+        self._ds_skip.adapt(zero / max(total, 1))
+        metrics = self._metrics["train"]
+        metrics["dynamic_sampling/skipped_prompts"].append(float(self._ds_skipped))
+        metrics["dynamic_sampling/skip_exploration_p"].append(self._ds_skip.p)
 
     def _carry_allowed(self) -> bool:
         """Carry-over needs the old-policy log-probs TRL keeps for off-policy minibatches (or vLLM's correction):
@@ -450,6 +486,8 @@ class DynamicSamplingMixin:
             )
             state = {"stream": self._ds_stream.state_dict(), "warned": self._ds_warned}
             state["informative_rate"] = self._ds_rate.state_dict()
+            if self._ds_skip is not None:
+                state["skip"] = self._ds_skip.state_dict()
             state["reward_range"] = [self._ds_reward_low, self._ds_reward_high]
             with open(os.path.join(folder, STATE_FILE), "w") as f:
                 json.dump(state, f)
@@ -468,6 +506,8 @@ class DynamicSamplingMixin:
             self._ds_warned = state.get("warned", False)
             if "informative_rate" in state:
                 self._ds_rate.load_state_dict(state["informative_rate"])
+            if self._ds_skip is not None and "skip" in state:
+                self._ds_skip.load_state_dict(state["skip"])
             carry = os.path.join(checkpoint, CARRY_FILE)
             self._ds_carry = None
             if os.path.exists(carry):
@@ -542,7 +582,10 @@ class DynamicSamplingMixin:
         if finite.numel():
             self._ds_reward_low = min(self._ds_reward_low, finite.min().item())
             self._ds_reward_high = max(self._ds_reward_high, finite.max().item())
-        return _Round(output=output, seconds=time.perf_counter() - started, deferred=deferred, **capture)
+        indices, self._ds_pending_indices = self._ds_pending_indices, None
+        return _Round(
+            output=output, seconds=time.perf_counter() - started, deferred=deferred, indices=indices, **capture
+        )
 
     def _fill_logps(
         self, batch: dict[str, Any], deferred: frozenset, rows: torch.Tensor | None = None, metrics: bool = True
@@ -642,13 +685,31 @@ class DynamicSamplingMixin:
         if isinstance(self._ds_stream, IterablePromptStream):
             prompts = self._ds_stream.take_rows(num_prompts)
         else:
-            prompts = [self.train_dataset[i] for i in self._ds_stream.take(num_prompts)]
+            indices = self._take_indices(num_prompts)
+            self._ds_pending_indices = indices
+            prompts = [self.train_dataset[i] for i in indices]
         global_rows = [row for row in prompts for _ in range(self.num_generations)]
         keys = set(inputs[0].keys())
         return [
             {k: v for k, v in row.items() if k in keys}
             for row in global_rows[rank * local_rows : (rank + 1) * local_rows]
         ]
+
+    def _take_indices(self, num_prompts: int) -> list[int]:
+        """``num_prompts`` training-set indices from the refill stream; with ``dynamic_sampling_skip_predicted``,
+        a prompt predicted to give a zero-variance group is skipped (GRESO), at most 10 candidates per prompt."""
+        if self._ds_skip is None:
+            return self._ds_stream.take(num_prompts)
+        out: list[int] = []
+        attempts = 0
+        while len(out) < num_prompts:
+            index = self._ds_stream.take(1)[0]
+            attempts += 1
+            if attempts <= 10 * num_prompts and self._ds_skip.should_skip(index):
+                self._ds_skipped += 1
+                continue
+            out.append(index)
+        return out
 
     def _describe(self, per_func: torch.Tensor, lengths: torch.Tensor, truncated: torch.Tensor) -> dict[str, float]:
         """TRL's per-batch metrics (``reward``, ``reward_std``, ``frac_reward_zero_std``, ``rewards/<f>/*``,
@@ -734,7 +795,7 @@ class DynamicSamplingMixin:
             else:
                 self._logs[key].extend(_pick(value, index, total))
 
-    def _log_round_stats(self, rounds: list[_Round], num_groups: int, num_surplus: int) -> None:
+    def _log_round_stats(self, rounds: list[_Round], num_groups: int, num_surplus: int, carried_used: int = 0) -> None:
         args, metrics = self.args, self._metrics["train"]
         num_generations = self.num_generations
         all_rewards = torch.cat([r.metric for r in rounds])
@@ -750,7 +811,7 @@ class DynamicSamplingMixin:
         all_max = uninformative & (group_min >= high - atol) if scale_known else torch.zeros_like(keep)
         all_min = uninformative & (group_max <= low + atol) if scale_known else torch.zeros_like(keep)
         generated = keep.numel()
-        kept = min(int(keep.sum()), num_groups)
+        kept = min(int(keep.sum()) + carried_used, num_groups)  # the batch's informative groups, carried included
         dropped_time = 0.0
         for round_ in rounds:
             round_keep = informative_groups(round_.metric, self.num_generations, atol)
