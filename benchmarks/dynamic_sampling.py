@@ -249,6 +249,8 @@ def run_figures(run: dict) -> dict:
             logps_dropped += r["logps"] * dropped
     wall, cpu = sum(run["step_wall"]), sum(run["step_cpu"])
     logs = run["logs"]
+    # groups trained per step: the batch less its zero-weight fillers (carried groups included, as trained)
+    kept = sum(groups - h["dynamic_sampling/filler_groups"] for h in logs)
     # bytes gathered per step: the trainer's metric when it logs one; else (code before it) every round's tensors
     # whenever the batch had more than one round, as that code gathered them all to every rank
     gathered = [h.get("dynamic_sampling/gathered_bytes") for h in logs]
@@ -258,6 +260,8 @@ def run_figures(run: dict) -> dict:
             per_round = [r.get("bytes", 0) for r in batch if not r.get("after")]
             gathered.append(sum(per_round) if len(per_round) > 1 else 0)
     return {
+        "carried_per_step": statistics.mean(h.get("dynamic_sampling/carried_groups_used", 0.0) for h in logs),
+        "skipped_per_step": statistics.mean(h.get("dynamic_sampling/skipped_prompts", 0.0) for h in logs),
         "generated_groups_per_step": sum(r["groups"] for b in run["rounds"] for r in b) / len(run["rounds"]),
         "gathered_mb_per_step": statistics.mean(gathered) / 2**20 if gathered else 0.0,
         "logps_rows_dropped_frac": rows_dropped / rows if rows else None,
@@ -405,25 +409,32 @@ def before_after(before: dict, after: dict, options) -> list[str]:
         for p in options.ps:
             b, a = before.get((name, p)), after[(name, p)]
             if b is None:
-                continue
+                b = {k: None for k in a}
             ideal = 1 / (1 - p)
             within.append((name, p, a["generated_per_kept"] / ideal))
 
             def frac(x):
                 return f"{x:.0%}" if x is not None else "– (no pass)"
 
-            rows.append([f"`{name}`", f"{p:g}", f"{ideal:.2f}", f"{b['generated_per_kept']:.2f}",
+            def num(x, fmt="{:.2f}"):
+                return fmt.format(x) if x is not None else "(not run)"
+
+            rows.append([f"`{name}`", f"{p:g}", f"{ideal:.2f}", num(b["generated_per_kept"]),
                          f"**{a['generated_per_kept']:.2f}**", f"{a['generated_per_kept'] / ideal:.2f}",
-                         f"{b['rounds']:.2f}", f"{a['rounds']:.2f}",
-                         frac(b["logps_rows_dropped_frac"]), f"**{frac(a['logps_rows_dropped_frac'])}**",
-                         f"{b['gathered_mb_per_step']:.3f}", f"**{a['gathered_mb_per_step']:.3f}**",
-                         f"{b['wall_per_kept'] * 1000:.0f}", f"{a['wall_per_kept'] * 1000:.0f}"])
+                         num(b["rounds"]), f"{a['rounds']:.2f}",
+                         frac(b["logps_rows_dropped_frac"]) if b["rounds"] is not None else "(not run)",
+                         f"**{frac(a['logps_rows_dropped_frac'])}**",
+                         num(b["gathered_mb_per_step"], "{:.3f}"), f"**{a['gathered_mb_per_step']:.3f}**",
+                         num(b["wall_per_kept"] and b["wall_per_kept"] * 1000, "{:.0f}"),
+                         f"{a['wall_per_kept'] * 1000:.0f}", f"{a['carried_per_step']:.2f}",
+                         f"{a['skipped_per_step']:.1f}"])
     out = ["## Before / after issue 14 (same benchmark, same options; before = main's code at the issue's start)", ""]
     out += common.table(
         ["config", "p", "ideal 1/(1-p)", "groups generated per kept group: before", "after", "after / ideal",
          "rounds per step: before", "after", "old/ref forward rows on dropped groups: before", "after",
-         "MB gathered per step: before", "after", "wall ms per kept group: before", "after"],
-        rows, align="lrrrrrrrrrrrrr")
+         "MB gathered per step: before", "after", "wall ms per kept group: before", "after",
+         "carried groups trained per step (after)", "prompts skipped per step (after)"],
+        rows, align="lrrrrrrrrrrrrrrr")
     worst = max(within, key=lambda t: t[2]) if within else None
     if worst:
         out += ["", f"- Generated groups per kept group over the ideal 1/(1-p), worst case: `{worst[0]}` at p = "
