@@ -13,7 +13,9 @@ trained by the class the recipes use (``trainer_class_for``):
 - ``dr_grpo``: ``get_preset("dr_grpo")``: constant normalizer, no std scaling, beta 0.
 - ``dapo_no_ds``: ``get_preset("dapo", dynamic_sampling=False)``: clip-higher, token-level loss, soft overlong
   punishment (buffer 2 tokens, the demo's), beta 0.
-- ``dapo``: the same with dynamic sampling (at most 4 generation rounds per step, the demo's setting).
+- ``dapo``: the same with dynamic sampling (a budget of 4 generation batches per step, the demo's setting;
+  right-sized refills, surplus carried over since the demo's DAPO has 2 minibatches per rollout).
+- ``dapo_skip``: ``dapo`` with ``dynamic_sampling_skip_predicted`` (GRESO pre-rollout skipping).
 - ``gspo``: ``get_preset("gspo")``: sequence-level ratio clipped at 3e-4/4e-4, 4 minibatches per rollout, so one
   generation of 64 prompts x 8 feeds 4 optimizer steps (each completion is still trained on once).
 
@@ -57,6 +59,7 @@ ALGORITHMS = {  # name: (label, preset, overrides)
     "dr_grpo": ("Dr. GRPO", "dr_grpo", {}),
     "dapo_no_ds": ("DAPO (no dynamic sampling)", "dapo", {"dynamic_sampling": False}),
     "dapo": ("DAPO (dynamic sampling)", "dapo", {}),
+    "dapo_skip": ("DAPO (dynamic sampling + GRESO skipping)", "dapo", {"dynamic_sampling_skip_predicted": True}),
     "gspo": ("GSPO", "gspo", {}),
 }
 TRAILING = 3  # evaluations averaged for "time to target"
@@ -416,6 +419,15 @@ def findings(summary: dict, options) -> list[str]:
                f"{no_ds['time_ratio']:.2f}x without dynamic sampling (fewer backward passes)."
                if ds["time_ratio"] is not None and no_ds["time_ratio"] is not None
                else " (training-time ratios need GRPO in --algorithms).")
+        )
+    skip = summary.get("dapo_skip")
+    if skip and ds:
+        out.append(
+            f"- GRESO skipping on top of dynamic sampling: accuracy at the budget {mean(skip['final']):.3f} against "
+            f"{mean(ds['final']):.3f} ({_compare(skip['final'], ds['final'])}); after {summary['common_steps']} "
+            f"steps {mean(skip['at_common_steps']):.3f} against {mean(ds['at_common_steps']):.3f}; "
+            f"{mean(skip['steps']):.0f} optimizer steps in the budget against {mean(ds['steps']):.0f}; "
+            f"{skip['rounds']:.2f} rounds per step against {ds['rounds']:.2f}."
         )
     kept = {a: mean(summary[a]["kept_all"]) for a in options.algorithms if summary[a]["kept_all"]}
     if kept:
