@@ -2,9 +2,34 @@
 
 What it does, relative to the paper: after TRL generates and scores a generation batch, groups whose *accuracy* is
 all equal are dropped (``trl_ext.group_filter``), and completions are generated for fresh training prompts until the
-generation batch again holds as many informative groups as it was meant to hold. Extra informative groups of the
-last round are discarded (not buffered: a buffered group would be off-policy at the next step) and counted
-(``dynamic_sampling/surplus_groups``, ``surplus_time``).
+generation batch again holds as many informative groups as it was meant to hold.
+
+What it costs (issue 14; ``benchmarks/dynamic_sampling.py`` measures it):
+
+- **Right-sized rounds** (``trl_ext.ds_rounds``): a refill round generates ``missing / rate x margin`` groups
+  (GRESO's 1.25, ``dynamic_sampling_refill_margin``), ``rate`` a running estimate of the informative fraction, rounded
+  up so that every process generates the same whole number of groups, capped at the first round's size; the step's
+  generation budget is ``dynamic_sampling_max_rounds`` generation batches. The first round is TRL's own batch (not
+  oversampled: its layout is TRL's sampler's, and a group may straddle two processes).
+- **Surplus carried once** (``dynamic_sampling_carry_over``, a share of the batch's groups, default 0.25): informative
+  groups beyond the need are trained at the next step (first, then never again), with the old-policy log-probs of
+  the policy that generated them so that TRL's clipped ratio corrects for their age. Off where TRL computes no
+  old-policy log-probs (one on-policy step per generation: its ratio is 1 by construction, a stale group's age would
+  go uncorrected) and for a sequence-level ratio (GSPO: its 3e-4 clipping band would clip a one-step-old group
+  entirely). Checkpointed (``dynamic_sampling_carry.pt``), logged (``dynamic_sampling/carried_groups_*``). Other
+  surplus is discarded and counted (``dynamic_sampling/surplus_groups``, ``surplus_time``).
+- **No forward pass on dropped groups**: while a round runs, TRL's no-grad old-policy / reference passes
+  (``_get_per_token_logps_and_entropies``) return a placeholder; they are computed afterwards, by TRL's own method,
+  for the trained rows only (``_fill_logps``), and under vLLM's importance-sampling correction the ratio and its
+  ``sampling/*`` metrics are recomputed for those rows (``ds_rounds.importance_sampling_ratio``, TRL's formula).
+  Not deferred: PEFT with ``beta > 0`` (TRL computes the reference with the adapter disabled, a context we could not
+  replay).
+- **Only the selected rows move**: each process contributes the selected rows it holds to one all-gather per key
+  (deferred log-probs are not moved at all); ``dynamic_sampling/gathered_bytes`` logs the bytes each process
+  receives.
+- **GRESO skipping** (``dynamic_sampling_skip_predicted``, off by default; ``trl_ext.ds_skip``): prompts predicted
+  to give a zero-variance group are skipped before their rollout; every round's prompts then come from the refill
+  stream (TRL's sampler still advances). ``dynamic_sampling/skipped_prompts`` counts them.
 
 - **The metric** (``dynamic_sampling_metric``): the weighted sum of the named reward functions; by default every
   reward function except the shaping ones the trainer adds itself (``shaping_reward_names``: DAPO's soft overlong
@@ -33,27 +58,27 @@ super()"):
 - ``_calculate_rewards`` is wrapped to remember the per-function rewards it returns (already gathered across
   processes; groups are contiguous in that global order), the metric, and the completion lengths / truncation.
 - ``_generate_and_score_completions`` is wrapped: it calls ``super()`` once per round and, only when something was
-  dropped, assembles the kept groups. A group's completions may sit on two ranks, so each round's tensors are padded
-  and gathered across processes, the kept rows are selected in global order and every rank takes its own slice:
-  shapes are equal on every process and all ranks log the same figures.
-- When every group of the first round is informative the output of ``super()`` is returned untouched: the step is
-  exactly TRL's (same data, same loss, same logs, no extra work).
+  dropped, assembles the kept groups. A group's completions may sit on two ranks, so the selected rows are gathered
+  across processes in global order and every rank takes its own slice: shapes are equal on every process and all
+  ranks log the same figures.
+- When every group of the first round is informative (and nothing was carried) the output of ``super()`` is
+  returned with its deferred log-probs computed on the same rows by the same method: the step is exactly TRL's
+  (same data, same loss, same logs; tested bit for bit).
 - ``compute_loss`` counts the trained tokens of each micro-batch; ``create_optimizer`` installs the step gate.
 - Refill prompts come from a second, seeded stream over the training set; its position is saved with each checkpoint
   (``dynamic_sampling_state.json``) and restored on resume, like TRL's own ``entropy_ctrl_state.json``. Under
   ``trl_ext.checkpointing.AtomicCheckpointMixin`` (the trainers of ``trl_ext.trainers``) ``_get_output_dir`` points
   at the staging folder while a checkpoint is written, so this file is part of the atomic checkpoint.
 
-Cost: each refill round costs a full generation batch. Old-policy and reference log-probs are computed inside TRL
-before rewards, so a dropped group has already cost those forward passes when they are needed (``beta > 0``, or
-off-policy minibatches such as DAPO's ``num_minibatches`` and GSPO's). No dropped group ever reaches the training
-forward/backward pass. ``dynamic_sampling/generation_time`` and ``dynamic_sampling/dropped_time`` log the seconds
-spent per step.
+No dropped group ever reaches a log-prob or training forward pass; it costs its generation and scoring only.
+``dynamic_sampling/generation_time`` and ``dynamic_sampling/dropped_time`` log the seconds spent per step.
 
 - With an ``IterableDataset`` the refill prompts come from the stream itself (``IterablePromptStream``: a second,
   seeded pass; its epoch and position are checkpointed, and a resumed run skips the rows already read).
 
-Limits: text-only batches (multimodal keys raise); the optimizer gate is not applied under DeepSpeed (its engine owns the step). With ``loss_type``
+Limits: text-only batches (multimodal keys raise); the optimizer gate is not applied under DeepSpeed (its engine owns
+the step); with carried groups the processes may hold different numbers of fresh rows, so the deferred log-prob pass
+is not collective-safe under ZeRO-3 (untested there). With ``loss_type``
 ``"grpo"`` or ``"dr_grpo"`` the loss is normalized by the number of rows, so filler rows (only when the round limit is
 hit) add zero to the numerator but count in the denominator, like TRL's own masked truncated completions: the step is
 scaled by the kept fraction, its direction is unchanged.
