@@ -389,3 +389,40 @@ def test_carried_groups_are_checkpointed_and_resumed_exactly(tokenizer, problems
     assert [h["dynamic_sampling/carried_groups_used"] for h in after] == [
         h["dynamic_sampling/carried_groups_used"] for h in logs
     ]
+
+
+# -- vLLM's importance-sampling correction: old log-probs and the ratio only for the trained rows ------------------
+
+
+def test_vllm_importance_sampling_ratio_on_the_trained_rows(tiny_model, tokenizer, problems, tmp_path, forward_rows):
+    """TRL's vLLM path with the stand-in engine of test_configs (vLLM cannot run on CPU): TRL computes old-policy
+    log-probs for the importance-sampling correction; we defer them to the trained rows and recompute the ratio there
+    with TRL's formula for the configured mode."""
+    from test_configs import StandInVLLM
+
+    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_rounds=30)
+    trainer = DAPOTrainer(
+        tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
+    )
+    engine = StandInVLLM(tokenizer, args.max_completion_length)
+    trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, engine, -1  # what __init__ sets
+    assert trainer.vllm_importance_sampling_correction
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(_groups(problems, "oe"))
+    assert len(engine.generate_calls) > 1  # something was dropped and refilled
+    assert forward_rows == [("old", 8)]  # the trained rows only
+    old = _direct_logps(trainer.model, out)
+    torch.testing.assert_close(out["old_per_token_logps"], old, rtol=1e-5, atol=1e-5)
+    mask = out["completion_mask"].float()
+    diff = torch.nan_to_num((old - out["sampling_per_token_logps"]) * mask, nan=0.0)
+    mode = trainer.vllm_importance_sampling_mode
+    low = trainer.vllm_importance_sampling_clip_min if trainer.vllm_importance_sampling_clip_min is not None else 0.0
+    high = trainer.vllm_importance_sampling_clip_max
+    raw = torch.exp(diff.sum(dim=-1, keepdim=True) if mode.startswith("sequence") else diff)
+    if mode.endswith("mask"):
+        expected = torch.where((raw < low) | (raw > high), torch.zeros_like(raw), raw)
+    else:
+        expected = raw.clamp(min=low, max=high)
+    torch.testing.assert_close(out["importance_sampling_ratio"], expected, rtol=1e-5, atol=1e-5)
+    metrics = trainer._metrics["train"]
+    assert len(metrics["sampling/importance_sampling_ratio/mean"]) == 1  # logged once, for the trained batch
