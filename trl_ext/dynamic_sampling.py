@@ -873,7 +873,8 @@ class DynamicSamplingMixin:
                 advice.append("filter always-solved prompts out of the data")
             advice.append("or raise dynamic_sampling_max_rounds")
             logger.warning(
-                f"Dynamic sampling reached dynamic_sampling_max_rounds={args.dynamic_sampling_max_rounds} with only "
+                f"Dynamic sampling spent its generation budget (dynamic_sampling_max_rounds={args.dynamic_sampling_max_rounds} "
+                f"generation batches) with only "
                 f"{kept}/{num_groups} informative groups ({kept / generated:.0%} of the {generated} groups generated "
                 f"were informative; {seen}). The missing groups were filled with zero-weight groups that change "
                 f"nothing in the gradient. What to do: {'; '.join(advice)}. (Shown once; see "
