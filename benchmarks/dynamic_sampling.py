@@ -100,12 +100,15 @@ def expected_rounds(p: float, groups: int, max_rounds: int) -> float:
     return total
 
 
-def make_args(name: str, output_dir: str, max_steps: int, max_rounds: int, prompts_per_step: int | None):
+def make_args(name: str, output_dir: str, max_steps: int, max_rounds: int, prompts_per_step: int | None,
+              refill_margin: float | None = None):
     from trl_ext.presets import get_preset
 
     _, preset, overrides = CONFIGS[name]
     rl, _ = common.demo_settings(prompts_per_step)
     rl["learning_rate"] = 0.0  # the policy stays the warm start: the same generation cost at every p
+    if refill_margin is not None:  # --refill-margin (the code before issue 14 has no such field: left unset)
+        overrides = {**overrides, "dynamic_sampling_refill_margin": refill_margin}
     return get_preset(preset, **common.run_args(output_dir, max_steps=max_steps), **rl, **overrides,
                       dynamic_sampling_max_rounds=max_rounds)
 
@@ -182,7 +185,8 @@ def worker(me: int, baton, p: float, jobs: list, options):
     train, _ = make_problems()
     with tempfile.TemporaryDirectory() as workdir:
         for index, (name, rep) in enumerate(jobs):
-            probe = make_args(name, workdir, 1, options.max_rounds, options.prompts_per_step)
+            margin = getattr(options, "refill_margin", None)
+            probe = make_args(name, workdir, 1, options.max_rounds, options.prompts_per_step, margin)
             spg = probe.steps_per_generation
             measured = -(-options.steps // spg) * spg
             warm = 1  # warm-up generation cycles
@@ -191,7 +195,7 @@ def worker(me: int, baton, p: float, jobs: list, options):
                 warm += min(40, math.ceil(SKIP_WARMUP_EPOCHS * len(train) * (1 - p) / prompts)) // spg
             total = spg * warm + measured + 1
             args = make_args(name, os.path.join(workdir, f"{name}-{rep}"), total, options.max_rounds,
-                             options.prompts_per_step)
+                             options.prompts_per_step, margin)
             reward = PartlyUninformativeReward(p, train["prompt"], args.num_generations, seed=options.seed)
             clock = common.lockstep(baton, me)
             trainer = instrumented(trainer_class_for(args))(
@@ -495,6 +499,8 @@ def parse(argv):
     parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
     parser.add_argument("--out", default=None, help="directory for dynamic_sampling.md, .png, .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)")
     parser.add_argument("--render", help="rebuild the report from a saved dynamic_sampling.json instead of measuring")
+    parser.add_argument("--refill-margin", type=float, help="dynamic_sampling_refill_margin (default: the config's, "
+                        "1.25)")
     parser.add_argument("--label", default="after", help="name of the code measured (e.g. 'before' at main's commit)")
     parser.add_argument("--before", help="a dynamic_sampling.json measured on the code before issue 14 (same "
                         "options), shown side by side")
