@@ -126,6 +126,12 @@ def forward_rows(monkeypatch):
     return calls
 
 
+def _close_on_completions(actual, expected, out):
+    """Equal (float tolerance) on the completion tokens; padding positions are not compared (TRL 1.16 masks them)."""
+    mask = out["completion_mask"].bool()
+    torch.testing.assert_close(actual[mask], expected[mask], rtol=1e-5, atol=1e-5)
+
+
 def _direct_logps(model, out):
     ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
     mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
@@ -175,8 +181,8 @@ def test_old_and_ref_logps_only_for_trained_rows(tiny_model, tokenizer, problems
     # one pass per kind, over the 16 trained rows only
     assert sorted(forward_rows) == [("old", 16), ("ref", 16)]
     # and the values are those of the trained rows (not placeholders)
-    torch.testing.assert_close(out["old_per_token_logps"], _direct_logps(trainer.model, out), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(out["ref_per_token_logps"], _direct_logps(trainer.ref_model, out), rtol=1e-5, atol=1e-5)
+    _close_on_completions(out["old_per_token_logps"], _direct_logps(trainer.model, out), out)
+    _close_on_completions(out["ref_per_token_logps"], _direct_logps(trainer.ref_model, out), out)
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.04])
@@ -291,7 +297,7 @@ def test_surplus_is_carried_once_bounded_with_its_own_old_logps(tokenizer, probl
     assert metrics["dynamic_sampling/carried_groups_out"] == [float(carried.num_rows // 4)]
     assert bool(informative_rows(carried).all())
     stored = carried.output["old_per_token_logps"].clone()
-    torch.testing.assert_close(stored, _direct_logps(trainer.model, carried.output), rtol=1e-5, atol=1e-5)
+    _close_on_completions(stored, _direct_logps(trainer.model, carried.output), carried.output)
 
     with torch.no_grad():  # the policy moves on before the next step
         for p in trainer.model.parameters():
@@ -307,7 +313,8 @@ def test_surplus_is_carried_once_bounded_with_its_own_old_logps(tokenizer, probl
     mask = out["completion_mask"][:n, :width].bool()
     assert torch.equal(out["old_per_token_logps"][:n, :width][mask], stored[:, :width][mask])
     current = _direct_logps(trainer.model, out)
-    torch.testing.assert_close(out["old_per_token_logps"][n:], current[n:], rtol=1e-5, atol=1e-5)
+    fresh = {"completion_mask": out["completion_mask"][n:]}
+    _close_on_completions(out["old_per_token_logps"][n:], current[n:], fresh)
     assert not torch.allclose(
         out["old_per_token_logps"][:n][mask[:, : out["old_per_token_logps"].size(1)]],
         current[:n][mask[:, : current.size(1)]],
@@ -412,7 +419,7 @@ def test_vllm_importance_sampling_ratio_on_the_trained_rows(tiny_model, tokenize
     assert len(engine.generate_calls) > 1  # something was dropped and refilled
     assert forward_rows == [("old", 8)]  # the trained rows only
     old = _direct_logps(trainer.model, out)
-    torch.testing.assert_close(out["old_per_token_logps"], old, rtol=1e-5, atol=1e-5)
+    _close_on_completions(out["old_per_token_logps"], old, out)
     mask = out["completion_mask"].float()
     diff = torch.nan_to_num((old - out["sampling_per_token_logps"]) * mask, nan=0.0)
     mode = trainer.vllm_importance_sampling_mode
