@@ -308,8 +308,8 @@ def markdown(runs, summary, options, prov) -> tuple[list[str], list[str]]:
         f"{rl['num_generations']} completions per step, max {rl['max_completion_length']} tokens, lr "
         f"{rl['learning_rate']:g} constant; seeds {options.seeds}; budget {options.budget:,} generated completions; "
         f"evaluation every {options.eval_every:,}; target accuracy {options.target} (mean of the last {TRAILING} "
-        f"evaluations); DAPO: soft overlong buffer {dapo['overlong_buffer_len']}, at most "
-        f"{dapo['dynamic_sampling_max_rounds']} rounds per step"
+        f"evaluations); DAPO: soft overlong buffer {dapo['overlong_buffer_len']}, a generation budget of "
+        f"{dapo['dynamic_sampling_max_rounds']} generation batches per step (right-sized refill rounds)"
     )
     n = len(options.seeds)
     rows = []
@@ -330,6 +330,7 @@ def markdown(runs, summary, options, prov) -> tuple[list[str], list[str]]:
             f"{s['rounds']:.2f}" if s["rounds"] is not None else "1",
             mean_sd(s["kept_first"], "{:.2f}"),
             mean_sd(s["kept_last"], "{:.2f}"),
+            mean_sd([h["seconds"] for h in reached], "{:.0f}"),
         ])
     body = [f"## At the same budget ({options.budget:,} generated completions), {n} seed(s): mean ± sd", ""]
     body += common.table(
@@ -337,7 +338,8 @@ def markdown(runs, summary, options, prov) -> tuple[list[str], list[str]]:
          f"accuracy after {summary['common_steps']} optimizer steps", f"reached {options.target}",
          f"optimizer steps to {options.target}", f"completions to {options.target}",
          "train time to target / GRPO", "train time for budget / GRPO", "optimizer steps in budget",
-         "generation rounds per step", "kept-group frac, first 10%", "kept-group frac, last 10%"],
+         "generation rounds per step", "kept-group frac, first 10%", "kept-group frac, last 10%",
+         f"train seconds to {options.target}"],
         rows,
     )
     body += ["", f"Accuracy after {summary['common_steps']} optimizer steps (the fewest any run made within the "
