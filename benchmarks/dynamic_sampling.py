@@ -10,8 +10,9 @@ Synthetic reward: of the 600 training prompts of the demo, exactly round(p x 600
 index in the group (0..G-1, all distinct), so those groups are always informative. Over the training set a fraction
 p of groups is uninformative; per batch it varies as sampling does. The policy is the demo's warm start, trained
 with learning rate 0 so that it, and with it completion lengths and generation cost, is the same for every p: what
-changes with p is only dynamic sampling's work. Each refill round generates a whole generation batch (the size of
-the first), so the rounds needed are a whole number, capped at ``dynamic_sampling_max_rounds`` (20 here).
+changes with p is only dynamic sampling's work. Refill rounds are right-sized (missing / estimated informative rate x
+``dynamic_sampling_refill_margin``, at most a generation batch), within a budget of ``dynamic_sampling_max_rounds``
+(20 here) generation batches. ``--before`` puts a run of the code before issue 14 (whole-batch refills) beside it.
 
 Three trainer configs, all with dynamic sampling on, the demo's 16 prompts x 8 completions per step, 6 tokens:
 
@@ -54,11 +55,25 @@ import _common as common  # noqa: E402
 
 CONFIGS = {  # name: (label, preset, overrides)
     "dapo": (
-        "DAPO (beta 0, on-policy: no old/ref log-probs)", "dapo", {"soft_overlong_punishment": False, "num_minibatches": 1}
+        "DAPO (beta 0, on-policy: no old/ref log-probs)",
+        "dapo",
+        {"soft_overlong_punishment": False, "num_minibatches": 1},
     ),
     "grpo_kl": ("GRPO beta 0.04 (+ reference log-probs)", "grpo", {"dynamic_sampling": True}),
     "gspo": ("GSPO, 4 minibatches (+ old-policy log-probs)", "gspo", {"dynamic_sampling": True}),
+    "dapo_mb": (
+        "DAPO, 4 minibatches (old-policy log-probs: surplus carried over)",
+        "dapo",
+        {"soft_overlong_punishment": False, "num_minibatches": 4},
+    ),
+    "dapo_skip": (
+        "DAPO + GRESO skipping (dynamic_sampling_skip_predicted)",
+        "dapo",
+        {"soft_overlong_punishment": False, "num_minibatches": 1, "dynamic_sampling_skip_predicted": True},
+    ),
 }
+#: Skipping needs a history: ``dapo_skip`` first runs this many passes over the training set (at most 40 steps).
+SKIP_WARMUP_EPOCHS = 1.5
 PS = (0.0, 0.25, 0.5, 0.75, 0.9)
 
 
@@ -74,8 +89,10 @@ class PartlyUninformativeReward:
         self.num_generations = num_generations
 
     def __call__(self, prompts, completions, **kwargs):
-        return [0.0 if prompt in self.uninformative else float(i % self.num_generations)
-                for i, prompt in enumerate(prompts)]
+        return [
+            0.0 if prompt in self.uninformative else float(i % self.num_generations)
+            for i, prompt in enumerate(prompts)
+        ]
 
 
 def expected_rounds(p: float, groups: int, max_rounds: int) -> float:
@@ -89,14 +106,28 @@ def expected_rounds(p: float, groups: int, max_rounds: int) -> float:
     return total
 
 
-def make_args(name: str, output_dir: str, max_steps: int, max_rounds: int, prompts_per_step: int | None):
+def make_args(
+    name: str,
+    output_dir: str,
+    max_steps: int,
+    max_rounds: int,
+    prompts_per_step: int | None,
+    refill_margin: float | None = None,
+):
     from trl_ext.grpo.presets import get_preset
 
     _, preset, overrides = CONFIGS[name]
     rl, _ = common.demo_settings(prompts_per_step)
     rl["learning_rate"] = 0.0  # the policy stays the warm start: the same generation cost at every p
-    return get_preset(preset, **common.run_args(output_dir, max_steps=max_steps), **rl, **overrides,
-                      dynamic_sampling_max_rounds=max_rounds)
+    if refill_margin is not None:  # --refill-margin (the code before issue 14 has no such field: left unset)
+        overrides = {**overrides, "dynamic_sampling_refill_margin": refill_margin}
+    return get_preset(
+        preset,
+        **common.run_args(output_dir, max_steps=max_steps),
+        **rl,
+        **overrides,
+        dynamic_sampling_max_rounds=max_rounds,
+    )
 
 
 def instrumented(base):
@@ -115,8 +146,19 @@ def instrumented(base):
             self._bench_reset()
             output = super()._generate_and_score_completions(inputs)
             if self.model.training:
-                self.bench_batches.append(self._bench_rounds)
+                # log-prob passes after the last round's rewards: computed for the trained rows only
+                after = {**self._bench_current, "groups": 0, "informative": 0, "reward": 0.0, "after": True}
+                self.bench_batches.append(self._bench_rounds + [after])
             return output
+
+        def _run_round(self, inputs):  # bytes of the round's per-row tensors (what gathering them all moves)
+            round_ = super()._run_round(inputs)
+            self._bench_rounds[-1]["bytes"] = sum(
+                v.numel() * v.element_size()
+                for k, v in round_.output.items()
+                if isinstance(v, torch.Tensor) and v.dim() >= 1 and k != "advantages"
+            )
+            return round_
 
         def _generate(self, prompts):
             started = time.perf_counter()
@@ -127,9 +169,12 @@ def instrumented(base):
         def _get_per_token_logps_and_entropies(self, *args, **kwargs):
             if torch.is_grad_enabled():  # the training forward pass, not a rollout's old/ref log-probs
                 return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            if getattr(self, "_ds_defer", None) is not None:  # deferred by dynamic sampling: no forward pass here
+                return super()._get_per_token_logps_and_entropies(*args, **kwargs)
             started = time.perf_counter()
             output = super()._get_per_token_logps_and_entropies(*args, **kwargs)
             self._bench_current["logps"] += time.perf_counter() - started
+            self._bench_current["logps_rows"] = self._bench_current.get("logps_rows", 0) + args[1].size(0)
             return output
 
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -138,8 +183,9 @@ def instrumented(base):
             seconds = time.perf_counter() - started
             total = (rewards * self.reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
             keep = informative_groups(total, self.num_generations, self.args.dynamic_sampling_atol)
-            self._bench_rounds.append({**self._bench_current, "reward": seconds, "groups": keep.numel(),
-                                       "informative": int(keep.sum())})
+            self._bench_rounds.append(
+                {**self._bench_current, "reward": seconds, "groups": keep.numel(), "informative": int(keep.sum())}
+            )
             self._bench_reset()
             return rewards
 
@@ -159,29 +205,50 @@ def worker(me: int, baton, p: float, jobs: list, options):
     train, _ = make_problems()
     with tempfile.TemporaryDirectory() as workdir:
         for index, (name, rep) in enumerate(jobs):
-            probe = make_args(name, workdir, 1, options.max_rounds, options.prompts_per_step)
+            margin = getattr(options, "refill_margin", None)
+            probe = make_args(name, workdir, 1, options.max_rounds, options.prompts_per_step, margin)
             spg = probe.steps_per_generation
             measured = -(-options.steps // spg) * spg
-            total = spg + measured + 1
-            args = make_args(name, os.path.join(workdir, f"{name}-{rep}"), total, options.max_rounds,
-                             options.prompts_per_step)
+            warm = 1  # warm-up generation cycles
+            if name == "dapo_skip":
+                prompts = probe.generation_batch_size // probe.num_generations
+                warm += min(40, math.ceil(SKIP_WARMUP_EPOCHS * len(train) * (1 - p) / prompts)) // spg
+            total = spg * warm + measured + 1
+            args = make_args(
+                name,
+                os.path.join(workdir, f"{name}-{rep}"),
+                total,
+                options.max_rounds,
+                options.prompts_per_step,
+                margin,
+            )
             reward = PartlyUninformativeReward(p, train["prompt"], args.num_generations, seed=options.seed)
             clock = common.lockstep(baton, me)
             trainer = instrumented(trainer_class_for(args))(
-                model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=[reward], args=args,
-                train_dataset=train, processing_class=tokenizer, callbacks=[clock])
+                model=AutoModelForCausalLM.from_pretrained(path),
+                reward_funcs=[reward],
+                args=args,
+                train_dataset=train,
+                processing_class=tokenizer,
+                callbacks=[clock],
+            )
             trainer.bench_batches = []
             common.silence(trainer)
             baton.start(me, first=index % baton.parties)
             trainer.train()
-            batches = slice(1, 1 + measured // spg)  # batch 0 is the warm-up cycle's, the last the closing step's
+            batches = slice(warm, warm + measured // spg)  # warm-up cycles first, the last the closing step's
             logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h][batches]
             yield {
-                "p": p, "config": name, "rep": rep, "spg": spg, "measured": measured,
+                "p": p,
+                "config": name,
+                "rep": rep,
+                "spg": spg,
+                "measured": measured,
                 "groups": args.generation_batch_size // args.num_generations,
-                "step_wall": clock.step_seconds()[spg : spg + measured],
-                "step_cpu": clock.step_seconds(cpu=True)[spg : spg + measured],
+                "step_wall": clock.step_seconds()[spg * warm : spg * warm + measured],
+                "step_cpu": clock.step_seconds(cpu=True)[spg * warm : spg * warm + measured],
                 "rounds": trainer.bench_batches[batches],
+                "code": options.label,
                 "logs": [{k: v for k, v in h.items() if k.startswith("dynamic_sampling/")} for h in logs],
             }
             del trainer
@@ -191,30 +258,55 @@ def worker(me: int, baton, p: float, jobs: list, options):
 # -- analysis ---------------------------------------------------------------------------------------------------------
 
 
+def _num_rounds(batch: list[dict]) -> int:
+    return sum(1 for r in batch if not r.get("after"))
+
+
 def run_figures(run: dict) -> dict:
     """Per-run totals over the measured steps. A round's full time (the trainer's ``generation_time``, split over
     the batch's rounds in proportion to the benchmark's timers) is charged to dropped (uninformative) and surplus
     groups by their share of the round's groups; with this split "dropped" equals the trainer's ``dropped_time``."""
     groups = run["groups"]
     kept = surplus_s = generate = generate_dropped = logps = logps_dropped = 0.0
+    rows = rows_dropped = 0.0
     for batch, log in zip(run["rounds"], run["logs"], strict=True):
         timed = sum(r["generate"] + r["logps"] + r["reward"] for r in batch)
         scale = log["dynamic_sampling/generation_time"] / timed if timed else 0.0
         need = groups
         for r in batch:
-            dropped = (r["groups"] - r["informative"]) / r["groups"]
+            dropped = (r["groups"] - r["informative"]) / r["groups"] if r["groups"] else 0.0
+            rows += r.get("logps_rows", 0)
+            rows_dropped += r.get("logps_rows", 0) * dropped
             used = min(r["informative"], need)
             need -= used
             kept += used
-            surplus_s += scale * (r["generate"] + r["logps"] + r["reward"]) * (r["informative"] - used) / r["groups"]
+            if r["groups"]:
+                surplus_s += (
+                    scale * (r["generate"] + r["logps"] + r["reward"]) * (r["informative"] - used) / r["groups"]
+                )
             generate += r["generate"]
             generate_dropped += r["generate"] * dropped
             logps += r["logps"]
             logps_dropped += r["logps"] * dropped
     wall, cpu = sum(run["step_wall"]), sum(run["step_cpu"])
     logs = run["logs"]
+    # groups trained per step: the batch less its zero-weight fillers (carried groups included, as trained)
+    kept = sum(groups - h["dynamic_sampling/filler_groups"] for h in logs)
+    # bytes gathered per step: the trainer's metric when it logs one; else (code before it) every round's tensors
+    # whenever the batch had more than one round, as that code gathered them all to every rank
+    gathered = [h.get("dynamic_sampling/gathered_bytes") for h in logs]
+    if any(g is None for g in gathered):
+        gathered = []
+        for batch in run["rounds"]:
+            per_round = [r.get("bytes", 0) for r in batch if not r.get("after")]
+            gathered.append(sum(per_round) if len(per_round) > 1 else 0)
     return {
-        "rounds": statistics.mean(len(b) for b in run["rounds"]),
+        "carried_per_step": statistics.mean(h.get("dynamic_sampling/carried_groups_used", 0.0) for h in logs),
+        "skipped_per_step": statistics.mean(h.get("dynamic_sampling/skipped_prompts", 0.0) for h in logs),
+        "generated_groups_per_step": sum(r["groups"] for b in run["rounds"] for r in b) / len(run["rounds"]),
+        "gathered_mb_per_step": statistics.mean(gathered) / 2**20 if gathered else 0.0,
+        "logps_rows_dropped_frac": rows_dropped / rows if rows else None,
+        "rounds": statistics.mean(_num_rounds(b) for b in run["rounds"]),
         "generated_per_kept": sum(r["groups"] for b in run["rounds"] for r in b) / max(kept, 1),
         "limit_hit": statistics.mean(h["dynamic_sampling/limit_hit"] for h in logs),
         "wall_per_kept": wall / max(kept, 1),
@@ -239,10 +331,14 @@ def summarize(runs: list[dict], options) -> dict:
         groups = next(r["groups"] for r in runs if r["config"] == name)
         for p in options.ps:
             reps = [figures[(name, p, rep)] for rep in range(options.reps)]
-            rel = [figures[(name, p, rep)]["wall_per_kept"] / figures[(name, options.ps[0], rep)]["wall_per_kept"]
-                   for rep in range(options.reps)]
-            rel_cpu = [figures[(name, p, rep)]["cpu_per_kept"] / figures[(name, options.ps[0], rep)]["cpu_per_kept"]
-                       for rep in range(options.reps)]
+            rel = [
+                figures[(name, p, rep)]["wall_per_kept"] / figures[(name, options.ps[0], rep)]["wall_per_kept"]
+                for rep in range(options.reps)
+            ]
+            rel_cpu = [
+                figures[(name, p, rep)]["cpu_per_kept"] / figures[(name, options.ps[0], rep)]["cpu_per_kept"]
+                for rep in range(options.reps)
+            ]
 
             def mean(key, reps=reps):
                 values = [f[key] for f in reps if f[key] is not None]
@@ -269,24 +365,49 @@ def plot(summary: dict, options, out: Path) -> Path:
         color = f"C{i}"
         rows = [summary[(name, p)] for p in ps]
         axes[0].plot(ps, [r["rounds"] for r in rows], "o-", color=color, label=f"{name}: measured rounds")
-        axes[0].plot(ps, [r["expected_rounds"] for r in rows], ":", color=color, label=f"{name}: expected (whole batches)")
+        axes[0].plot(
+            ps, [r["expected_rounds"] for r in rows], ":", color=color, label=f"{name}: expected (whole batches)"
+        )
         axes[1].plot(ps, [r["rel_wall"] for r in rows], "o-", color=color, label=f"{name} (wall)")
-        axes[1].fill_between(ps, [r["rel_wall_range"][0] for r in rows], [r["rel_wall_range"][1] for r in rows],
-                             color=color, alpha=0.15)
+        axes[1].fill_between(
+            ps, [r["rel_wall_range"][0] for r in rows], [r["rel_wall_range"][1] for r in rows], color=color, alpha=0.15
+        )
         axes[1].plot(ps, [r["rel_cpu"] for r in rows], "x:", color=color, label=f"{name} (CPU)")
-        axes[2].plot(ps, [100 * r["dropped_share"] for r in rows], "o-", color=color,
-                     label=f"{name}: dropped groups (dropped_time)")
-        axes[2].plot(ps, [100 * (r["dropped_share"] + r["surplus_share"]) for r in rows], "x:", color=color,
-                     label=f"{name}: + surplus informative groups")
-        axes[2].plot(ps, [100 * r["logps_dropped_share"] for r in rows], "s--", color=color, ms=3,
-                     label=f"{name}: old/ref forward over dropped")
+        axes[2].plot(
+            ps,
+            [100 * r["dropped_share"] for r in rows],
+            "o-",
+            color=color,
+            label=f"{name}: dropped groups (dropped_time)",
+        )
+        axes[2].plot(
+            ps,
+            [100 * (r["dropped_share"] + r["surplus_share"]) for r in rows],
+            "x:",
+            color=color,
+            label=f"{name}: + surplus informative groups",
+        )
+        axes[2].plot(
+            ps,
+            [100 * r["logps_dropped_share"] for r in rows],
+            "s--",
+            color=color,
+            ms=3,
+            label=f"{name}: old/ref forward over dropped",
+        )
     axes[1].plot(ps, [1 / (1 - p) for p in ps], "k--", label="1/(1-p)")
-    axes[0].set(xlabel="uninformative fraction p", ylabel="generation rounds per generation batch",
-                title="rounds per step", yscale="log")
-    axes[1].set(xlabel="uninformative fraction p", ylabel="relative to p = 0", title="time per kept group",
-                yscale="log")
-    axes[2].set(xlabel="uninformative fraction p", ylabel="% of step wall time",
-                title="time on groups that are not trained on")
+    axes[0].set(
+        xlabel="uninformative fraction p",
+        ylabel="generation rounds per generation batch",
+        title="rounds per step",
+        yscale="log",
+    )
+    axes[1].set(
+        xlabel="uninformative fraction p", ylabel="relative to p = 0", title="time per kept group", yscale="log"
+    )
+    axes[2].set(
+        xlabel="uninformative fraction p", ylabel="% of step wall time", title="time on groups that are not trained on"
+    )
     for ax in axes:
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -310,44 +431,164 @@ def markdown(summary, options, prov) -> tuple[list[str], list[str]]:
     for name in options.configs:
         for p in options.ps:
             s = summary[(name, p)]
-            rows.append([f"`{name}`", f"{p:g}", s["groups"], f"**{s['rounds']:.2f}**", f"{s['expected_rounds']:.2f}",
-                         f"{s['ideal']:.2f}", f"{s['generated_per_kept']:.2f}", f"{s['limit_hit']:.0%}",
-                         f"{1000 * s['wall_per_kept']:.0f}",
-                         f"**{s['rel_wall']:.2f}** ({s['rel_wall_range'][0]:.2f}–{s['rel_wall_range'][1]:.2f})",
-                         f"{s['rel_cpu']:.2f}"])
-            cost.append([f"`{name}`", f"{p:g}", f"{100 * s['generation_share']:.0f}%",
-                         f"**{100 * s['dropped_share']:.0f}%**", f"{100 * s['surplus_share']:.0f}%",
-                         f"{100 * s['generate_share']:.0f}%", f"{100 * s['generate_dropped_share']:.0f}%",
-                         f"{1000 * s['logps_per_step']:.0f}", f"{100 * s['logps_share']:.1f}%",
-                         f"{100 * s['logps_dropped_share']:.1f}%",
-                         f"{s['logps_dropped_frac']:.0%}" if s["logps_dropped_frac"] is not None else "–"])
+            rows.append(
+                [
+                    f"`{name}`",
+                    f"{p:g}",
+                    s["groups"],
+                    f"**{s['rounds']:.2f}**",
+                    f"{s['expected_rounds']:.2f}",
+                    f"{s['ideal']:.2f}",
+                    f"{s['generated_per_kept']:.2f}",
+                    f"{s['limit_hit']:.0%}",
+                    f"{1000 * s['wall_per_kept']:.0f}",
+                    f"**{s['rel_wall']:.2f}** ({s['rel_wall_range'][0]:.2f}–{s['rel_wall_range'][1]:.2f})",
+                    f"{s['rel_cpu']:.2f}",
+                ]
+            )
+            cost.append(
+                [
+                    f"`{name}`",
+                    f"{p:g}",
+                    f"{100 * s['generation_share']:.0f}%",
+                    f"**{100 * s['dropped_share']:.0f}%**",
+                    f"{100 * s['surplus_share']:.0f}%",
+                    f"{100 * s['generate_share']:.0f}%",
+                    f"{100 * s['generate_dropped_share']:.0f}%",
+                    f"{1000 * s['logps_per_step']:.0f}",
+                    f"{100 * s['logps_share']:.1f}%",
+                    f"{100 * s['logps_dropped_share']:.1f}%",
+                    f"{s['logps_dropped_frac']:.0%}" if s["logps_dropped_frac"] is not None else "–",
+                ]
+            )
     body = ["## Generation rounds and time per kept group", ""]
     body += common.table(
-        ["config", "p", "groups per generation batch", "rounds per batch (measured)",
-         "expected rounds (whole-batch refills)", "ideal 1/(1-p)", "groups generated per kept group",
-         "steps at the round limit", "wall ms per kept group", "wall per kept group / p=0: median (range)",
-         "CPU per kept group / p=0"],
-        rows, align="lrrrrrrrrrr",
+        [
+            "config",
+            "p",
+            "groups per generation batch",
+            "rounds per batch (measured)",
+            "expected rounds (whole-batch refills)",
+            "ideal 1/(1-p)",
+            "groups generated per kept group",
+            "steps at the round limit",
+            "wall ms per kept group",
+            "wall per kept group / p=0: median (range)",
+            "CPU per kept group / p=0",
+        ],
+        rows,
+        align="lrrrrrrrrrr",
     )
     body += ["", "## Where the time goes (shares of the measured steps' wall time)", ""]
     body += common.table(
-        ["config", "p", "generation rounds (`generation_time`)", "groups then dropped (`dropped_time`)",
-         "surplus informative groups discarded", "sampling (generate) forward passes, all groups",
-         "sampling forward passes over dropped groups", "old/ref log-prob forward, ms per step",
-         "old/ref forward, all groups", "old/ref forward over dropped groups",
-         "share of old/ref forward spent on dropped groups"],
-        cost, align="lrrrrrrrrrr",
+        [
+            "config",
+            "p",
+            "generation rounds (`generation_time`)",
+            "groups then dropped (`dropped_time`)",
+            "surplus informative groups discarded",
+            "sampling (generate) forward passes, all groups",
+            "sampling forward passes over dropped groups",
+            "old/ref log-prob forward, ms per step",
+            "old/ref forward, all groups",
+            "old/ref forward over dropped groups",
+            "share of old/ref forward spent on dropped groups",
+        ],
+        cost,
+        align="lrrrrrrrrrr",
     )
-    body += ["", "A generation round is TRL's whole `_generate_and_score_completions`: sampling, old/ref log-prob "
-             "forward passes (only with beta > 0 or several steps per generation), decoding, scoring, advantages. "
-             "`generation_time` and `dropped_time` are the trainer's own metrics (`dropped_time`: each round's seconds "
-             "times its uninformative fraction). The other columns come from the benchmark's timers around TRL's "
-             "`_generate`, no-grad `_get_per_token_logps_and_entropies` and `_calculate_rewards`, per round; surplus "
-             "= informative groups of the last round beyond what the batch needed, discarded too.", "",
-             "## Reading", ""]
+    body += [
+        "",
+        "A generation round is TRL's whole `_generate_and_score_completions`: sampling, old/ref log-prob "
+        "forward passes (only with beta > 0 or several steps per generation), decoding, scoring, advantages. "
+        "`generation_time` and `dropped_time` are the trainer's own metrics (`dropped_time`: each round's seconds "
+        "times its uninformative fraction). The other columns come from the benchmark's timers around TRL's "
+        "`_generate`, no-grad `_get_per_token_logps_and_entropies` and `_calculate_rewards`, per round; surplus "
+        "= informative groups of the last round beyond what the batch needed, discarded too.",
+        "",
+        "## Reading",
+        "",
+    ]
     body += findings(summary, options)
     body += ["", "![rounds, time per kept group and wasted time against p](dynamic_sampling.png)"]
     return head, body
+
+
+def before_after(before: dict, after: dict, options) -> list[str]:
+    """Side-by-side table of the code before issue 14 (whole-batch refills, old/ref log-probs for every generated row,
+    every round's tensors gathered) and this code, measured with the same benchmark and options."""
+    rows, within = [], []
+    for name in options.configs:
+        for p in options.ps:
+            b, a = before.get((name, p)), after[(name, p)]
+            if b is None:
+                b = {k: None for k in a}
+            ideal = 1 / (1 - p)
+            within.append((name, p, a["generated_per_kept"] / ideal))
+
+            def frac(x):
+                return f"{x:.0%}" if x is not None else "– (no pass)"
+
+            def num(x, fmt="{:.2f}"):
+                return fmt.format(x) if x is not None else "(not run)"
+
+            rows.append(
+                [
+                    f"`{name}`",
+                    f"{p:g}",
+                    f"{ideal:.2f}",
+                    num(b["generated_per_kept"]),
+                    f"**{a['generated_per_kept']:.2f}**",
+                    f"{a['generated_per_kept'] / ideal:.2f}",
+                    num(b["rounds"]),
+                    f"{a['rounds']:.2f}",
+                    frac(b["logps_rows_dropped_frac"]) if b["rounds"] is not None else "(not run)",
+                    f"**{frac(a['logps_rows_dropped_frac'])}**",
+                    num(b["gathered_mb_per_step"], "{:.3f}"),
+                    f"**{a['gathered_mb_per_step']:.3f}**",
+                    num(b["wall_per_kept"] and b["wall_per_kept"] * 1000, "{:.0f}"),
+                    f"{a['wall_per_kept'] * 1000:.0f}",
+                    f"{a['carried_per_step']:.2f}",
+                    f"{a['skipped_per_step']:.1f}",
+                ]
+            )
+    out = ["## Before / after issue 14 (same benchmark, same options; before = main's code at the issue's start)", ""]
+    out += common.table(
+        [
+            "config",
+            "p",
+            "ideal 1/(1-p)",
+            "groups generated per kept group: before",
+            "after",
+            "after / ideal",
+            "rounds per step: before",
+            "after",
+            "old/ref forward rows on dropped groups: before",
+            "after",
+            "MB gathered per step: before",
+            "after",
+            "wall ms per kept group: before",
+            "after",
+            "carried groups trained per step (after)",
+            "prompts skipped per step (after)",
+        ],
+        rows,
+        align="lrrrrrrrrrrrrrrr",
+    )
+    worst = max(within, key=lambda t: t[2]) if within else None
+    if worst:
+        out += [
+            "",
+            f"- Generated groups per kept group over the ideal 1/(1-p), worst case: `{worst[0]}` at p = "
+            f"{worst[1]:g}, x{worst[2]:.2f} (the issue's bar: within 10%, i.e. at most x1.10).",
+        ]
+    out += [
+        "- MB gathered per step: bytes of the per-row tensors assembled on each rank when a step needed more "
+        "than one round (the trainer's `dynamic_sampling/gathered_bytes`; for the code before it, every round's "
+        "tensors, which it gathered to every rank). With W processes, (W-1)/W of it crosses the interconnect; "
+        "this run has one process, so it is what would move."
+    ]
+    return out
 
 
 def findings(summary: dict, options) -> list[str]:
@@ -363,30 +604,36 @@ def findings(summary: dict, options) -> list[str]:
             f"generating and scoring groups then dropped (sampling forward passes over them: "
             f"{100 * s['generate_dropped_share']:.0f}%) and {100 * s['surplus_share']:.0f}% to surplus informative "
             "groups"
-            + (f"; old/ref log-prob forward passes took {100 * s['logps_share']:.1f}% of the step time, "
-               f"{s['logps_dropped_frac']:.0%} of them over dropped groups ({100 * s['logps_dropped_share']:.1f}% of "
-               "the step time)."
-               if s["logps_dropped_frac"] is not None and s["logps_share"] > 0.001
-               else "; no old/ref log-prob forward passes (beta 0, on-policy), so a dropped group cost only its "
-               "sampling and scoring.")
+            + (
+                f"; old/ref log-prob forward passes took {100 * s['logps_share']:.1f}% of the step time, "
+                f"{s['logps_dropped_frac']:.0%} of them over dropped groups ({100 * s['logps_dropped_share']:.1f}% of "
+                "the step time)."
+                if s["logps_dropped_frac"] is not None and s["logps_share"] > 0.001
+                else "; no old/ref log-prob forward passes (beta 0, on-policy), so a dropped group cost only its "
+                "sampling and scoring."
+            )
         )
     mid = [p for p in options.ps if 0 < p < 0.5]
     if mid and "dapo" in options.configs:
         s = summary[("dapo", mid[0])]
         out.append(
-            f"- Whole-batch refills cost most at small p: at p = {mid[0]:g} the ideal is {s['ideal']:.2f} batches but a "
-            f"refill is a whole batch, so {s['rounds']:.2f} rounds were generated ({s['generated_per_kept']:.2f} "
-            f"groups per kept group). Refilling only the missing groups would bring it close to 1/(1-p)."
+            f"- At p = {mid[0]:g} the ideal is {s['ideal']:.2f} groups generated per kept group; right-sized refills "
+            f"generated {s['generated_per_kept']:.2f} in {s['rounds']:.2f} rounds per step (whole-batch refills: "
+            f"{s['expected_rounds']:.2f} batches expected)."
         )
-    out.append("- The time per kept group grows more slowly than the rounds because a step's training part "
-               "(loss, backward, optimizer) does not grow with p; generation on this tiny model is cheap, so on a "
-               "real model, where generation dominates, the time ratio moves toward the rounds ratio.")
+    out.append(
+        "- The time per kept group grows more slowly than the rounds because a step's training part "
+        "(loss, backward, optimizer) does not grow with p; generation on this tiny model is cheap, so on a "
+        "real model, where generation dominates, the time ratio moves toward the rounds ratio."
+    )
     return out
 
 
 def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 repetition of 1 measured step, 8 prompts (under 2 minutes)")
+    parser.add_argument(
+        "--quick", action="store_true", help="1 repetition of 1 measured step, 8 prompts (under 2 minutes)"
+    )
     parser.add_argument("--ps", default=",".join(f"{p:g}" for p in PS), help="uninformative fractions, first = base")
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"subset of {list(CONFIGS)}")
     parser.add_argument("--steps", type=int, help="measured steps per run (full 6, quick 1; GSPO: whole cycles)")
@@ -397,8 +644,20 @@ def parse(argv):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
     parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
-    parser.add_argument("--out", default=None, help="directory for dynamic_sampling.md, .png, .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="directory for dynamic_sampling.md, .png, .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)",
+    )
     parser.add_argument("--render", help="rebuild the report from a saved dynamic_sampling.json instead of measuring")
+    parser.add_argument(
+        "--refill-margin", type=float, help="dynamic_sampling_refill_margin (default: the config's, 1.25)"
+    )
+    parser.add_argument("--label", default="after", help="name of the code measured (e.g. 'before' at main's commit)")
+    parser.add_argument(
+        "--before",
+        help="a dynamic_sampling.json measured on the code before issue 14 (same options), shown side by side",
+    )
     options = parser.parse_args(argv)
     options.ps = [float(p) for p in options.ps.split(",")]
     if any(not 0 <= p < 1 for p in options.ps):
@@ -419,6 +678,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parse(argv)
     out = common.results_dir(options.out, options.quick)
     out.mkdir(parents=True, exist_ok=True)
+    before_path = options.before
     if options.render:
         options, prov, runs = common.load_raw(options.render, options)
     else:
@@ -428,20 +688,29 @@ def main(argv: list[str] | None = None) -> int:
         jobs = [(name, rep) for rep in range(options.reps) for name in options.configs]
 
         def progress(me, index, run):
-            rounds = statistics.mean(len(b) for b in run["rounds"])
-            print(f"[dynamic_sampling] {run['config']} p={run['p']:g} rep {run['rep']}: {rounds:.2f} rounds/batch, "
-                  f"{sum(run['step_wall']) / run['measured']:.2f} s/step", flush=True)
+            rounds = statistics.mean(_num_rounds(b) for b in run["rounds"])
+            print(
+                f"[dynamic_sampling] {run['config']} p={run['p']:g} rep {run['rep']}: {rounds:.2f} rounds/batch, "
+                f"{sum(run['step_wall']) / run['measured']:.2f} s/step",
+                flush=True,
+            )
 
         per_worker = common.run_lockstep(worker, [(p, jobs, options) for p in options.ps], on_result=progress)
         runs = [run for worker_runs in per_worker for run in worker_runs]
-        prov = common.provenance(common.command_line("dynamic_sampling.py", argv), time.time() - started,
-                                 options.threads, load_before)
+        prov = common.provenance(
+            common.command_line("dynamic_sampling.py", argv), time.time() - started, options.threads, load_before
+        )
         common.save_raw(out / "dynamic_sampling.json", options, prov, runs)
     summary = summarize(runs, options)
     plot(summary, options, out / "dynamic_sampling.png")
     head, body = markdown(summary, options, prov)
-    path = common.write_markdown(out / "dynamic_sampling.md", "Cost of dynamic sampling against the uninformative "
-                                 "fraction p", head, body)
+    if before_path:
+        before_options, _, before_runs = common.load_raw(before_path, options)
+        before = summarize(before_runs, before_options)
+        body = before_after(before, summary, options) + [""] + body
+    path = common.write_markdown(
+        out / "dynamic_sampling.md", "Cost of dynamic sampling against the uninformative fraction p", head, body
+    )
     print("\n".join(body[: body.index("## Reading")]))
     print(f"[dynamic_sampling] wrote {path} and {out / 'dynamic_sampling.png'}")
     return 0

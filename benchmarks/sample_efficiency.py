@@ -13,7 +13,9 @@ trained by the class the recipes use (``trainer_class_for``):
 - ``dr_grpo``: ``get_preset("dr_grpo")``: constant normalizer, no std scaling, beta 0.
 - ``dapo_no_ds``: ``get_preset("dapo", dynamic_sampling=False)``: clip-higher, token-level loss, soft overlong
   punishment (buffer 2 tokens, the demo's), beta 0.
-- ``dapo``: the same with dynamic sampling (at most 4 generation rounds per step, the demo's setting).
+- ``dapo``: the same with dynamic sampling (a budget of 4 generation batches per step, the demo's setting;
+  right-sized refills, surplus carried over since the demo's DAPO has 2 minibatches per rollout).
+- ``dapo_skip``: ``dapo`` with ``dynamic_sampling_skip_predicted`` (GRESO pre-rollout skipping).
 - ``gspo``: ``get_preset("gspo")``: sequence-level ratio clipped at 3e-4/4e-4, 4 minibatches per rollout, so one
   generation of 64 prompts x 8 feeds 4 optimizer steps (each completion is still trained on once).
 
@@ -57,9 +59,16 @@ ALGORITHMS = {  # name: (label, preset, overrides)
     "dr_grpo": ("Dr. GRPO", "dr_grpo", {}),
     "dapo_no_ds": ("DAPO (no dynamic sampling)", "dapo", {"dynamic_sampling": False}),
     "dapo": ("DAPO (dynamic sampling)", "dapo", {}),
+    "dapo_skip": ("DAPO (dynamic sampling + GRESO skipping)", "dapo", {"dynamic_sampling_skip_predicted": True}),
     "gspo": ("GSPO", "gspo", {}),
 }
 TRAILING = 3  # evaluations averaged for "time to target"
+#: ``--task``: the demo's problems (operands 0..29), or a harder variant with operands 0..49 from the same warm start
+#: (trained on the demo's problems): many more groups are all wrong, so at least half of them are uninformative.
+TASKS = {"demo": {}, "hard": {"max_operand": 49}}
+#: Default ``--target`` per task: the demo's 0.36; for ``hard``, fixed from the warm start's held-out accuracy on it
+#: (0.121, measured before any RL run: ``--quick --task hard``) plus 0.05, fixed before any full run was seen.
+TARGETS = {"demo": 0.36, "hard": 0.17}
 
 
 class CountingArithmetic:
@@ -83,7 +92,9 @@ def make_args(name: str, output_dir: str, seed: int, max_steps: int, prompts_per
     _, preset, overrides = ALGORITHMS[name]
     rl, dapo = common.demo_settings(prompts_per_step)
     extra = dapo if preset == "dapo" else {}
-    return get_preset(preset, **common.run_args(output_dir, seed=seed, max_steps=max_steps), **rl, **extra, **overrides)
+    return get_preset(
+        preset, **common.run_args(output_dir, seed=seed, max_steps=max_steps), **rl, **extra, **overrides
+    )
 
 
 def budget_callback(counter, options, tokenizer, held_out, steps_per_generation):
@@ -106,8 +117,14 @@ def budget_callback(counter, options, tokenizer, held_out, steps_per_generation)
             if counter.completions >= self.next_eval or done:
                 started = time.perf_counter()
                 accuracy = greedy_accuracy(model, tokenizer, held_out)
-                self.evals.append({"step": state.global_step, "completions": counter.completions,
-                                   "accuracy": accuracy, "eval_seconds": time.perf_counter() - started})
+                self.evals.append(
+                    {
+                        "step": state.global_step,
+                        "completions": counter.completions,
+                        "accuracy": accuracy,
+                        "eval_seconds": time.perf_counter() - started,
+                    }
+                )
                 self.next_eval = (counter.completions // options.eval_every + 1) * options.eval_every
             if done:
                 control.should_training_stop = True
@@ -126,11 +143,11 @@ def worker(me: int, baton, name: str, seeds: list[int], options):
     common.setup(options.threads)
     from transformers import AutoModelForCausalLM
 
-    from trl_ext.demo import greedy_accuracy, make_problems
+    from trl_ext.demo import DemoTaskConfig, greedy_accuracy, make_problems
     from trl_ext.grpo.presets import trainer_class_for
 
     _, tokenizer, path = common.load_policy(options.warm_start_steps, options.cache_dir)
-    train, held_out = make_problems()
+    train, held_out = make_problems(DemoTaskConfig(**TASKS[options.task]))
     with tempfile.TemporaryDirectory() as workdir:
         for index, seed in enumerate(seeds):
             probe = make_args(name, workdir, seed, 1, options.prompts_per_step)
@@ -142,14 +159,28 @@ def worker(me: int, baton, name: str, seeds: list[int], options):
             counter = CountingArithmetic()
             clock = common.lockstep(baton, me)
             budget = budget_callback(counter, options, tokenizer, held_out, args.steps_per_generation)
-            trainer = trainer_class_for(args)(model=model, reward_funcs=[counter], args=args, train_dataset=train,
-                                              processing_class=tokenizer, callbacks=[clock, budget])
+            trainer = trainer_class_for(args)(
+                model=model,
+                reward_funcs=[counter],
+                args=args,
+                train_dataset=train,
+                processing_class=tokenizer,
+                callbacks=[clock, budget],
+            )
             common.silence(trainer)
             baton.start(me, first=index % baton.parties)  # rotate which algorithm takes the first step
             trainer.train()
-            yield {"name": name, "seed": seed, "start_accuracy": start_accuracy, "evals": budget.evals,
-                   "logs": budget.logs, "step_seconds": clock.step_seconds(), "completions": counter.completions,
-                   "steps": trainer.state.global_step, "completions_per_step": per_step}
+            yield {
+                "name": name,
+                "seed": seed,
+                "start_accuracy": start_accuracy,
+                "evals": budget.evals,
+                "logs": budget.logs,
+                "step_seconds": clock.step_seconds(),
+                "completions": counter.completions,
+                "steps": trainer.state.global_step,
+                "completions_per_step": per_step,
+            }
             del trainer, model
             gc.collect()
 
@@ -196,8 +227,11 @@ def mean_sd(values: list[float], fmt: str = "{:.3f}") -> str:
 
 
 def informative_fraction(run: dict, lo: float, hi: float) -> float | None:
-    rows = [1 - r["frac_reward_zero_std"] for r in run["logs"]
-            if "frac_reward_zero_std" in r and lo < r["completions"] <= hi]
+    rows = [
+        1 - r["frac_reward_zero_std"]
+        for r in run["logs"]
+        if "frac_reward_zero_std" in r and lo < r["completions"] <= hi
+    ]
     return statistics.mean(rows) if rows else None
 
 
@@ -209,8 +243,11 @@ def summarize(runs: list[dict], options) -> dict:
     for name, rs in by.items():
         hits = [reach(r, options.target) for r in rs]
         full_time = [train_seconds(r, r["steps"]) for r in rs]
-        ratios = [train_seconds(r, r["steps"]) / train_seconds(grpo[r["seed"]], grpo[r["seed"]]["steps"])
-                  for r in rs if r["seed"] in grpo]
+        ratios = [
+            train_seconds(r, r["steps"]) / train_seconds(grpo[r["seed"]], grpo[r["seed"]]["steps"])
+            for r in rs
+            if r["seed"] in grpo
+        ]
         target_ratios = []
         for r, hit in zip(rs, hits, strict=True):
             base = reach(grpo[r["seed"]], options.target) if r["seed"] in grpo else None
@@ -231,10 +268,13 @@ def summarize(runs: list[dict], options) -> dict:
             "time_ratio": statistics.median(ratios) if ratios else None,
             "time_ratios": ratios,
             "target_time_ratio": statistics.median(target_ratios) if target_ratios else None,
-            "seconds_per_1k": statistics.median([1000 * t / r["completions"]
-                                                 for t, r in zip(full_time, rs, strict=True)]),
+            "seconds_per_1k": statistics.median(
+                [1000 * t / r["completions"] for t, r in zip(full_time, rs, strict=True)]
+            ),
             "kept_first": [f for r in rs if (f := informative_fraction(r, 0, tenth)) is not None],
-            "kept_last": [f for r in rs if (f := informative_fraction(r, options.budget - tenth, math.inf)) is not None],
+            "kept_last": [
+                f for r in rs if (f := informative_fraction(r, options.budget - tenth, math.inf)) is not None
+            ],
             "kept_all": [f for r in rs if (f := informative_fraction(r, 0, math.inf)) is not None],
             "rounds": statistics.mean(rounds) if rounds else None,
         }
@@ -255,8 +295,16 @@ def plot(runs: list[dict], options, out: Path) -> Path:
         for ax, key, xs in ((axes[0], "completions", grid), (axes[1], "step", None)):
             if xs is None:
                 xs = np.linspace(0, max(r["steps"] for r in rs), 41)
-            curves = np.array([np.interp(xs, [0] + [e[key] for e in r["evals"]],
-                                         [r["start_accuracy"]] + [e["accuracy"] for e in r["evals"]]) for r in rs])
+            curves = np.array(
+                [
+                    np.interp(
+                        xs,
+                        [0] + [e[key] for e in r["evals"]],
+                        [r["start_accuracy"]] + [e["accuracy"] for e in r["evals"]],
+                    )
+                    for r in rs
+                ]
+            )
             ax.plot(xs, curves.mean(axis=0), color=color, label=label)
             if len(rs) > 1:
                 ax.fill_between(xs, curves.min(axis=0), curves.max(axis=0), color=color, alpha=0.15)
@@ -279,8 +327,11 @@ def plot(runs: list[dict], options, out: Path) -> Path:
         ax.set_ylabel("held-out greedy accuracy (240)")
     axes[0].set(xlabel="generated completions", title="accuracy vs generation budget (mean, min-max over seeds)")
     axes[1].set(xlabel="optimizer steps", title="accuracy vs optimizer steps (dashed: fewest steps of any run)")
-    axes[2].set(xlabel="generated completions", ylabel="informative (kept) group fraction",
-                title="kept-group fraction of generated groups")
+    axes[2].set(
+        xlabel="generated completions",
+        ylabel="informative (kept) group fraction",
+        title="kept-group fraction of generated groups",
+    )
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
@@ -294,58 +345,98 @@ def markdown(runs, summary, options, prov) -> tuple[list[str], list[str]]:
     start = runs[0]["start_accuracy"]
     head = common.header(prov)
     head.append(
-        f"- setting: demo SFT warm start (held-out greedy accuracy {start:.3f}), {prompts} prompts x "
+        f"- setting: task `{getattr(options, 'task', 'demo')}` {TASKS[getattr(options, 'task', 'demo')] or ''}, demo SFT "
+        f"warm start (held-out greedy accuracy {start:.3f}), {prompts} prompts x "
         f"{rl['num_generations']} completions per step, max {rl['max_completion_length']} tokens, lr "
         f"{rl['learning_rate']:g} constant; seeds {options.seeds}; budget {options.budget:,} generated completions; "
         f"evaluation every {options.eval_every:,}; target accuracy {options.target} (mean of the last {TRAILING} "
-        f"evaluations); DAPO: soft overlong buffer {dapo['overlong_buffer_len']}, at most "
-        f"{dapo['dynamic_sampling_max_rounds']} rounds per step"
+        f"evaluations); DAPO: soft overlong buffer {dapo['overlong_buffer_len']}, a generation budget of "
+        f"{dapo['dynamic_sampling_max_rounds']} generation batches per step (right-sized refill rounds)"
     )
     n = len(options.seeds)
     rows = []
     for name in options.algorithms:
         s = summary[name]
         reached = s["reached"]
-        rows.append([
-            ALGORITHMS[name][0],
-            f"**{mean_sd(s['final'])}**",
-            mean_sd(s["half"]),
-            mean_sd(s["at_common_steps"]),
-            f"{len(reached)}/{n}",
-            mean_sd([h["step"] for h in reached], "{:.0f}"),
-            mean_sd([h["completions"] for h in reached], "{:,.0f}"),
-            f"{s['target_time_ratio']:.2f}" if s["target_time_ratio"] is not None else "–",
-            f"{s['time_ratio']:.2f}" if s["time_ratio"] is not None else "–",
-            mean_sd(s["steps"], "{:.0f}"),
-            f"{s['rounds']:.2f}" if s["rounds"] is not None else "1",
-            mean_sd(s["kept_first"], "{:.2f}"),
-            mean_sd(s["kept_last"], "{:.2f}"),
-        ])
+        rows.append(
+            [
+                ALGORITHMS[name][0],
+                f"**{mean_sd(s['final'])}**",
+                mean_sd(s["half"]),
+                mean_sd(s["at_common_steps"]),
+                f"{len(reached)}/{n}",
+                mean_sd([h["step"] for h in reached], "{:.0f}"),
+                mean_sd([h["completions"] for h in reached], "{:,.0f}"),
+                f"{s['target_time_ratio']:.2f}" if s["target_time_ratio"] is not None else "–",
+                f"{s['time_ratio']:.2f}" if s["time_ratio"] is not None else "–",
+                mean_sd(s["steps"], "{:.0f}"),
+                f"{s['rounds']:.2f}" if s["rounds"] is not None else "1",
+                mean_sd(s["kept_first"], "{:.2f}"),
+                mean_sd(s["kept_last"], "{:.2f}"),
+                mean_sd([h["seconds"] for h in reached], "{:.0f}"),
+            ]
+        )
     body = [f"## At the same budget ({options.budget:,} generated completions), {n} seed(s): mean ± sd", ""]
     body += common.table(
-        ["algorithm", "accuracy at budget", "accuracy at half budget",
-         f"accuracy after {summary['common_steps']} optimizer steps", f"reached {options.target}",
-         f"optimizer steps to {options.target}", f"completions to {options.target}",
-         "train time to target / GRPO", "train time for budget / GRPO", "optimizer steps in budget",
-         "generation rounds per step", "kept-group frac, first 10%", "kept-group frac, last 10%"],
+        [
+            "algorithm",
+            "accuracy at budget",
+            "accuracy at half budget",
+            f"accuracy after {summary['common_steps']} optimizer steps",
+            f"reached {options.target}",
+            f"optimizer steps to {options.target}",
+            f"completions to {options.target}",
+            "train time to target / GRPO",
+            "train time for budget / GRPO",
+            "optimizer steps in budget",
+            "generation rounds per step",
+            "kept-group frac, first 10%",
+            "kept-group frac, last 10%",
+            f"train seconds to {options.target}",
+        ],
         rows,
     )
-    body += ["", f"Accuracy after {summary['common_steps']} optimizer steps (the fewest any run made within the "
-             "budget): interpolated between the evaluations around that step, so every algorithm is compared at the "
-             "same number of updates. Steps, completions and time to target: mean over the seeds that reached it "
-             "(how many did is in the column before). Time ratios: per seed against GRPO's run of the same seed "
-             "(same turn-taking run), median over seeds; training time only (evaluations excluded).", "",
-             "## Reading", ""]
+    body += [
+        "",
+        f"Accuracy after {summary['common_steps']} optimizer steps (the fewest any run made within the "
+        "budget): interpolated between the evaluations around that step, so every algorithm is compared at the "
+        "same number of updates. Steps, completions and time to target: mean over the seeds that reached it "
+        "(how many did is in the column before). Time ratios: per seed against GRPO's run of the same seed "
+        "(same turn-taking run), median over seeds; training time only (evaluations excluded).",
+        "",
+        "## Reading",
+        "",
+    ]
     body += findings(summary, options)
     body += ["", "## Every run", ""]
     run_rows = []
     for r in sorted(runs, key=lambda r: (options.algorithms.index(r["name"]), r["seed"])):
         hit = reach(r, options.target)
-        run_rows.append([ALGORITHMS[r["name"]][0], r["seed"], r["steps"], f"{r['completions']:,}",
-                         f"{r['evals'][-1]['accuracy']:.3f}", hit["step"] if hit else "–",
-                         f"{hit['completions']:,}" if hit else "–", f"{train_seconds(r, r['steps']):.0f}"])
-    body += common.table(["algorithm", "seed", "optimizer steps", "completions", "final accuracy",
-                          "steps to target", "completions to target", "train seconds"], run_rows)
+        run_rows.append(
+            [
+                ALGORITHMS[r["name"]][0],
+                r["seed"],
+                r["steps"],
+                f"{r['completions']:,}",
+                f"{r['evals'][-1]['accuracy']:.3f}",
+                hit["step"] if hit else "–",
+                f"{hit['completions']:,}" if hit else "–",
+                f"{train_seconds(r, r['steps']):.0f}",
+            ]
+        )
+    body += common.table(
+        [
+            "algorithm",
+            "seed",
+            "optimizer steps",
+            "completions",
+            "final accuracy",
+            "steps to target",
+            "completions to target",
+            "train seconds",
+        ],
+        run_rows,
+    )
     body += ["", "![accuracy against completions and steps, kept-group fraction](sample_efficiency.png)"]
     return head, body
 
@@ -353,6 +444,7 @@ def markdown(runs, summary, options, prov) -> tuple[list[str], list[str]]:
 def _noise(a: list[float], b: list[float]) -> float:
     """Two standard errors of the difference of two means over seeds (from the seed-to-seed spread, which includes
     the evaluation noise; with one seed, the binomial noise of one evaluation on 240 problems)."""
+
     def var(x):
         return statistics.variance(x) if len(x) > 1 else 0.35 * 0.65 / 240
 
@@ -375,25 +467,35 @@ def findings(summary: dict, options) -> list[str]:
     mean = statistics.mean
     finals = {a: mean(summary[a]["final"]) for a in options.algorithms}
     ranked = sorted(options.algorithms, key=finals.get, reverse=True)
-    noise = statistics.median(_noise(summary[a]["final"], summary[b]["final"])
-                              for a in ranked for b in ranked if a < b) if len(ranked) > 1 else 0.0
-    out.append("- Accuracy at the budget, best first: " + ", ".join(f"{ALGORITHMS[a][0]} {finals[a]:.3f}"
-                                                                     for a in ranked)
-               + f" (start {summary[ranked[0]]['start']:.3f}). With {n} seed(s), a difference between two "
-               f"algorithms needs to exceed about {noise:.3f} (two standard errors, from the seed-to-seed spread) to "
-               "be more than noise.")
+    noise = (
+        statistics.median(_noise(summary[a]["final"], summary[b]["final"]) for a in ranked for b in ranked if a < b)
+        if len(ranked) > 1
+        else 0.0
+    )
+    out.append(
+        "- Accuracy at the budget, best first: "
+        + ", ".join(f"{ALGORITHMS[a][0]} {finals[a]:.3f}" for a in ranked)
+        + f" (start {summary[ranked[0]]['start']:.3f}). With {n} seed(s), a difference between two "
+        f"algorithms needs to exceed about {noise:.3f} (two standard errors, from the seed-to-seed spread) to "
+        "be more than noise."
+    )
     always = [a for a in options.algorithms if len(summary[a]["reached"]) == n]
     if always:
         fastest = min(always, key=lambda a: mean(h["completions"] for h in summary[a]["reached"]))
-        out.append(f"- Reached {target} in every seed: " + ", ".join(ALGORITHMS[a][0] for a in always)
-                   + f"; the fewest generated completions to get there: {ALGORITHMS[fastest][0]} "
-                   f"({mean(h['completions'] for h in summary[fastest]['reached']):,.0f} on average).")
+        out.append(
+            f"- Reached {target} in every seed: "
+            + ", ".join(ALGORITHMS[a][0] for a in always)
+            + f"; the fewest generated completions to get there: {ALGORITHMS[fastest][0]} "
+            f"({mean(h['completions'] for h in summary[fastest]['reached']):,.0f} on average)."
+        )
     ds, no_ds = summary.get("dapo"), summary.get("dapo_no_ds")
     if ds and no_ds and ds["rounds"]:
         k = summary["common_steps"]
         per_step = _compare(ds["at_common_steps"], no_ds["at_common_steps"])
         per_budget = _compare(ds["final"], no_ds["final"])
-        holds = {"higher": "holds here", "lower": "does not hold here"}.get(per_step.split()[0], "is not confirmed here")
+        holds = {"higher": "holds here", "lower": "does not hold here"}.get(
+            per_step.split()[0], "is not confirmed here"
+        )
         out.append(
             f"- Dynamic sampling. DAPO's claim: a given accuracy in fewer optimizer steps despite the extra "
             f"generation. After the same {k} optimizer steps, DAPO with dynamic sampling was at "
@@ -402,20 +504,36 @@ def findings(summary: dict, options) -> list[str]:
             f"with dynamic sampling and {no_ds['reached_by_common_steps']}/{n} without (without it, "
             f"{len(no_ds['reached'])}/{n} by the end of its {mean(no_ds['steps']):.0f} steps). At the same "
             f"generation budget its accuracy is {per_budget}: {mean(ds['final']):.3f} against "
-            f"{mean(no_ds['final']):.3f}. Each of its steps generated {ds['rounds']:.2f} batches (a refill round "
-            f"generates a whole batch however few groups are missing), which left {mean(ds['steps']):.0f} optimizer "
-            "steps in the budget instead of "
-            f"{mean(no_ds['steps']):.0f}; it used {ds['time_ratio']:.2f}x GRPO's training time for the budget against "
-            f"{no_ds['time_ratio']:.2f}x without dynamic sampling (fewer backward passes)."
+            f"{mean(no_ds['final']):.3f}. Each of its steps generated {ds['rounds']:.2f} rounds (right-sized refills: "
+            f"only about the missing groups), which left {mean(ds['steps']):.0f} optimizer steps in the budget "
+            f"instead of {mean(no_ds['steps']):.0f}"
+            + (
+                f"; it used {ds['time_ratio']:.2f}x GRPO's training time for the budget against "
+                f"{no_ds['time_ratio']:.2f}x without dynamic sampling (fewer backward passes)."
+                if ds["time_ratio"] is not None and no_ds["time_ratio"] is not None
+                else " (training-time ratios need GRPO in --algorithms)."
+            )
+        )
+    skip = summary.get("dapo_skip")
+    if skip and ds:
+        out.append(
+            f"- GRESO skipping on top of dynamic sampling: accuracy at the budget {mean(skip['final']):.3f} against "
+            f"{mean(ds['final']):.3f} ({_compare(skip['final'], ds['final'])}); after {summary['common_steps']} "
+            f"steps {mean(skip['at_common_steps']):.3f} against {mean(ds['at_common_steps']):.3f}; "
+            f"{mean(skip['steps']):.0f} optimizer steps in the budget against {mean(ds['steps']):.0f}; "
+            f"{skip['rounds']:.2f} rounds per step against {ds['rounds']:.2f}."
         )
     kept = {a: mean(summary[a]["kept_all"]) for a in options.algorithms if summary[a]["kept_all"]}
     if kept:
         low, high = min(kept.values()), max(kept.values())
-        out.append(f"- Informative (kept) group fraction of generated groups over the whole run: {low:.2f} to "
-                   f"{high:.2f} across algorithms (" + ", ".join(f"{ALGORITHMS[a][0]} {v:.2f}" for a, v in kept.items())
-                   + f"). On this task {1 - high:.0%}-{1 - low:.0%} of the groups are uninformative; dynamic sampling "
-                   "replaces them, but a refill round generates a whole batch however few groups are missing "
-                   "(cost against p: benchmarks/results/dynamic_sampling.md).")
+        out.append(
+            f"- Informative (kept) group fraction of generated groups over the whole run: {low:.2f} to "
+            f"{high:.2f} across algorithms ("
+            + ", ".join(f"{ALGORITHMS[a][0]} {v:.2f}" for a, v in kept.items())
+            + f"). On this task {1 - high:.0%}-{1 - low:.0%} of the groups are uninformative; dynamic sampling "
+            "replaces them with right-sized refill rounds (cost against p: "
+            "benchmarks/results/dynamic_sampling.md)."
+        )
     return out
 
 
@@ -425,18 +543,29 @@ def parse(argv):
     parser.add_argument("--seeds", help="comma-separated seeds (full: 0,1,2; quick: 0)")
     parser.add_argument("--budget", type=int, help="generated completions per run (full 38400 = 300 GRPO steps)")
     parser.add_argument("--eval-every", type=int, help="completions between evaluations (full 1280, quick 512)")
-    parser.add_argument("--target", type=float, default=0.36, help="target held-out accuracy (default 0.36)")
+    parser.add_argument("--target", type=float, help=f"target held-out accuracy (default per task: {TARGETS})")
+    parser.add_argument(
+        "--task",
+        choices=sorted(TASKS),
+        default="demo",
+        help="demo: the demo's problems; hard: operands 0..49 (at least half the groups uninformative)",
+    )
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS), help=f"subset of {list(ALGORITHMS)}")
     parser.add_argument("--prompts-per-step", type=int, help="prompts per step (default: the demo's 16)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
     parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
-    parser.add_argument("--out", default=None, help="directory for sample_efficiency.md, .png, .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="directory for sample_efficiency.md, .png, .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)",
+    )
     parser.add_argument("--render", help="rebuild the report from a saved sample_efficiency.json instead of training")
     options = parser.parse_args(argv)
     options.seeds = [int(s) for s in (options.seeds or ("0" if options.quick else "0,1,2")).split(",")]
     options.budget = options.budget or (2048 if options.quick else 38400)
     options.eval_every = options.eval_every or (512 if options.quick else 1280)
+    options.target = options.target if options.target is not None else TARGETS[options.task]
     options.algorithms = [a.strip() for a in options.algorithms.split(",") if a.strip()]
     unknown = sorted(set(options.algorithms) - set(ALGORITHMS))
     if unknown:
@@ -457,21 +586,30 @@ def main(argv: list[str] | None = None) -> int:
         common.load_policy(options.warm_start_steps, options.cache_dir)  # build the cached warm start once
 
         def progress(me, index, run):
-            print(f"[sample_efficiency] {run['name']} seed {run['seed']}: {run['steps']} steps, "
-                  f"{run['completions']:,} completions, accuracy {run['start_accuracy']:.3f} -> "
-                  f"{run['evals'][-1]['accuracy']:.3f}", flush=True)
+            print(
+                f"[sample_efficiency] {run['name']} seed {run['seed']}: {run['steps']} steps, "
+                f"{run['completions']:,} completions, accuracy {run['start_accuracy']:.3f} -> "
+                f"{run['evals'][-1]['accuracy']:.3f}",
+                flush=True,
+            )
 
-        per_worker = common.run_lockstep(worker, [(name, options.seeds, options) for name in options.algorithms],
-                                         on_result=progress)
+        per_worker = common.run_lockstep(
+            worker, [(name, options.seeds, options) for name in options.algorithms], on_result=progress
+        )
         runs = [run for worker_runs in per_worker for run in worker_runs]
-        prov = common.provenance(common.command_line("sample_efficiency.py", argv), time.time() - started,
-                                 options.threads, load_before)
+        prov = common.provenance(
+            common.command_line("sample_efficiency.py", argv), time.time() - started, options.threads, load_before
+        )
         common.save_raw(out / "sample_efficiency.json", options, prov, runs)
     summary = summarize(runs, options)
     plot(runs, options, out / "sample_efficiency.png")
     head, body = markdown(runs, summary, options, prov)
-    path = common.write_markdown(out / "sample_efficiency.md", "Sample efficiency: GRPO, Dr. GRPO, DAPO and GSPO at "
-                                 "the same generation budget", head, body)
+    path = common.write_markdown(
+        out / "sample_efficiency.md",
+        "Sample efficiency: GRPO, Dr. GRPO, DAPO and GSPO at the same generation budget",
+        head,
+        body,
+    )
     print("\n".join(body[: body.index("## Reading")]))
     print(f"[sample_efficiency] wrote {path} and {out / 'sample_efficiency.png'}")
     return 0

@@ -51,6 +51,15 @@ def main(out: str) -> None:
         temperature=1.5,
     )
     trainer = DAPOTrainer(model, [even_answer_reward], args=args, train_dataset=train, processing_class=tokenizer)
+    refill_rows = []  # rows each refill round gives this rank (right-sized: whole groups per process)
+    refill = trainer._refill_inputs
+
+    def recording(inputs, num_prompts):
+        rows = refill(inputs, num_prompts)
+        refill_rows.append(len(rows))
+        return rows
+
+    trainer._refill_inputs = recording
     trainer.train()
 
     world = dist.get_world_size() if dist.is_initialized() else 1
@@ -75,6 +84,7 @@ def main(out: str) -> None:
                 "global_step": trainer.state.global_step,
                 "weights_equal_across_ranks": all(torch.equal(gathered[0], g) for g in gathered),
                 "dynamic_sampling_logs": logs,
+                "refill_rows": refill_rows,
             },
             f,
         )

@@ -80,15 +80,37 @@ def test_sample_efficiency_quick_counts_the_budget(tmp_path, warm_cache):
     _provenance(text)
     assert (tmp_path / "sample_efficiency.png").stat().st_size > 0
     summary = {row[0]: row for row in _table(text, "## At the same budget")}
-    assert list(summary) == ["GRPO", "Dr. GRPO", "DAPO (no dynamic sampling)", "DAPO (dynamic sampling)", "GSPO"]
+    assert list(summary) == [
+        "GRPO",
+        "Dr. GRPO",
+        "DAPO (no dynamic sampling)",
+        "DAPO (dynamic sampling)",
+        "DAPO (dynamic sampling + GRESO skipping)",
+        "GSPO",
+    ]
     assert summary["GRPO"][8] == "1.00"  # time ratio of GRPO to itself
     runs = {row[0]: row for row in _table(text, "## Every run")}
     # 16 completions per step: exactly 4 steps for the budget of 64, GSPO in one 4-step cycle of 64 completions
     for name in ("GRPO", "Dr. GRPO", "DAPO (no dynamic sampling)", "GSPO"):
         assert (runs[name][2], runs[name][3]) == ("4", "64")
-    steps, completions = int(runs["DAPO (dynamic sampling)"][2]), int(runs["DAPO (dynamic sampling)"][3])
-    assert completions >= 64 and steps <= 4 and completions % 16 == 0  # refill rounds count in the budget
+    for name in ("DAPO (dynamic sampling)", "DAPO (dynamic sampling + GRESO skipping)"):
+        steps, completions = int(runs[name][2]), int(runs[name][3])
+        assert completions >= 64 and steps <= 4 and completions % 8 == 0  # refill rounds (whole groups) count
     assert all(0.0 <= float(row[4]) <= 1.0 for row in runs.values())
+
+
+@pytest.mark.slow
+def test_sample_efficiency_subset_without_grpo_reports(tmp_path, warm_cache):
+    """Issue 14: ``--algorithms dapo_no_ds,dapo`` used to crash in the findings on GRPO's missing time ratio."""
+    _run(
+        "sample_efficiency.py", tmp_path, warm_cache, "--seeds", "0", "--budget", "64", "--eval-every", "32",
+        "--algorithms", "dapo_no_ds,dapo", "--task", "hard",
+    )  # fmt: skip
+    text = (tmp_path / "sample_efficiency.md").read_text()
+    summary = {row[0]: row for row in _table(text, "## At the same budget")}
+    assert list(summary) == ["DAPO (no dynamic sampling)", "DAPO (dynamic sampling)"]
+    assert "- Dynamic sampling. DAPO's claim" in text and "need GRPO in --algorithms" in text
+    assert "task `hard`" in text
 
 
 @pytest.mark.slow

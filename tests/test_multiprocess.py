@@ -39,3 +39,9 @@ def test_dapo_dynamic_sampling_on_two_processes(tmp_path):
     logs = ranks[0]["dynamic_sampling_logs"]
     assert len(logs) == 3
     assert any(log["dynamic_sampling/kept_group_frac"] < 1.0 for log in logs)  # something really was filtered
+    # right-sized refills: every rank generates the same whole number of groups (4 completions each); a whole
+    # generation batch would be 6 rows per rank, a group straddling the two ranks
+    assert ranks[0]["refill_rows"] == ranks[1]["refill_rows"] and ranks[0]["refill_rows"]
+    assert all(rows % 4 == 0 and rows > 0 for rows in ranks[0]["refill_rows"])
+    # only the selected rows were gathered: every rank received the same bytes, logged identically
+    assert all(log["dynamic_sampling/gathered_bytes"] > 0 for log in logs if log["dynamic_sampling/rounds"] > 1)

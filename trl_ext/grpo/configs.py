@@ -37,7 +37,9 @@ class GRPOFamilyConfig(GRPOConfig):
             completions for fresh training prompts until the generation batch holds as many informative groups as
             it was meant to, or ``dynamic_sampling_max_rounds`` is reached.
         dynamic_sampling_max_rounds (`int`, defaults to `4`):
-            Generation rounds per generation batch, the first included. When the limit is hit, the missing groups
+            The generation budget of one generation batch, in whole generation batches (the first round included):
+            refill rounds are right-sized (``dynamic_sampling_refill_margin``), so there may be more rounds than
+            this, but never more groups than ``max_rounds`` generation batches. When the budget is spent, the missing groups
             are filled with uninformative ones whose loss mask is zeroed (they change nothing in the gradient), a
             warning is printed once and ``dynamic_sampling/limit_hit`` is logged.
         dynamic_sampling_atol (`float`, defaults to `1e-6`):
@@ -51,6 +53,23 @@ class GRPOFamilyConfig(GRPOConfig):
         dynamic_sampling_reward_range (`list[float]` or `None`, defaults to `None`):
             ``[min, max]`` of the reward scale, used only to label uninformative groups as all-min ("too hard") or
             all-max ("too easy") in the logs. ``None``: the extremes seen so far in training.
+        dynamic_sampling_carry_over (`float`, defaults to `0.25`):
+            Informative groups generated beyond a step's need (at most this share of its groups) are trained at the
+            next step, once, with the old-policy log-probs of the policy that generated them, so that the clipped
+            ratio corrects for their age. Only where TRL computes old log-probs (several minibatches per generation,
+            or vLLM's importance-sampling correction) and the ratio is per token (off for GSPO: its 3e-4 band would
+            clip a one-step-old group entirely). 0: off. Checkpointed; logged as ``dynamic_sampling/carried_*``.
+        dynamic_sampling_skip_predicted (`bool`, defaults to `False`):
+            Beyond the paper (GRESO, arXiv 2506.02177): skip a prompt before its rollout with probability
+            ``1 - p**z`` after ``z`` consecutive zero-variance visits, ``p`` adapting toward
+            ``dynamic_sampling_skip_target``. Every round's prompts then come from the refill stream (TRL's sampler
+            still advances). History per training-set index (a ``datasets.Dataset`` is needed), checkpointed, logged
+            as ``dynamic_sampling/skipped_prompts``. Off by default, so that the DAPO preset stays the paper's.
+        dynamic_sampling_skip_target (`float`, defaults to `0.25`):
+            The zero-variance fraction of generated groups that the skip rule's exploration probability aims at.
+        dynamic_sampling_refill_margin (`float`, defaults to `1.25`):
+            A refill round generates ``missing / rate x margin`` groups, ``rate`` being the running estimate of the
+            informative fraction (GRESO, arXiv 2506.02177, uses 1.25), rounded up to whole groups on every process.
         reward_errors (`str`, defaults to `"raise"`):
             A reward function raising on a completion stops the run, naming the function and the completion
             (``"raise"``), or scores it ``None`` and counts it (``"skip"``; ``trl_ext.reliability.reward_guard``).
@@ -82,6 +101,31 @@ class GRPOFamilyConfig(GRPOConfig):
     dynamic_sampling_reward_range: list[float] | None = field(
         default=None,
         metadata={"help": "[min, max] of the reward scale, to label uninformative groups too hard / too easy."},
+    )
+    dynamic_sampling_carry_over: float = field(
+        default=0.25,
+        metadata={
+            "help": "Informative groups beyond a step's need, as a share of its groups, carried to the next step once "
+            "with their old-policy log-probs (only where TRL computes those and the ratio is per token). 0: off."
+        },
+    )
+    dynamic_sampling_skip_predicted: bool = field(
+        default=False,
+        metadata={
+            "help": "GRESO pre-rollout skipping: skip a prompt with probability 1 - p^z after z consecutive "
+            "zero-variance visits (beyond the DAPO paper; off by default)."
+        },
+    )
+    dynamic_sampling_skip_target: float = field(
+        default=0.25,
+        metadata={"help": "Zero-variance fraction of generated groups that GRESO's exploration probability targets."},
+    )
+    dynamic_sampling_refill_margin: float = field(
+        default=1.25,
+        metadata={
+            "help": "A refill round generates missing / (estimated informative rate) x this many groups (GRESO's "
+            "1.25), rounded to whole groups per process and capped at the first round's size."
+        },
     )
     reward_errors: str = field(
         default="raise",
@@ -136,6 +180,20 @@ class GRPOFamilyConfig(GRPOConfig):
                 raise ValueError(
                     f"dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds}: at least 1 round is needed. "
                     "Set it to 2 or more for dynamic sampling to refill anything, or set dynamic_sampling=False."
+                )
+            if not 0 <= self.dynamic_sampling_skip_target < 1:
+                raise ValueError(
+                    f"dynamic_sampling_skip_target={self.dynamic_sampling_skip_target} must be in [0, 1) (e.g. 0.25)."
+                )
+            if not 0 <= self.dynamic_sampling_carry_over <= 1:
+                raise ValueError(
+                    f"dynamic_sampling_carry_over={self.dynamic_sampling_carry_over} must be a share in [0, 1] of a "
+                    "generation batch's groups (e.g. 0.25); 0 turns carry-over off."
+                )
+            if not (math.isfinite(self.dynamic_sampling_refill_margin) and self.dynamic_sampling_refill_margin > 0):
+                raise ValueError(
+                    f"dynamic_sampling_refill_margin={self.dynamic_sampling_refill_margin} must be a finite number > 0 "
+                    "(e.g. 1.25, GRESO's margin; 1.0 asks for exactly the expected need)."
                 )
             if self.dynamic_sampling_atol < 0 or not math.isfinite(self.dynamic_sampling_atol):
                 raise ValueError(

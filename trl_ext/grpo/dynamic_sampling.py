@@ -2,9 +2,34 @@
 
 What it does, relative to the paper: after TRL generates and scores a generation batch, groups whose *accuracy* is
 all equal are dropped (``trl_ext.grpo.group_filter``), and completions are generated for fresh training prompts until the
-generation batch again holds as many informative groups as it was meant to hold. Extra informative groups of the
-last round are discarded (not buffered: a buffered group would be off-policy at the next step) and counted
-(``dynamic_sampling/surplus_groups``, ``surplus_time``).
+generation batch again holds as many informative groups as it was meant to hold.
+
+What it costs (issue 14; ``benchmarks/dynamic_sampling.py`` measures it):
+
+- **Right-sized rounds** (``trl_ext.grpo.ds_rounds``): a refill round generates ``missing / rate x margin`` groups
+  (GRESO's 1.25, ``dynamic_sampling_refill_margin``), ``rate`` a running estimate of the informative fraction, rounded
+  up so that every process generates the same whole number of groups, capped at the first round's size; the step's
+  generation budget is ``dynamic_sampling_max_rounds`` generation batches. The first round is TRL's own batch (not
+  oversampled: its layout is TRL's sampler's, and a group may straddle two processes).
+- **Surplus carried once** (``dynamic_sampling_carry_over``, a share of the batch's groups, default 0.25): informative
+  groups beyond the need are trained at the next step (first, then never again), with the old-policy log-probs of
+  the policy that generated them so that TRL's clipped ratio corrects for their age. Off where TRL computes no
+  old-policy log-probs (one on-policy step per generation: its ratio is 1 by construction, a stale group's age would
+  go uncorrected) and for a sequence-level ratio (GSPO: its 3e-4 clipping band would clip a one-step-old group
+  entirely). Checkpointed (``dynamic_sampling_carry.pt``), logged (``dynamic_sampling/carried_groups_*``). Other
+  surplus is discarded and counted (``dynamic_sampling/surplus_groups``, ``surplus_time``).
+- **No forward pass on dropped groups**: while a round runs, TRL's no-grad old-policy / reference passes
+  (``_get_per_token_logps_and_entropies``) return a placeholder; they are computed afterwards, by TRL's own method,
+  for the trained rows only (``_fill_logps``), and under vLLM's importance-sampling correction the ratio and its
+  ``sampling/*`` metrics are recomputed for those rows (``ds_rounds.importance_sampling_ratio``, TRL's formula).
+  Not deferred: PEFT with ``beta > 0`` (TRL computes the reference with the adapter disabled, a context we could not
+  replay).
+- **Only the selected rows move**: each process contributes the selected rows it holds to one all-gather per key
+  (deferred log-probs are not moved at all); ``dynamic_sampling/gathered_bytes`` logs the bytes each process
+  receives.
+- **GRESO skipping** (``dynamic_sampling_skip_predicted``, off by default; ``trl_ext.grpo.ds_skip``): prompts predicted
+  to give a zero-variance group are skipped before their rollout; every round's prompts then come from the refill
+  stream (TRL's sampler still advances). ``dynamic_sampling/skipped_prompts`` counts them.
 
 - **The metric** (``dynamic_sampling_metric``): the weighted sum of the named reward functions; by default every
   reward function except the shaping ones the trainer adds itself (``shaping_reward_names``: DAPO's soft overlong
@@ -33,27 +58,27 @@ super()"):
 - ``_calculate_rewards`` is wrapped to remember the per-function rewards it returns (already gathered across
   processes; groups are contiguous in that global order), the metric, and the completion lengths / truncation.
 - ``_generate_and_score_completions`` is wrapped: it calls ``super()`` once per round and, only when something was
-  dropped, assembles the kept groups. A group's completions may sit on two ranks, so each round's tensors are padded
-  and gathered across processes, the kept rows are selected in global order and every rank takes its own slice:
-  shapes are equal on every process and all ranks log the same figures.
-- When every group of the first round is informative the output of ``super()`` is returned untouched: the step is
-  exactly TRL's (same data, same loss, same logs, no extra work).
+  dropped, assembles the kept groups. A group's completions may sit on two ranks, so the selected rows are gathered
+  across processes in global order and every rank takes its own slice: shapes are equal on every process and all
+  ranks log the same figures.
+- When every group of the first round is informative (and nothing was carried) the output of ``super()`` is
+  returned with its deferred log-probs computed on the same rows by the same method: the step is exactly TRL's
+  (same data, same loss, same logs; tested bit for bit).
 - ``compute_loss`` counts the trained tokens of each micro-batch; ``create_optimizer`` installs the step gate.
 - Refill prompts come from a second, seeded stream over the training set; its position is saved with each checkpoint
   (``dynamic_sampling_state.json``) and restored on resume, like TRL's own ``entropy_ctrl_state.json``. Under
   ``trl_ext.reliability.checkpoints.AtomicCheckpointMixin`` (the trainers of ``trl_ext.grpo.trainers``) ``_get_output_dir`` points
   at the staging folder while a checkpoint is written, so this file is part of the atomic checkpoint.
 
-Cost: each refill round costs a full generation batch. Old-policy and reference log-probs are computed inside TRL
-before rewards, so a dropped group has already cost those forward passes when they are needed (``beta > 0``, or
-off-policy minibatches such as DAPO's ``num_minibatches`` and GSPO's). No dropped group ever reaches the training
-forward/backward pass. ``dynamic_sampling/generation_time`` and ``dynamic_sampling/dropped_time`` log the seconds
-spent per step.
+No dropped group ever reaches a log-prob or training forward pass; it costs its generation and scoring only.
+``dynamic_sampling/generation_time`` and ``dynamic_sampling/dropped_time`` log the seconds spent per step.
 
 - With an ``IterableDataset`` the refill prompts come from the stream itself (``IterablePromptStream``: a second,
   seeded pass; its epoch and position are checkpointed, and a resumed run skips the rows already read).
 
-Limits: text-only batches (multimodal keys raise); the optimizer gate is not applied under DeepSpeed (its engine owns the step). With ``loss_type``
+Limits: text-only batches (multimodal keys raise); the optimizer gate is not applied under DeepSpeed (its engine owns
+the step); with carried groups the processes may hold different numbers of fresh rows, so the deferred log-prob pass
+is not collective-safe under ZeRO-3 (untested there). With ``loss_type``
 ``"grpo"`` or ``"dr_grpo"`` the loss is normalized by the number of rows, so filler rows (only when the round limit is
 hit) add zero to the numerator but count in the denominator, like TRL's own masked truncated completions: the step is
 scaled by the kept fraction, its direction is unchanged.
@@ -74,11 +99,14 @@ import torch
 from accelerate.utils import pad_across_processes
 from datasets import IterableDataset
 
+from trl_ext.grpo.ds_rounds import InformativeRate, importance_sampling_ratio, refill_groups
+from trl_ext.grpo.ds_skip import SkipPredictor
 from trl_ext.grpo.group_filter import group_advantages, group_reward_range, informative_groups, nanstd
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "dynamic_sampling_state.json"
+CARRY_FILE = "dynamic_sampling_carry.pt"
 _STREAM_SEED_OFFSET = 1_000_003  # keeps the refill stream independent of TRL's sampler (seeded with args.seed)
 _EMPTY_STEPS_WARNING = 10  # consecutive steps without a single informative group before the second warning
 
@@ -202,6 +230,10 @@ class _Round:
     lengths: torch.Tensor  # [rows] completion lengths, TRL's definition (len of the sampled ids)
     truncated: torch.Tensor  # [rows] no EOS at the end (TRL's completions/clipped_ratio)
     seconds: float
+    deferred: frozenset = frozenset()  # log-prob keys of ``output`` that are placeholders ("old", "ref")
+    replicated: bool = False  # a carried round: its rows (global) are on every process, with real log-probs
+    log_entries: dict | None = None  # a carried round's completions-table entries
+    indices: list | None = None  # training-set index of each group's prompt (rounds drawn from the refill stream)
 
     @property
     def num_rows(self) -> int:
@@ -229,6 +261,13 @@ class DynamicSamplingMixin:
         self._ds_stream: PromptStream | IterablePromptStream | None = None
         self._ds_window_tokens = 0
         self._ds_metric_columns: list[int] = []
+        self._ds_rate = InformativeRate()
+        self._ds_defer: set[str] | None = None  # while a round runs: the no-grad log-prob passes deferred
+        self._ds_carry: _Round | None = None  # surplus informative groups kept for the next step
+        self._ds_moved_bytes = 0
+        self._ds_skip: SkipPredictor | None = None
+        self._ds_pending_indices: list[int] | None = None
+        self._ds_skipped = 0
         if self._ds_enabled:
             seed = self.args.seed + _STREAM_SEED_OFFSET
             if isinstance(self.train_dataset, IterableDataset):
@@ -243,6 +282,14 @@ class DynamicSamplingMixin:
                     "Dataset.from_list or IterableDataset.from_generator) or set dynamic_sampling=False."
                 )
             self._ds_metric_columns = self._resolve_metric_columns()
+            if getattr(self.args, "dynamic_sampling_skip_predicted", False):
+                if not isinstance(self._ds_stream, PromptStream):
+                    raise ValueError(
+                        "dynamic_sampling_skip_predicted=True keeps a history per training-set index, which an "
+                        "IterableDataset does not have. Use a datasets.Dataset, or set "
+                        "dynamic_sampling_skip_predicted=False."
+                    )
+                self._ds_skip = SkipPredictor(seed=seed, target=self.args.dynamic_sampling_skip_target)
 
     @property
     def _ds_enabled(self) -> bool:
@@ -291,6 +338,17 @@ class DynamicSamplingMixin:
             }
         return rewards_per_func
 
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        """While a round is generated, TRL's no-grad old-policy / reference passes are deferred: they return a
+        placeholder, and ``_fill_logps`` computes them afterwards for the trained rows only."""
+        if self._ds_defer is not None and not torch.is_grad_enabled():
+            kind = "ref" if self.ref_model is not None and model is self.ref_model else "old"
+            self._ds_defer.add(kind)
+            return torch.zeros(input_ids.size(0), logits_to_keep, device=input_ids.device), None, None
+        return super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+        )
+
     def _generate_and_score_completions(self, inputs):
         if not (self._ds_enabled and self.model.training):
             return super()._generate_and_score_completions(inputs)
@@ -301,27 +359,130 @@ class DynamicSamplingMixin:
         # buffers, and only what describes the trained batch reaches the real ones (``_merge_logs``).
         metrics, logs = self._metrics["train"], self._logs
         self._metrics["train"], self._logs = defaultdict(list), _scratch_logs(logs)
+        world = self.accelerator.num_processes
+        carried, self._ds_carry = self._ds_carry, None  # informative groups of the last step, used now or never
+        self._ds_skipped = 0
         try:
-            rounds = [self._run_round(inputs)]
-            keep = informative_groups(rounds[0].metric, num_generations, args.dynamic_sampling_atol)
+            global_groups = len(inputs) * world // num_generations
+            if self._ds_skip is not None and global_groups % world == 0:
+                # every round's prompts from the refill stream, so that predicted zero-variance prompts are skipped
+                # before their rollout (TRL's sampler still advances; its prompts are not used)
+                inputs = self._refill_inputs(inputs, global_groups)
+            first = self._run_round(inputs)
+            rounds = [carried, first] if carried is not None else [first]
+            keep = informative_groups(first.metric, num_generations, args.dynamic_sampling_atol)
             num_groups = keep.numel()
-            kept = int(keep.sum())
-            while kept < num_groups and len(rounds) < args.dynamic_sampling_max_rounds:
-                rounds.append(self._run_round(self._refill_inputs(inputs)))
-                kept += int(informative_groups(rounds[-1].metric, num_generations, args.dynamic_sampling_atol).sum())
+            informative = int(keep.sum())
+            num_carried = carried.num_rows // num_generations if carried is not None else 0
+            kept = informative + num_carried
+            generated = num_groups
+            budget = args.dynamic_sampling_max_rounds * num_groups  # whole generation batches' worth of groups
+            while kept < num_groups:
+                size = refill_groups(
+                    missing=num_groups - kept,
+                    rate=self._ds_rate.estimate(informative, generated),
+                    margin=getattr(args, "dynamic_sampling_refill_margin", 1.25),
+                    world_size=world,
+                    cap=num_groups,
+                    remaining=budget - generated,
+                )
+                if size == 0:
+                    break
+                rounds.append(self._run_round(self._refill_inputs(inputs, size)))
+                generated += size
+                found = int(informative_groups(rounds[-1].metric, num_generations, args.dynamic_sampling_atol).sum())
+                informative, kept = informative + found, kept + found
         finally:
+            self._ds_defer = None
             round_metrics, round_logs = self._metrics["train"], self._logs
             self._metrics["train"], self._logs = metrics, logs
+        self._ds_rate.update(informative, generated)
+        self._ds_moved_bytes = 0
+        self._update_skip_history([r for r in rounds if not r.replicated])
 
         chosen, fillers, surplus = self._select(rounds, num_groups)
-        self._log_round_stats(rounds, num_groups, len(surplus))
+        fresh_rounds = [r for r in rounds if not r.replicated]
+        used = sum(1 for r, _ in chosen if rounds[r].replicated)
+        self._log_round_stats(fresh_rounds, num_groups, len(surplus), carried_used=used)
+        deferred = first.deferred
+        if deferred and self.use_vllm and getattr(self, "vllm_importance_sampling_correction", False):
+            # TRL's sampling/* metrics of the rounds were computed from placeholders: logged again for the batch.
+            for key in [k for k in round_metrics if k.startswith("sampling/")]:
+                del round_metrics[key]
+        self._carry_surplus(rounds, surplus, round_logs, num_groups, deferred)
+        self._metrics["train"]["dynamic_sampling/carried_groups_used"].append(float(used))
+        self._metrics["train"]["dynamic_sampling/carried_groups_expired"].append(float(num_carried - used))
         if len(rounds) == 1 and not fillers:
-            # Nothing dropped: exactly TRL's step, logs included.
+            # Nothing dropped: exactly TRL's step, logs included (deferred log-probs computed on the same rows).
             self._merge_logs(round_metrics, round_logs, rounds, rows=None, advantages=None)
-            return rounds[0].output
-        batch, rows, advantages = self._assemble(rounds, chosen, fillers, local_rows=len(inputs))
+            self._metrics["train"]["dynamic_sampling/gathered_bytes"].append(float(self._ds_moved_bytes))
+            return self._fill_logps(first.output, deferred)
+        batch, rows, advantages, fresh = self._assemble(rounds, chosen, fillers, local_rows=len(inputs))
+        self._metrics["train"]["dynamic_sampling/gathered_bytes"].append(float(self._ds_moved_bytes))
         self._merge_logs(round_metrics, round_logs, rounds, rows=rows, advantages=advantages)
-        return batch
+        return self._fill_logps(batch, deferred, rows=fresh)
+
+    def _update_skip_history(self, fresh_rounds: list[_Round]) -> None:
+        """GRESO's per-prompt zero-variance streaks and exploration probability, after a step's rounds."""
+        if self._ds_skip is None:
+            return
+        zero, total = 0, 0
+        for round_ in fresh_rounds:
+            keep = informative_groups(round_.metric, self.num_generations, self.args.dynamic_sampling_atol)
+            zero, total = zero + int((~keep).sum()), total + keep.numel()
+            if round_.indices is not None:
+                for index, informative in zip(round_.indices, keep.tolist(), strict=True):
+                    self._ds_skip.record(index, zero_variance=not informative)
+        self._ds_skip.adapt(zero / max(total, 1))
+        metrics = self._metrics["train"]
+        metrics["dynamic_sampling/skipped_prompts"].append(float(self._ds_skipped))
+        metrics["dynamic_sampling/skip_exploration_p"].append(self._ds_skip.p)
+
+    def _carry_allowed(self) -> bool:
+        """Carry-over needs the old-policy log-probs TRL keeps for off-policy minibatches (or vLLM's correction):
+        without them TRL's ratio is 1 by construction and a carried group's age would go uncorrected. Off for a
+        sequence-level ratio (GSPO: its 3e-4 clipping band would clip every token of a one-step-old group)."""
+        share = float(getattr(self.args, "dynamic_sampling_carry_over", 0.0) or 0.0)
+        if share <= 0 or getattr(self, "importance_sampling_level", "token") != "token":
+            return False
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        return self.args.gradient_accumulation_steps % generate_every != 0 or bool(
+            self.use_vllm and getattr(self, "vllm_importance_sampling_correction", False)
+        )
+
+    def _carry_surplus(
+        self, rounds: list[_Round], surplus: list, round_logs: dict, num_groups: int, deferred: frozenset
+    ) -> None:
+        """Keep fresh surplus informative groups (at most ``dynamic_sampling_carry_over`` x the batch's groups) for
+        the next step, on every process, with their old-policy (and reference) log-probs of this step's policy."""
+        fresh = [(r, g) for r, g in surplus if not rounds[r].replicated]
+        limit = int(float(getattr(self.args, "dynamic_sampling_carry_over", 0.0) or 0.0) * num_groups)
+        fresh = fresh[:limit]
+        carried_out = len(fresh) if self._carry_allowed() else 0
+        self._metrics["train"]["dynamic_sampling/carried_groups_out"].append(float(carried_out))
+        if not carried_out:
+            return
+        num_generations = self.num_generations
+        selected = [(r, g * num_generations + j) for r, g in fresh for j in range(num_generations)]
+        output = self._gather_rows(rounds, selected, self._skip_keys(rounds))
+        output = self._fill_logps(output, deferred, metrics=False)
+        offsets = [sum(r.num_rows for r in rounds[:i]) for i in range(len(rounds))]
+        index = torch.tensor([offsets[r] + i for r, i in selected])
+        cat = {
+            name: torch.cat([getattr(r, name) for r in rounds]).index_select(0, index)
+            for name in ("rewards_per_func", "metric", "lengths", "truncated")
+        }
+        # completions-table entries of those rows (TRL logged one per fresh row, in round order)
+        base = sum(r.num_rows for r in rounds if r.replicated)
+        picked = [offsets[r] + i - base for r, i in selected]
+        entries: dict[str, Any] = {}
+        total = sum(r.num_rows for r in rounds if not r.replicated)
+        for key, value in round_logs.items():
+            if isinstance(value, dict):
+                entries[key] = {c: _pick(v, picked, total) for c, v in value.items() if len(v) == total}
+            elif len(value) == total and key != "advantages":
+                entries[key] = _pick(value, picked, total)
+        self._ds_carry = _Round(output=output, seconds=0.0, replicated=True, log_entries=entries, **cat)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self._ds_enabled and self.model.training:
@@ -349,9 +510,14 @@ class DynamicSamplingMixin:
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
             state = {"stream": self._ds_stream.state_dict(), "warned": self._ds_warned}
+            state["informative_rate"] = self._ds_rate.state_dict()
+            if self._ds_skip is not None:
+                state["skip"] = self._ds_skip.state_dict()
             state["reward_range"] = [self._ds_reward_low, self._ds_reward_high]
             with open(os.path.join(folder, STATE_FILE), "w") as f:
                 json.dump(state, f)
+            if self._ds_carry is not None:
+                torch.save(_round_to(self._ds_carry, "cpu").__dict__, os.path.join(folder, CARRY_FILE))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -363,6 +529,15 @@ class DynamicSamplingMixin:
                 state = json.load(f)
             self._ds_stream.load_state_dict(state["stream"])
             self._ds_warned = state.get("warned", False)
+            if "informative_rate" in state:
+                self._ds_rate.load_state_dict(state["informative_rate"])
+            if self._ds_skip is not None and "skip" in state:
+                self._ds_skip.load_state_dict(state["skip"])
+            carry = os.path.join(checkpoint, CARRY_FILE)
+            self._ds_carry = None
+            if os.path.exists(carry):
+                saved = torch.load(carry, map_location="cpu", weights_only=False)
+                self._ds_carry = _round_to(_Round(**saved), self.accelerator.device)
             self._ds_reward_low, self._ds_reward_high = state.get("reward_range", [float("inf"), float("-inf")])
         else:
             logger.warning(
@@ -415,7 +590,13 @@ class DynamicSamplingMixin:
     def _run_round(self, inputs: list[dict[str, Any]]) -> _Round:
         started = time.perf_counter()
         self._ds_capture = None
-        output = super()._generate_and_score_completions(inputs)
+        # PEFT with a KL term computes the reference with the adapter disabled inside TRL: not deferred (the context
+        # could not be replayed); everything else is.
+        self._ds_defer = None if self.beta != 0.0 and self.ref_model is None else set()
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            deferred, self._ds_defer = frozenset(self._ds_defer or ()), None
         capture, self._ds_capture = self._ds_capture, None
         if capture is None:
             raise RuntimeError(
@@ -426,7 +607,84 @@ class DynamicSamplingMixin:
         if finite.numel():
             self._ds_reward_low = min(self._ds_reward_low, finite.min().item())
             self._ds_reward_high = max(self._ds_reward_high, finite.max().item())
-        return _Round(output=output, seconds=time.perf_counter() - started, **capture)
+        indices, self._ds_pending_indices = self._ds_pending_indices, None
+        return _Round(
+            output=output, seconds=time.perf_counter() - started, deferred=deferred, indices=indices, **capture
+        )
+
+    def _fill_logps(
+        self, batch: dict[str, Any], deferred: frozenset, rows: torch.Tensor | None = None, metrics: bool = True
+    ) -> dict[str, Any]:
+        """Compute the deferred old-policy / reference log-probs for the rows of ``batch`` (the trained rows only),
+        with TRL's own ``_get_per_token_logps_and_entropies`` on TRL's inputs (prompt + completion ids, their masks,
+        the completion width, ``per_device_train_batch_size``); then, under vLLM's importance-sampling correction,
+        the ratio of those rows (``importance_sampling_ratio``, TRL's formula) and its ``sampling/*`` metrics."""
+        if not deferred:
+            return batch
+        from trl.models.utils import disable_gradient_checkpointing
+
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        width = batch["completion_ids"].size(1)
+        index = None if rows is None or bool(rows.all()) else rows.nonzero().flatten().to(ids.device)
+        if index is not None:  # carried rows keep the log-probs of the policy that generated them
+            ids, mask = ids.index_select(0, index), mask.index_select(0, index)
+        size = self.args.per_device_train_batch_size
+        gc_kwargs = self.args.gradient_checkpointing_kwargs
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, gc_kwargs):
+            for kind, key, model in (
+                ("old", "old_per_token_logps", self.model),
+                ("ref", "ref_per_token_logps", self.ref_model),
+            ):
+                if kind not in deferred or key not in batch or ids.size(0) == 0:
+                    continue
+                values = self._get_per_token_logps_and_entropies(model, ids, mask, width, size)[0]
+                if index is None:
+                    batch[key] = values
+                else:
+                    batch[key] = _pad_width(batch[key], width, 0, left=False)[:, :width].clone()
+                    batch[key][index] = values.to(batch[key].dtype)
+        if "old" in deferred and "importance_sampling_ratio" in batch and "sampling_per_token_logps" in batch:
+            self._fill_importance_sampling(batch, metrics=metrics)
+        return batch
+
+    def _fill_importance_sampling(self, batch: dict[str, Any], metrics: bool = True) -> None:
+        """vLLM's importance-sampling ratio of the trained rows, and TRL's ``sampling/*`` metrics for them."""
+        loss_mask = batch["completion_mask"] * batch["tool_mask"] if "tool_mask" in batch else batch["completion_mask"]
+        old, sampled = batch["old_per_token_logps"], batch["sampling_per_token_logps"]
+        mode = self.vllm_importance_sampling_mode
+        ratio = importance_sampling_ratio(
+            old,
+            sampled,
+            loss_mask,
+            mode,
+            self.vllm_importance_sampling_clip_min,
+            self.vllm_importance_sampling_clip_max,
+        )
+        batch["importance_sampling_ratio"] = ratio
+        if not metrics:
+            return
+        metrics, gather = self._metrics["train"], self.accelerator.gather
+        zero = torch.tensor(0.0, device=old.device)
+        mask = loss_mask.bool()
+        delta = torch.abs(old - sampled)[mask]
+        delta = delta[~torch.isnan(delta)]
+        metrics["sampling/sampling_logp_difference/mean"].append(
+            gather(delta.mean() if delta.numel() else zero).mean().item()
+        )
+        metrics["sampling/sampling_logp_difference/max"].append(
+            gather(delta.max() if delta.numel() else zero).max().item()
+        )
+        flat = ratio.flatten() if mode.startswith("sequence") else ratio[mask]
+        metrics["sampling/importance_sampling_ratio/min"].append(
+            gather(flat.min() if flat.numel() else zero).min().item()
+        )
+        metrics["sampling/importance_sampling_ratio/mean"].append(
+            gather(flat.mean() if flat.numel() else zero).mean().item()
+        )
+        metrics["sampling/importance_sampling_ratio/max"].append(
+            gather(flat.max() if flat.numel() else zero).max().item()
+        )
 
     def _select(self, rounds: list[_Round], num_groups: int) -> tuple[list, list, list]:
         """(round, group) pairs: the informative groups trained (in round order), the fillers (uninformative groups
@@ -441,22 +699,42 @@ class DynamicSamplingMixin:
         fillers = uninformative[len(uninformative) - num_filler :] if num_filler else []
         return chosen, fillers, surplus
 
-    def _refill_inputs(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Fresh prompts for one refill round, laid out as TRL's RepeatSampler lays out a generation batch."""
+    def _refill_inputs(self, inputs: list[dict[str, Any]], num_prompts: int) -> list[dict[str, Any]]:
+        """Fresh prompts for one refill round of ``num_prompts`` groups (a multiple of the number of processes: each
+        process generates ``num_prompts / world`` whole groups), laid out as TRL's RepeatSampler lays out a batch."""
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
-        local_rows = len(inputs)
-        num_prompts = local_rows * world // self.num_generations
+        if num_prompts % world:
+            raise ValueError(f"A refill of {num_prompts} groups cannot be split evenly over {world} processes.")
+        local_rows = num_prompts * self.num_generations // world
         # identical on every rank (same seed, same state): each rank reads the whole stream, then takes its slice
         if isinstance(self._ds_stream, IterablePromptStream):
             prompts = self._ds_stream.take_rows(num_prompts)
         else:
-            prompts = [self.train_dataset[i] for i in self._ds_stream.take(num_prompts)]
+            indices = self._take_indices(num_prompts)
+            self._ds_pending_indices = indices
+            prompts = [self.train_dataset[i] for i in indices]
         global_rows = [row for row in prompts for _ in range(self.num_generations)]
         keys = set(inputs[0].keys())
         return [
             {k: v for k, v in row.items() if k in keys}
             for row in global_rows[rank * local_rows : (rank + 1) * local_rows]
         ]
+
+    def _take_indices(self, num_prompts: int) -> list[int]:
+        """``num_prompts`` training-set indices from the refill stream; with ``dynamic_sampling_skip_predicted``,
+        a prompt predicted to give a zero-variance group is skipped (GRESO), at most 10 candidates per prompt."""
+        if self._ds_skip is None:
+            return self._ds_stream.take(num_prompts)
+        out: list[int] = []
+        attempts = 0
+        while len(out) < num_prompts:
+            index = self._ds_stream.take(1)[0]
+            attempts += 1
+            if attempts <= 10 * num_prompts and self._ds_skip.should_skip(index):
+                self._ds_skipped += 1
+                continue
+            out.append(index)
+        return out
 
     def _describe(self, per_func: torch.Tensor, lengths: torch.Tensor, truncated: torch.Tensor) -> dict[str, float]:
         """TRL's per-batch metrics (``reward``, ``reward_std``, ``frac_reward_zero_std``, ``rewards/<f>/*``,
@@ -500,7 +778,23 @@ class DynamicSamplingMixin:
         per_func = torch.cat([r.rewards_per_func for r in rounds])
         lengths = torch.cat([r.lengths for r in rounds])
         truncated = torch.cat([r.truncated for r in rounds])
-        generated = self._describe(per_func, lengths, truncated)
+        fresh = [r for r in rounds if not r.replicated]
+        generated = self._describe(
+            torch.cat([r.rewards_per_func for r in fresh]),
+            torch.cat([r.lengths for r in fresh]),
+            torch.cat([r.truncated for r in fresh]),
+        )
+        carried = [r for r in rounds if r.replicated and r.log_entries is not None]
+        if carried:  # the carried rows' table entries first, as their rows come first
+            entries = carried[0].log_entries
+            round_logs = {
+                key: (
+                    {c: list(entries.get(key, {}).get(c, [])) + list(v) for c, v in value.items()}
+                    if isinstance(value, dict)
+                    else list(entries.get(key, [])) + list(value)
+                )
+                for key, value in round_logs.items()
+            }
         for key, value in generated.items():
             metrics[f"dynamic_sampling/generated_{key}"].append(value)
         trained = None
@@ -526,7 +820,7 @@ class DynamicSamplingMixin:
             else:
                 self._logs[key].extend(_pick(value, index, total))
 
-    def _log_round_stats(self, rounds: list[_Round], num_groups: int, num_surplus: int) -> None:
+    def _log_round_stats(self, rounds: list[_Round], num_groups: int, num_surplus: int, carried_used: int = 0) -> None:
         args, metrics = self.args, self._metrics["train"]
         num_generations = self.num_generations
         all_rewards = torch.cat([r.metric for r in rounds])
@@ -542,13 +836,15 @@ class DynamicSamplingMixin:
         all_max = uninformative & (group_min >= high - atol) if scale_known else torch.zeros_like(keep)
         all_min = uninformative & (group_max <= low + atol) if scale_known else torch.zeros_like(keep)
         generated = keep.numel()
-        kept = min(int(keep.sum()), num_groups)
+        kept = min(int(keep.sum()) + carried_used, num_groups)  # the batch's informative groups, carried included
         dropped_time = 0.0
         for round_ in rounds:
             round_keep = informative_groups(round_.metric, self.num_generations, atol)
             dropped_time += round_.seconds * (1.0 - round_keep.float().mean().item())
         last = rounds[-1]
         metrics["dynamic_sampling/rounds"].append(float(len(rounds)))
+        metrics["dynamic_sampling/generated_groups"].append(float(generated))
+        metrics["dynamic_sampling/informative_rate_estimate"].append(self._ds_rate.estimate())
         metrics["dynamic_sampling/kept_group_frac"].append(int(keep.sum()) / generated)
         metrics["dynamic_sampling/all_max_frac"].append(all_max.float().mean().item())
         metrics["dynamic_sampling/all_min_frac"].append(all_min.float().mean().item())
@@ -577,7 +873,8 @@ class DynamicSamplingMixin:
                 advice.append("filter always-solved prompts out of the data")
             advice.append("or raise dynamic_sampling_max_rounds")
             logger.warning(
-                f"Dynamic sampling reached dynamic_sampling_max_rounds={args.dynamic_sampling_max_rounds} with only "
+                f"Dynamic sampling spent its generation budget (dynamic_sampling_max_rounds={args.dynamic_sampling_max_rounds} "
+                f"generation batches) with only "
                 f"{kept}/{num_groups} informative groups ({kept / generated:.0%} of the {generated} groups generated "
                 f"were informative; {seen}). The missing groups were filled with zero-weight groups that change "
                 f"nothing in the gradient. What to do: {'; '.join(advice)}. (Shown once; see "
@@ -590,16 +887,98 @@ class DynamicSamplingMixin:
                 "(SFT first), the group size (num_generations) or the reward function."
             )
 
+    def _skip_keys(self, rounds: list[_Round]) -> set[str]:
+        """Per-row keys whose values in the fresh rounds are placeholders (deferred log-probs) and are not moved."""
+        deferred = frozenset().union(*(r.deferred for r in rounds if not r.replicated))
+        skip = set()
+        if "old" in deferred:
+            skip |= {"old_per_token_logps", "importance_sampling_ratio"}
+        if "ref" in deferred:
+            skip.add("ref_per_token_logps")
+        return skip
+
+    def _gather_rows(self, rounds: list[_Round], selected: list[tuple[int, int]], skip: set[str]) -> dict:
+        """The per-row tensors of ``selected`` (round, global row) pairs, in that order, on every process.
+
+        Only the selected rows move: round k's global row i lives on process i // (rows_k / world) at local index
+        i % (rows_k / world); each process contributes the selected rows it holds (padded to the same count and
+        width), one all-gather per key. Rows of a carried round (``replicated``) are on every process already. Keys in
+        ``skip`` are not moved: zeros for fresh rows, the stored values for carried rows."""
+        accelerator = self.accelerator
+        world, rank = accelerator.num_processes, accelerator.process_index
+        pad_id = self._tokenizer.pad_token_id
+        fresh = [n for n, (r, _) in enumerate(selected) if not rounds[r].replicated]
+        carried = [n for n, (r, _) in enumerate(selected) if rounds[r].replicated]
+        owner = [selected[n][1] // (rounds[selected[n][0]].num_rows // world) for n in fresh]
+        mine = [
+            (selected[n][0], selected[n][1] % (rounds[selected[n][0]].num_rows // world))
+            for n, o in zip(fresh, owner, strict=True)
+            if o == rank
+        ]
+        slots = max([owner.count(k) for k in range(world)] + [0])
+        seen = [0] * world
+        order = []  # position in the gathered tensor of each fresh selected row
+        for o in owner:
+            order.append(o * slots + seen[o])
+            seen[o] += 1
+        order_t = torch.tensor(order, device=accelerator.device, dtype=torch.long)
+        # position in torch.cat([fresh rows, carried rows]) of each selected row
+        perm = torch.empty(len(selected), dtype=torch.long)
+        perm[fresh] = torch.arange(len(fresh))
+        perm[carried] = torch.arange(len(carried)) + len(fresh)
+        perm = perm.to(accelerator.device)
+        first_fresh = next(r for r in rounds if not r.replicated)
+        out: dict[str, torch.Tensor] = {}
+        moved = 0
+        for key, template in first_fresh.output.items():
+            if key in _SCALARS or key in _PER_ROW:
+                continue
+            pad_value = pad_id if key.endswith("_ids") else (1.0 if key == "tool_mask" else 0)
+            left = key in _LEFT_PADDED
+            wide = template.dim() > 1
+            width = max(r.output[key].size(1) for r in rounds) if wide else 0
+
+            def pad(t: torch.Tensor, to: int, pad_value=pad_value, left=left, wide=wide) -> torch.Tensor:
+                return _pad_width(t, to, pad_value, left) if wide else t
+
+            parts = []
+            if fresh and key in skip:
+                parts.append(
+                    torch.zeros(len(fresh), *template.shape[1:], dtype=template.dtype, device=template.device)
+                )
+            elif fresh:
+                rows = [pad(rounds[r].output[key], width)[i : i + 1] for r, i in mine]
+                filler = torch.full_like(pad(template[:1], width), pad_value)
+                local = torch.cat(rows + [filler] * (slots - len(rows)))
+                if world > 1:
+                    if wide:
+                        local = pad_across_processes(local, dim=1, pad_index=pad_value, pad_first=left)
+                    local = accelerator.gather(local)
+                moved += local.numel() * local.element_size()
+                parts.append(local.index_select(0, order_t))
+            if carried:
+                parts.append(
+                    torch.cat(
+                        [rounds[selected[n][0]].output[key][selected[n][1] : selected[n][1] + 1] for n in carried]
+                    )
+                )
+            if wide:
+                full = max(p.size(1) for p in parts)
+                parts = [pad(p, full) for p in parts]
+            out[key] = torch.cat(parts).index_select(0, perm)
+        self._ds_moved_bytes += moved
+        return out
+
     def _assemble(
         self, rounds: list[_Round], chosen: list, fillers: list, local_rows: int
-    ) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    ) -> tuple[dict, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Join the chosen groups (then the fillers) of all rounds into one generation batch with the first round's
         shapes; advantages are recomputed on that batch. Returns this rank's slice, the selected global rows of the
-        concatenated rounds and their advantages."""
+        concatenated rounds, their advantages and which local rows still need their deferred log-probs (the fresh
+        ones; a carried row keeps those of the policy that generated it)."""
         accelerator = self.accelerator
         num_generations = self.num_generations
-        pad_id = self._tokenizer.pad_token_id
-        keys = list(rounds[0].output.keys())
+        keys = list(rounds[-1].output.keys())
         unknown = [k for k in keys if k not in _LEFT_PADDED | _RIGHT_PADDED | _PER_ROW | _SCALARS]
         if unknown:
             raise NotImplementedError(
@@ -607,32 +986,18 @@ class DynamicSamplingMixin:
                 "Set dynamic_sampling=False for this dataset."
             )
 
-        # 1. Each round's per-row tensors, gathered to the global batch (a group may straddle two ranks).
-        gathered: list[dict[str, torch.Tensor]] = []
-        for round_ in rounds:
-            round_global = {}
-            for key in keys:
-                if key in _SCALARS or key in _PER_ROW:
-                    continue  # advantages are recomputed below
-                value = round_.output[key]
-                pad_value = pad_id if key.endswith("_ids") else (1.0 if key == "tool_mask" else 0)
-                value = pad_across_processes(value, dim=1, pad_index=pad_value, pad_first=key in _LEFT_PADDED)
-                round_global[key] = accelerator.gather(value)
-            gathered.append(round_global)
-
-        # 2. The selected global rows: informative groups in round order, then fillers if the limit was hit.
+        # 1-2. The selected global rows of the concatenated rounds (informative groups in round order, carried ones
+        #      first, then fillers), and only those rows moved between processes.
         offsets = [sum(r.num_rows for r in rounds[:i]) for i in range(len(rounds))]
-        rows = torch.tensor(
-            [offsets[r] + g * num_generations + j for r, g in chosen + fillers for j in range(num_generations)],
-            device=accelerator.device,
-        )
-        batch: dict[str, torch.Tensor] = {}
-        for key in gathered[0]:
-            parts = [round_global[key] for round_global in gathered]
-            width = max(p.size(1) for p in parts)
-            pad_value = pad_id if key.endswith("_ids") else (1.0 if key == "tool_mask" else 0)
-            parts = [_pad_width(p, width, pad_value, left=key in _LEFT_PADDED) for p in parts]
-            batch[key] = torch.cat(parts).index_select(0, rows)
+        selected = [(r, g * num_generations + j) for r, g in chosen + fillers for j in range(num_generations)]
+        rows = torch.tensor([offsets[r] + i for r, i in selected], device=accelerator.device)
+        skip = self._skip_keys(rounds)
+        batch = self._gather_rows(rounds, selected, skip)
+        fresh = torch.tensor([not rounds[r].replicated for r, _ in selected], dtype=torch.bool)
+        width = batch["completion_ids"].size(1)
+        for key in _RIGHT_PADDED & batch.keys():
+            if batch[key].dim() > 1 and batch[key].size(1) > 1:
+                batch[key] = _pad_width(batch[key], width, 1.0 if key == "tool_mask" else 0, left=False)[:, :width]
 
         # 3. Advantages of the batch that is trained: TRL's formula (scale_rewards, multi_objective_aggregation)
         #    over the chosen rows' stored rewards, with this batch's group / batch statistics. Fillers: zero.
@@ -668,7 +1033,13 @@ class DynamicSamplingMixin:
             if local[key].dim() > 1 and local[key].size(1) > 1:
                 local[key] = local[key][:, :last]
         local["num_items_in_batch"] = num_items_in_batch
-        return local, rows, advantages
+        return local, rows, advantages, fresh[start : start + local_rows]
+
+
+def _round_to(round_: _Round, device: Any) -> _Round:
+    """A copy of a carried round whose output tensors are on ``device`` (captures stay on the CPU)."""
+    output = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in round_.output.items()}
+    return _Round(**{**round_.__dict__, "output": output})
 
 
 def _scratch_logs(logs: dict[str, Any]) -> dict[str, Any]:

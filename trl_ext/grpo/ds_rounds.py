@@ -1,0 +1,90 @@
+"""Right-sized refill rounds for DAPO dynamic sampling (arXiv 2503.14476, section 3.2) and the vLLM importance-sampling
+ratio of the rows that are trained.
+
+- ``InformativeRate``: a running estimate of the fraction of generated groups that are informative (reward range
+  above ``dynamic_sampling_atol``), exponentially weighted over steps and combined with what the current step has
+  generated so far. Checkpointed with the dynamic-sampling state.
+- ``refill_groups``: how many groups the next refill round generates. GRESO (arXiv 2506.02177, its trainer's
+  adaptive batch size) asks for ``missing / rate x 1.25`` groups; we round that up to a multiple of the number of
+  processes (every process generates the same whole number of groups, as TRL's collectives need) and cap it at the
+  first round's size (a round never needs more memory than TRL's own generation batch) and at what is left of the
+  step's generation budget (``dynamic_sampling_max_rounds`` whole generation batches).
+- ``importance_sampling_ratio``: TRL's vLLM importance-sampling correction (``GRPOTrainer._generate_and_score_completions``,
+  the ``vllm_importance_sampling_mode`` branches), as a function, so that it can be applied to the trained rows
+  once their old-policy log-probs are known (dynamic sampling computes them only for those rows).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: A rate estimate below this is treated as this (one informative group in 20): a round is then capped anyway.
+RATE_FLOOR = 0.05
+
+
+class InformativeRate:
+    """Exponentially weighted counts of informative / generated groups (decay per step)."""
+
+    def __init__(self, decay: float = 0.9) -> None:
+        self.decay = decay
+        self.informative = 0.0
+        self.generated = 0.0
+
+    def estimate(self, informative_now: int = 0, generated_now: int = 0) -> float:
+        """The running rate, with the current step's counts so far added; 1.0 before anything was generated."""
+        generated = self.generated + generated_now
+        if generated <= 0:
+            return 1.0
+        return (self.informative + informative_now) / generated
+
+    def update(self, informative: int, generated: int) -> None:
+        """Fold one finished step's counts into the running estimate."""
+        self.informative = self.decay * self.informative + informative
+        self.generated = self.decay * self.generated + generated
+
+    def state_dict(self) -> dict[str, float]:
+        return {"decay": self.decay, "informative": self.informative, "generated": self.generated}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.decay, self.informative, self.generated = state["decay"], state["informative"], state["generated"]
+
+
+def refill_groups(missing: int, rate: float, margin: float, world_size: int, cap: int, remaining: int) -> int:
+    """Groups the next refill round generates: ``ceil(missing / rate x margin)``, rounded up to a multiple of
+    ``world_size``, at most ``cap`` (rounded up the same way) and at most ``remaining`` (rounded down). 0: stop."""
+    if missing <= 0:
+        return 0
+    want = math.ceil(missing / max(rate, RATE_FLOOR) * margin - 1e-9)
+    cap = -(-cap // world_size) * world_size
+    groups = min(-(-max(want, 1) // world_size) * world_size, cap)
+    limit = remaining // world_size * world_size
+    return max(min(groups, limit), 0)
+
+
+def importance_sampling_ratio(
+    old_logps: torch.Tensor,
+    sampling_logps: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    clip_min: float | None,
+    clip_max: float | None,
+) -> torch.Tensor:
+    """TRL's vLLM importance-sampling ratio pi_old / pi_vllm (``token_*``: per token, ``sequence_*``: per sequence,
+    ``*_truncate``: clamped to [clip_min, clip_max], ``*_mask``: zeroed outside it). NaN sampling log-probs count as
+    no correction (difference 0), as in TRL."""
+    diff = torch.nan_to_num((old_logps - sampling_logps) * mask, nan=0.0)
+    if mode in ("sequence_mask", "sequence_truncate"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode in ("sequence_truncate", "token_truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    if mode in ("sequence_mask", "token_mask"):
+        low = clip_min if clip_min is not None else -math.inf
+        high = clip_max if clip_max is not None else math.inf
+        return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+    raise ValueError(
+        f"Unknown vllm_importance_sampling_mode={mode!r}: use 'token_truncate', 'token_mask', 'sequence_truncate' or "
+        "'sequence_mask'."
+    )
