@@ -320,6 +320,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print("RESULT " + json.dumps(worker(args.worker, args.checkpoint)), flush=True)
         return []
 
+    if any(method.startswith("ppo") for method in args.methods):
+        from trl_ext.reliability.checks import require_ppo
+
+        require_ppo()  # PPO is the table's baseline and needs trl 1.12: fail before any worker, naming the install
+
     start = time.time()
     size = "quick" if args.quick else "full"
     with tempfile.TemporaryDirectory() as checkpoint:

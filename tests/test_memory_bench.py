@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytest.importorskip("trl.experimental.ppo", reason='PPO, the baseline, needs trl 1.12: pip install "trl-ext[ppo]"')
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
