@@ -53,7 +53,7 @@ def combine_rewards(rewards_per_func: torch.Tensor, weights: Sequence[float] | N
             f"reward_weights has {w.numel()} values for {num_funcs} reward functions; give one weight per function "
             "or leave reward_weights unset (all 1.0)."
         )
-    combined = torch.nansum(values * w.to(values.dtype).unsqueeze(0), dim=1)
+    combined = torch.nansum(values * w.to(values.device, values.dtype).unsqueeze(0), dim=1)
     # TRL's rule: nansum of an all-NaN row is 0, but a completion that no function scored has no reward at all
     combined[torch.isnan(values).all(dim=1)] = torch.nan
     return combined

@@ -8,10 +8,12 @@ scores them with the run's reward functions and reports:
   ``pass@k = 1 - C(n - c, k) / C(n, k)`` per prompt (n samples, c successes), averaged over prompts;
 - the fractions of **all-correct, all-wrong and mixed groups** (by success), and the fraction of groups that
   dynamic sampling keeps (rewards not all equal: ``trl_ext.grpo.group_filter.informative_groups``, DAPO Eq. 11);
-- the **expected generation rounds per step** that dynamic sampling needs at this difficulty
-  (``trl_ext.grpo.group_filter.expected_rounds``: whole-batch refills of ``groups_per_batch`` prompts, as the trainer
-  does, until that many informative groups are in hand, capped at ``max_rounds``), and how the kept fraction would change
-  with a smaller or larger group;
+- the **expected generation rounds per step** that dynamic sampling needs at this difficulty under the trainer's
+  refill policy (``trl_ext.grpo.ds_rounds.expected_refill_rounds``: a first round of ``groups_per_batch`` prompts, then
+  right-sized refills with ``refill_margin``, surplus carried over by ``carry_over``, within ``max_rounds`` generation
+  batches; what the trainer logs as ``dynamic_sampling/rounds``), the generation batches that costs, the whole-batch
+  upper bound (``group_filter.expected_rounds``), and how the kept fraction would change with a smaller or larger
+  group;
 - the reward distribution, completion lengths and the fraction truncated (no EOS within ``max_completion_length``,
   TRL's ``completions/clipped_ratio``);
 - **recommendations** with the numbers behind them: SFT first when pass@G is near zero (a group without a success
@@ -54,6 +56,7 @@ import torch
 from datasets import Dataset
 
 from trl_ext.demo import build_model, build_tokenizer
+from trl_ext.grpo.ds_rounds import expected_refill_rounds
 from trl_ext.grpo.group_filter import expected_rounds, group_stats, informative_groups
 from trl_ext.recipe.common import load_data, load_policy, reward_functions
 from trl_ext.scoring import generate_groups, prompt_text, score_completions
@@ -62,6 +65,7 @@ DEMO = "demo"
 DEMO_RANDOM = "demo-random"
 DEMO_MAX_COMPLETION_LENGTH = 8  # the demo's answers are at most 2 digits + EOS
 DEFAULT_MAX_COMPLETION_LENGTH = 256
+_UNCAPPED_ROUNDS = 1000  # "no cap" for the simulated refill policy: a budget no realistic rate reaches
 
 
 @dataclass
@@ -86,7 +90,10 @@ class ProbeArguments:
         seed: seeds the prompt sample and the sampling.
     Judging and output:
         success_threshold: a completion passes when its reward is ``>=`` this value.
-        max_rounds: the cap on dynamic-sampling rounds of your run (``None``: uncapped), for the expected rounds.
+        max_rounds: your run's ``dynamic_sampling_max_rounds`` (``None``: uncapped), for the expected rounds.
+        refill_margin, carry_over: your run's ``dynamic_sampling_refill_margin`` and the share of surplus groups it
+            carries to the next step (``dynamic_sampling_carry_over`` where it applies: token-level ratio and
+            off-policy minibatches; ``from_training_args`` decides), for the expected rounds.
         groups_per_batch: prompts per generation batch of your run (``generation_batch_size / num_generations``;
             ``from_training_args`` sets it), for the expected rounds: every refill round generates that many groups.
         sft_pass_at_g, easy_group_frac, mixed_group_frac, truncated_frac: the thresholds of the recommendations.
@@ -135,6 +142,12 @@ class ProbeArguments:
     groups_per_batch: int = field(
         default=16,
         metadata={"help": "Prompts per generation batch of your run (generation_batch_size / num_generations)."},
+    )
+    refill_margin: float = field(
+        default=1.25, metadata={"help": "Your run's dynamic_sampling_refill_margin (refill = missing / rate x this)."}
+    )
+    carry_over: float = field(
+        default=0.0, metadata={"help": "Share of surplus informative groups your run carries to the next step."}
     )
     sft_pass_at_g: float = field(default=0.1, metadata={"help": "Recommend SFT first when pass@G is below this."})
     easy_group_frac: float = field(
@@ -193,6 +206,13 @@ class ProbeArguments:
             values["groups_per_batch"] = max(1, batch // values["num_generations"])
         if getattr(training_args, "dynamic_sampling", False):
             values["max_rounds"] = training_args.dynamic_sampling_max_rounds
+            values["refill_margin"] = getattr(training_args, "dynamic_sampling_refill_margin", 1.25)
+            # the trainer carries surplus only with old-policy log-probs (off-policy minibatches) and a token ratio
+            off_policy = training_args.steps_per_generation * training_args.num_iterations > (
+                training_args.gradient_accumulation_steps
+            )
+            if off_policy and getattr(training_args, "importance_sampling_level", "token") == "token":
+                values["carry_over"] = getattr(training_args, "dynamic_sampling_carry_over", 0.0)
         return cls(**{**values, **overrides})
 
     @property
@@ -272,6 +292,20 @@ def _quantile(values: torch.Tensor, q: float) -> float:
     return float(torch.quantile(values.double(), q)) if values.numel() else float("nan")
 
 
+def _expected_cost(p: float, max_rounds: int | None, groups: int, margin: float, carry: float) -> dict[str, float]:
+    """Expected rounds and generation batches per step under the trainer's refill policy, and the whole-batch bound."""
+    if p <= 0.0:  # nothing is ever informative: every step spends its whole budget
+        cap = float(max_rounds) if max_rounds else float("inf")
+        return {"expected_rounds": cap, "expected_generation_batches": cap, "expected_rounds_whole_batch": cap}
+    budget = max_rounds if max_rounds else _UNCAPPED_ROUNDS
+    cost = expected_refill_rounds(p, groups, budget, margin=margin, carry_share=carry)
+    return {
+        "expected_rounds": cost["rounds"],
+        "expected_generation_batches": cost["generation_batches"],
+        "expected_rounds_whole_batch": expected_rounds(p, max_rounds, groups),
+    }
+
+
 def summarize(
     rewards: torch.Tensor,
     lengths: torch.Tensor,
@@ -280,6 +314,8 @@ def summarize(
     max_rounds: int | None = None,
     reward_bins: int = 10,
     groups_per_batch: int = 1,
+    refill_margin: float = 1.25,
+    carry_over: float = 0.0,
 ) -> dict[str, Any]:
     """The probe's numbers from ``[num_prompts, G]`` tensors of rewards (NaN = unscorable), completion lengths in
     tokens (EOS included, as TRL counts) and truncation flags. Returns the JSON-ready ``pass_at``, ``groups``,
@@ -311,7 +347,7 @@ def summarize(
         "informative_frac": informative_frac,
         "all_max_frac": stats.all_max_frac,
         "all_min_frac": stats.all_min_frac,
-        "expected_rounds": expected_rounds(informative_frac, max_rounds, groups_per_batch),
+        **_expected_cost(informative_frac, max_rounds, groups_per_batch, refill_margin, carry_over),
     }
 
     prior = fit_beta_prior(successes, group_size)
@@ -322,7 +358,9 @@ def summarize(
             {
                 "num_generations": k,
                 "mixed_frac": mixed,
-                "expected_rounds": expected_rounds(mixed, max_rounds, groups_per_batch),
+                "expected_rounds": _expected_cost(mixed, max_rounds, groups_per_batch, refill_margin, carry_over)[
+                    "expected_rounds"
+                ],
                 "estimate": "unbiased" if k <= group_size else "beta-binomial model",
             }
         )
@@ -743,6 +781,8 @@ def probe_model(
         args.success_threshold,
         args.max_rounds,
         groups_per_batch=args.groups_per_batch,
+        refill_margin=args.refill_margin,
+        carry_over=args.carry_over,
     )
     rewards_grouped = rewards.view(shape)
     per_prompt = [

@@ -9,6 +9,9 @@ ratio of the rows that are trained.
   processes (every process generates the same whole number of groups, as TRL's collectives need) and cap it at the
   first round's size (a round never needs more memory than TRL's own generation batch) and at what is left of the
   step's generation budget (``dynamic_sampling_max_rounds`` whole generation batches).
+- ``expected_refill_rounds``: what this policy costs at a given informative rate (rounds and generated groups per
+  step, surplus carried over or not), simulated with ``refill_groups`` itself: the probe's prediction of what the
+  trainer will log as ``dynamic_sampling/rounds``.
 - ``importance_sampling_ratio``: TRL's vLLM importance-sampling correction (``GRPOTrainer._generate_and_score_completions``,
   the ``vllm_importance_sampling_mode`` branches), as a function, so that it can be applied to the trained rows
   once their old-policy log-probs are known (dynamic sampling computes them only for those rows).
@@ -22,6 +25,7 @@ import torch
 
 #: A rate estimate below this is treated as this (one informative group in 20): a round is then capped anyway.
 RATE_FLOOR = 0.05
+_MAX_SIMULATED_ROUNDS = 40_000  # bounds expected_refill_rounds' cost (a few seconds) when successes are rare
 
 
 class InformativeRate:
@@ -61,6 +65,48 @@ def refill_groups(missing: int, rate: float, margin: float, world_size: int, cap
     groups = min(-(-max(want, 1) // world_size) * world_size, cap)
     limit = remaining // world_size * world_size
     return max(min(groups, limit), 0)
+
+
+def expected_refill_rounds(
+    informative_frac: float,
+    num_groups: int,
+    max_rounds: int,
+    margin: float = 1.25,
+    carry_share: float = 0.0,
+    world_size: int = 1,
+    steps: int = 4000,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Mean rounds and generated groups per step (and per trained group) of the trainer's refill policy when each
+    group is informative with probability ``informative_frac``, over ``steps`` consecutive simulated steps (seeded:
+    the same answer every call). Each step: the carried surplus of the last step (at most ``carry_share`` x
+    ``num_groups``, used once), a first round of ``num_groups``, then ``refill_groups`` rounds sized from the rate
+    (taken as known: the trainer's running estimate converges to it) until ``num_groups`` informative groups are in
+    hand or the budget of ``max_rounds`` generation batches is spent."""
+    p = min(max(float(informative_frac), 0.0), 1.0)
+    generator = torch.Generator().manual_seed(seed)
+    carry_limit = int(carry_share * num_groups)
+    rounds_total, generated_total, trained_total, carried, done = 0, 0, 0, 0, 0
+    while done < steps and rounds_total < _MAX_SIMULATED_ROUNDS:  # a rare-success rate stops early, on whole steps
+        done += 1
+        kept = carried + int(torch.binomial(torch.tensor(float(num_groups)), torch.tensor(p), generator=generator))
+        rounds, generated = 1, num_groups
+        while kept < num_groups:
+            size = refill_groups(
+                num_groups - kept, p, margin, world_size, cap=num_groups, remaining=max_rounds * num_groups - generated
+            )
+            if size == 0:
+                break
+            kept += int(torch.binomial(torch.tensor(float(size)), torch.tensor(p), generator=generator))
+            rounds, generated = rounds + 1, generated + size
+        carried = min(max(kept - num_groups, 0), carry_limit)
+        rounds_total, generated_total = rounds_total + rounds, generated_total + generated
+        trained_total += min(kept, num_groups)
+    return {
+        "rounds": rounds_total / done,
+        "generation_batches": generated_total / (done * num_groups),
+        "generated_per_trained_group": generated_total / max(trained_total, 1),
+    }
 
 
 def importance_sampling_ratio(

@@ -52,8 +52,8 @@ What it costs (issue 14; ``benchmarks/dynamic_sampling.py`` measures it):
   included, with zero weight), ``dynamic_sampling/generated_<metric>`` for everything that was generated. Other
   per-call metrics (e.g. the reward guard's counts) are kept per round.
 
-How it plugs into TRL (1.12 to 1.16) without copying TRL code (see DESIGN.md, "Override stable hooks, post-process
-super()"):
+How it plugs into TRL (1.12 to 1.16) without copying TRL code (docs/ARCHITECTURE.md: override stable hooks,
+post-process super()):
 
 - ``_calculate_rewards`` is wrapped to remember the per-function rewards it returns (already gathered across
   processes; groups are contiguous in that global order), the metric, and the completion lengths / truncation.
@@ -66,9 +66,9 @@ super()"):
   (same data, same loss, same logs; tested bit for bit).
 - ``compute_loss`` counts the trained tokens of each micro-batch; ``create_optimizer`` installs the step gate.
 - Refill prompts come from a second, seeded stream over the training set; its position is saved with each checkpoint
-  (``dynamic_sampling_state.json``) and restored on resume, like TRL's own ``entropy_ctrl_state.json``. Under
-  ``trl_ext.reliability.checkpoints.AtomicCheckpointMixin`` (the trainers of ``trl_ext.grpo.trainers``) ``_get_output_dir`` points
-  at the staging folder while a checkpoint is written, so this file is part of the atomic checkpoint.
+  (``dynamic_sampling_state.json``) and restored on resume, like TRL's own ``entropy_ctrl_state.json``. It is
+  written through ``AtomicCheckpointMixin``'s ``_save_extra_state`` / ``_load_extra_state`` hooks (the mixin's base,
+  the one extra-state mechanism of the package), into the staged folder: part of the atomic checkpoint.
 
 No dropped group ever reaches a log-prob or training forward pass; it costs its generation and scoring only.
 ``dynamic_sampling/generation_time`` and ``dynamic_sampling/dropped_time`` log the seconds spent per step.
@@ -102,6 +102,8 @@ from datasets import IterableDataset
 from trl_ext.grpo.ds_rounds import InformativeRate, importance_sampling_ratio, refill_groups
 from trl_ext.grpo.ds_skip import SkipPredictor
 from trl_ext.grpo.group_filter import group_advantages, group_reward_range, informative_groups, nanstd
+from trl_ext.reliability.checkpoints import AtomicCheckpointMixin
+from trl_ext.scoring import combine_rewards
 
 logger = logging.getLogger(__name__)
 
@@ -240,7 +242,7 @@ class _Round:
         return int(self.metric.numel())
 
 
-class DynamicSamplingMixin:
+class DynamicSamplingMixin(AtomicCheckpointMixin):
     """Adds ``dynamic_sampling`` (a ``GRPOFamilyConfig`` field) to any TRL ``GRPOTrainer`` subclass.
 
     Put it first in the bases: ``class MyTrainer(DynamicSamplingMixin, trl.GRPOTrainer)``. With
@@ -318,11 +320,9 @@ class DynamicSamplingMixin:
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self._ds_enabled and self.model.training:
             # The metric (DAPO Eq. 11's accuracy): weighted sum over dynamic_sampling_metric, NaN if unscorable.
-            columns = torch.tensor(self._ds_metric_columns, device=rewards_per_func.device)
-            selected = rewards_per_func.index_select(1, columns)
-            weights = self.reward_weights.to(rewards_per_func.device).index_select(0, columns).unsqueeze(0)
-            metric = (selected * weights).nansum(dim=1)
-            metric[torch.isnan(selected).all(dim=1)] = torch.nan
+            columns = self._ds_metric_columns
+            weights = self.reward_weights.detach().cpu()[columns]
+            metric = combine_rewards(rewards_per_func.detach().cpu()[:, columns], weights)
             # Completion lengths and truncation as TRL logs them, gathered like the rewards (global order).
             device = self.accelerator.device
             eos_and_pad = [self._tokenizer.eos_token_id, self._tokenizer.pad_token_id]
@@ -332,7 +332,7 @@ class DynamicSamplingMixin:
             )
             self._ds_capture = {
                 "rewards_per_func": rewards_per_func.detach().cpu(),
-                "metric": metric.detach().cpu(),
+                "metric": metric,
                 "lengths": self.accelerator.gather(lengths).cpu(),
                 "truncated": self.accelerator.gather(truncated).cpu(),
             }
@@ -501,27 +501,26 @@ class DynamicSamplingMixin:
             self._gate_optimizer(self.optimizer)
         return optimizer
 
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        if self._ds_stream is not None and self.args.should_save:
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+    def _save_extra_state(self, folder: str) -> None:
+        """The refill stream, the informative-rate estimate, the skip history and the carried groups, written into
+        the checkpoint being staged (``AtomicCheckpointMixin``: the one extra-state mechanism, so they are part of
+        the atomic checkpoint)."""
+        super()._save_extra_state(folder)
+        if self._ds_stream is None or not self.args.should_save:
+            return
+        state = {"stream": self._ds_stream.state_dict(), "warned": self._ds_warned}
+        state["informative_rate"] = self._ds_rate.state_dict()
+        if self._ds_skip is not None:
+            state["skip"] = self._ds_skip.state_dict()
+        state["reward_range"] = [self._ds_reward_low, self._ds_reward_high]
+        with open(os.path.join(folder, STATE_FILE), "w") as f:
+            json.dump(state, f)
+        if self._ds_carry is not None:
+            torch.save(_round_to(self._ds_carry, "cpu").__dict__, os.path.join(folder, CARRY_FILE))
 
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
-            state = {"stream": self._ds_stream.state_dict(), "warned": self._ds_warned}
-            state["informative_rate"] = self._ds_rate.state_dict()
-            if self._ds_skip is not None:
-                state["skip"] = self._ds_skip.state_dict()
-            state["reward_range"] = [self._ds_reward_low, self._ds_reward_high]
-            with open(os.path.join(folder, STATE_FILE), "w") as f:
-                json.dump(state, f)
-            if self._ds_carry is not None:
-                torch.save(_round_to(self._ds_carry, "cpu").__dict__, os.path.join(folder, CARRY_FILE))
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if self._ds_stream is None or checkpoint is None:
+    def _load_extra_state(self, checkpoint: str) -> None:
+        super()._load_extra_state(checkpoint)
+        if self._ds_stream is None:
             return
         path = os.path.join(checkpoint, STATE_FILE)
         if os.path.exists(path):
