@@ -319,6 +319,10 @@ def test_multi_round_step_logs_the_trained_batch_once(tiny_model, tokenizer, pro
     generated = metrics["dynamic_sampling/generated_groups"][0]  # refills are right-sized: not 2 groups per round
     assert surplus >= 0 and metrics["dynamic_sampling/kept_group_frac"][0] * generated == pytest.approx(2 + surplus)
     assert metrics["dynamic_sampling/surplus_time"][0] >= 0
+    # every dropped group is an odd-answer group whose rewards are all 0: labelled all-min ("too hard"), none all-max
+    assert metrics["dynamic_sampling/all_max_frac"] == [0.0]
+    dropped = 1 - metrics["dynamic_sampling/kept_group_frac"][0]
+    assert dropped > 0 and metrics["dynamic_sampling/all_min_frac"][0] == pytest.approx(dropped)
     # completions table: the 8 trained rows, with their recomputed advantages
     logs = trainer._logs
     assert len(logs["prompt"]) == 8 and list(logs["advantages"]) == pytest.approx(out["advantages"].tolist())

@@ -101,7 +101,7 @@ from datasets import IterableDataset
 
 from trl_ext.grpo.ds_rounds import InformativeRate, importance_sampling_ratio, refill_groups
 from trl_ext.grpo.ds_skip import SkipPredictor
-from trl_ext.grpo.group_filter import group_advantages, group_reward_range, informative_groups, nanstd
+from trl_ext.grpo.group_filter import group_advantages, group_stats, informative_groups, nanstd
 from trl_ext.reliability.checkpoints import AtomicCheckpointMixin
 from trl_ext.scoring import combine_rewards
 
@@ -824,17 +824,14 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
         num_generations = self.num_generations
         all_rewards = torch.cat([r.metric for r in rounds])
         keep = informative_groups(all_rewards, self.num_generations, args.dynamic_sampling_atol)
-        group_max, group_min = group_reward_range(all_rewards, self.num_generations)
         if args.dynamic_sampling_reward_range is not None:
             low, high = args.dynamic_sampling_reward_range
-        else:
+        else:  # the extremes seen so far in training (inf / -inf before any: then no group is labelled)
             low, high = self._ds_reward_low, self._ds_reward_high
         atol = args.dynamic_sampling_atol
-        uninformative = ~keep & torch.isfinite(group_max)
-        scale_known = high - low > atol
-        all_max = uninformative & (group_min >= high - atol) if scale_known else torch.zeros_like(keep)
-        all_min = uninformative & (group_max <= low + atol) if scale_known else torch.zeros_like(keep)
+        stats = group_stats(all_rewards, num_generations, atol, reward_max=high, reward_min=low)
         generated = keep.numel()
+        too_easy, too_hard = stats.num_all_max / generated, stats.num_all_min / generated
         kept = min(int(keep.sum()) + carried_used, num_groups)  # the batch's informative groups, carried included
         dropped_time = 0.0
         for round_ in rounds:
@@ -845,8 +842,8 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
         metrics["dynamic_sampling/generated_groups"].append(float(generated))
         metrics["dynamic_sampling/informative_rate_estimate"].append(self._ds_rate.estimate())
         metrics["dynamic_sampling/kept_group_frac"].append(int(keep.sum()) / generated)
-        metrics["dynamic_sampling/all_max_frac"].append(all_max.float().mean().item())
-        metrics["dynamic_sampling/all_min_frac"].append(all_min.float().mean().item())
+        metrics["dynamic_sampling/all_max_frac"].append(too_easy)
+        metrics["dynamic_sampling/all_min_frac"].append(too_hard)
         metrics["dynamic_sampling/filler_groups"].append(float(num_groups - kept))
         metrics["dynamic_sampling/surplus_groups"].append(float(num_surplus))
         metrics["dynamic_sampling/limit_hit"].append(float(kept < num_groups))
@@ -857,7 +854,6 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
         self._ds_empty_steps = self._ds_empty_steps + 1 if kept == 0 else 0
         if kept < num_groups and not self._ds_warned:
             self._ds_warned = True
-            too_hard, too_easy = all_min.float().mean().item(), all_max.float().mean().item()
             if too_hard or too_easy:
                 seen = f"{too_hard:.0%} of the groups were all-wrong and {too_easy:.0%} all-right"
             else:
