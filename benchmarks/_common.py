@@ -368,6 +368,22 @@ def plt():
     return pyplot
 
 
+def add_run_options(parser, name: str, prompts_help: str = "prompts per step (default: the demo's 16)") -> None:
+    """The options every trainer benchmark shares: batch size, threads, warm start, where results go (``--out``,
+    ``results_dir``) and ``--render`` (rebuild the report of ``<name>.json`` without training)."""
+    parser.add_argument("--prompts-per-step", type=int, help=prompts_help)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
+    parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help=f"directory for {name}.md, .png and .json (default: benchmarks/results; --quick: "
+        "outputs/benchmarks-quick)",
+    )
+    parser.add_argument("--render", help=f"rebuild the report from a saved {name}.json instead of measuring")
+
+
 def names_option(parser, flag: str, value: str, known) -> list[str]:
     """The names of a comma-separated option (``--comparisons dapo,gspo``); an unknown name is a parser error that
     lists the known ones."""

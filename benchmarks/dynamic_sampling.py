@@ -640,16 +640,7 @@ def parse(argv):
     parser.add_argument("--reps", type=int, help="repetitions (full 3, quick 1)")
     parser.add_argument("--max-rounds", type=int, default=20, help="dynamic_sampling_max_rounds (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the uninformative-prompt hash")
-    parser.add_argument("--prompts-per-step", type=int, help="prompts per step (default: the demo's 16; quick 8)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
-    parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
-    parser.add_argument(
-        "--out",
-        default=None,
-        help="directory for dynamic_sampling.md, .png, .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)",
-    )
-    parser.add_argument("--render", help="rebuild the report from a saved dynamic_sampling.json instead of measuring")
+    common.add_run_options(parser, "dynamic_sampling", "prompts per step (default: the demo's 16; quick 8)")
     parser.add_argument(
         "--refill-margin", type=float, help="dynamic_sampling_refill_margin (default: the config's, 1.25)"
     )
@@ -673,34 +664,24 @@ def parse(argv):
     return options
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    options = parse(argv)
-    out = common.results_dir(options.out, options.quick)
-    out.mkdir(parents=True, exist_ok=True)
-    before_path = options.before
-    if options.render:
-        options, prov, runs = common.load_raw(options.render, options)
-    else:
-        common.setup(options.threads)
-        started, load_before = time.time(), os.getloadavg()
-        common.load_policy(options.warm_start_steps, options.cache_dir)  # build the cached warm start once
-        jobs = [(name, rep) for rep in range(options.reps) for name in options.configs]
+def measure(options) -> list[dict]:
+    """Every config at every p, ``--reps`` times (one lock-stepped worker per p); the runs' raw records."""
+    common.load_policy(options.warm_start_steps, options.cache_dir)  # build the cached warm start once
+    jobs = [(name, rep) for rep in range(options.reps) for name in options.configs]
 
-        def progress(me, index, run):
-            rounds = statistics.mean(_num_rounds(b) for b in run["rounds"])
-            print(
-                f"[dynamic_sampling] {run['config']} p={run['p']:g} rep {run['rep']}: {rounds:.2f} rounds/batch, "
-                f"{sum(run['step_wall']) / run['measured']:.2f} s/step",
-                flush=True,
-            )
-
-        per_worker = common.run_lockstep(worker, [(p, jobs, options) for p in options.ps], on_result=progress)
-        runs = [run for worker_runs in per_worker for run in worker_runs]
-        prov = common.provenance(
-            common.command_line("dynamic_sampling.py", argv), time.time() - started, options.threads, load_before
+    def progress(me, index, run):
+        rounds = statistics.mean(_num_rounds(b) for b in run["rounds"])
+        print(
+            f"[dynamic_sampling] {run['config']} p={run['p']:g} rep {run['rep']}: {rounds:.2f} rounds/batch, "
+            f"{sum(run['step_wall']) / run['measured']:.2f} s/step",
+            flush=True,
         )
-        common.save_raw(out / "dynamic_sampling.json", options, prov, runs)
+
+    per_worker = common.run_lockstep(worker, [(p, jobs, options) for p in options.ps], on_result=progress)
+    return [run for worker_runs in per_worker for run in worker_runs]
+
+
+def report(runs: list[dict], options, prov: dict, out, before_path: str | None = None) -> None:
     summary = summarize(runs, options)
     plot(summary, options, out / "dynamic_sampling.png")
     head, body = markdown(summary, options, prov)
@@ -713,7 +694,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("\n".join(body[: body.index("## Reading")]))
     print(f"[dynamic_sampling] wrote {path} and {out / 'dynamic_sampling.png'}")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    before_path = parse(argv).before  # a saved "before" run, shown side by side (kept when --render loads options)
+    return common.bench_main(
+        "dynamic_sampling.py",
+        argv,
+        parse,
+        measure,
+        lambda runs, options, prov, out: report(runs, options, prov, out, before_path),
+    )
 
 
 if __name__ == "__main__":

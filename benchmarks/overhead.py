@@ -392,16 +392,7 @@ def parse(argv):
     parser.add_argument("--pairs", type=int, help="lock-stepped pairs (full 16, quick 5)")
     parser.add_argument("--steps", type=int, help="measured steps per arm, rounded up to whole generation cycles")
     parser.add_argument("--comparisons", default="dapo,gspo", help="comma-separated subset of: dapo, gspo")
-    parser.add_argument("--prompts-per-step", type=int, help="prompts per step (default: the demo's 16)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
-    parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
-    parser.add_argument(
-        "--out",
-        default=None,
-        help="directory for overhead.md, .png and .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)",
-    )
-    parser.add_argument("--render", help="rebuild the report from a saved overhead.json instead of measuring")
+    common.add_run_options(parser, "overhead")
     options = parser.parse_args(argv)
     options.pairs = options.pairs or (5 if options.quick else 16)
     options.steps = options.steps or (4 if options.quick else 16)

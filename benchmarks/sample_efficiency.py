@@ -551,16 +551,7 @@ def parse(argv):
         help="demo: the demo's problems; hard: operands 0..49 (at least half the groups uninformative)",
     )
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS), help=f"subset of {list(ALGORITHMS)}")
-    parser.add_argument("--prompts-per-step", type=int, help="prompts per step (default: the demo's 16)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--warm-start-steps", type=int, help="SFT steps of the warm start (default: the demo's)")
-    parser.add_argument("--cache-dir", help="where the warm start is cached (default outputs/demo-warm-start)")
-    parser.add_argument(
-        "--out",
-        default=None,
-        help="directory for sample_efficiency.md, .png, .json (default: benchmarks/results; --quick: outputs/benchmarks-quick)",
-    )
-    parser.add_argument("--render", help="rebuild the report from a saved sample_efficiency.json instead of training")
+    common.add_run_options(parser, "sample_efficiency")
     options = parser.parse_args(argv)
     options.seeds = [int(s) for s in (options.seeds or ("0" if options.quick else "0,1,2")).split(",")]
     options.budget = options.budget or (2048 if options.quick else 38400)
@@ -573,34 +564,25 @@ def parse(argv):
     return options
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    options = parse(argv)
-    out = common.results_dir(options.out, options.quick)
-    out.mkdir(parents=True, exist_ok=True)
-    if options.render:
-        options, prov, runs = common.load_raw(options.render, options)
-    else:
-        common.setup(options.threads)
-        started, load_before = time.time(), os.getloadavg()
-        common.load_policy(options.warm_start_steps, options.cache_dir)  # build the cached warm start once
+def measure(options) -> list[dict]:
+    """Train every algorithm on every seed (one lock-stepped worker per algorithm); the runs' raw records."""
+    common.load_policy(options.warm_start_steps, options.cache_dir)  # build the cached warm start once
 
-        def progress(me, index, run):
-            print(
-                f"[sample_efficiency] {run['name']} seed {run['seed']}: {run['steps']} steps, "
-                f"{run['completions']:,} completions, accuracy {run['start_accuracy']:.3f} -> "
-                f"{run['evals'][-1]['accuracy']:.3f}",
-                flush=True,
-            )
+    def progress(me, index, run):
+        print(
+            f"[sample_efficiency] {run['name']} seed {run['seed']}: {run['steps']} steps, "
+            f"{run['completions']:,} completions, accuracy {run['start_accuracy']:.3f} -> "
+            f"{run['evals'][-1]['accuracy']:.3f}",
+            flush=True,
+        )
 
-        per_worker = common.run_lockstep(
-            worker, [(name, options.seeds, options) for name in options.algorithms], on_result=progress
-        )
-        runs = [run for worker_runs in per_worker for run in worker_runs]
-        prov = common.provenance(
-            common.command_line("sample_efficiency.py", argv), time.time() - started, options.threads, load_before
-        )
-        common.save_raw(out / "sample_efficiency.json", options, prov, runs)
+    per_worker = common.run_lockstep(
+        worker, [(name, options.seeds, options) for name in options.algorithms], on_result=progress
+    )
+    return [run for worker_runs in per_worker for run in worker_runs]
+
+
+def report(runs: list[dict], options, prov: dict, out) -> None:
     summary = summarize(runs, options)
     plot(runs, options, out / "sample_efficiency.png")
     head, body = markdown(runs, summary, options, prov)
@@ -612,7 +594,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("\n".join(body[: body.index("## Reading")]))
     print(f"[sample_efficiency] wrote {path} and {out / 'sample_efficiency.png'}")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.bench_main("sample_efficiency.py", argv, parse, measure, report)
 
 
 if __name__ == "__main__":
