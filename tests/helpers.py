@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
+#: Small, fast, CPU-only training settings (any GRPO-family config): 2 groups of 4 per step, 2 steps.
+TINY_SETTINGS = dict(
+    per_device_train_batch_size=8,
+    num_generations=4,
+    max_completion_length=4,
+    max_steps=2,
+    learning_rate=1e-2,
+    logging_steps=1,
+    report_to="none",
+    use_cpu=True,
+    bf16=False,
+    save_strategy="no",
+    disable_tqdm=True,
+    seed=0,
+)
+
 
 def tiny_args(config_class_or_preset, tmp_path, **overrides):
-    """Small, fast, CPU-only settings for any preset (name or config class)."""
+    """``TINY_SETTINGS`` for any preset (name or config class)."""
     from trl_ext import get_preset
 
-    settings = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=4,
-        max_steps=2,
-        learning_rate=1e-2,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        save_strategy="no",
-        disable_tqdm=True,
-        seed=0,
-    )
+    settings = dict(output_dir=str(tmp_path / "out"), **TINY_SETTINGS)
     settings.update(overrides)
     name = config_class_or_preset if isinstance(config_class_or_preset, str) else config_class_or_preset.__name__
     if name.lower().startswith("dapo"):

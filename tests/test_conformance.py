@@ -18,6 +18,7 @@ import pytest
 import torch
 import trl
 from datasets import Dataset
+from helpers import TINY_SETTINGS
 from transformers import Qwen2Config, Qwen2ForSequenceClassification
 from trl.rewards import get_soft_overlong_punishment
 
@@ -27,20 +28,7 @@ from trl_ext.demo import DemoModelConfig, build_model
 SMALL = DemoModelConfig(
     hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
 )
-BASE = dict(
-    per_device_train_batch_size=8,
-    num_generations=4,
-    max_completion_length=4,
-    max_steps=2,
-    learning_rate=1e-2,
-    logging_steps=1,
-    report_to="none",
-    use_cpu=True,
-    bf16=False,
-    save_strategy="no",
-    disable_tqdm=True,
-    seed=0,
-)
+BASE = dict(TINY_SETTINGS)  # the suite's small CPU settings, for TRL's config and ours alike
 # TRL fields whose defaults our presets change: copied from our config into TRL's so both train the same algorithm
 PRESET_FIELDS = (
     "epsilon",
