@@ -10,6 +10,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from helpers import TINY_SETTINGS  # this script's folder (tests/) is on sys.path
 
 from trl_ext import DAPOTrainer, get_preset
 from trl_ext.demo import DemoModelConfig, DemoTaskConfig, build_model, build_tokenizer, make_problems
@@ -32,19 +33,8 @@ def main(out: str) -> None:
     # 6 rows per rank, groups of 4: the second group straddles the two ranks.
     args = get_preset(
         "dapo",
+        **{**TINY_SETTINGS, "per_device_train_batch_size": 6, "max_steps": 3},
         output_dir=out,
-        per_device_train_batch_size=6,
-        num_generations=4,
-        max_completion_length=4,
-        max_steps=3,
-        learning_rate=1e-2,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        save_strategy="no",
-        disable_tqdm=True,
-        seed=0,
         soft_overlong_punishment=False,
         num_minibatches=1,  # one rollout per step: 12 rows, so that a group straddles the ranks
         dynamic_sampling_max_rounds=3,
