@@ -1,6 +1,12 @@
 """Run by tests/test_multiprocess.py under ``torchrun --nproc_per_node 2``: DAPO with dynamic sampling filtering
 some groups on the demo task; each rank writes what it saw to ``<out>/rank<k>.json``.
 
+    python -m torch.distributed.run --nproc_per_node 2 tests/dist_dapo_script.py <out> [on_policy|carry_skip]
+
+``on_policy``: one rollout per step, 6 rows per rank (a group straddles the ranks). ``carry_skip``: 3 minibatches per
+rollout (18 rows per rank, again a straddling group), surplus carried over, the first round oversampled and GRESO
+skipping on, over 20 prompts so that prompts come back.
+
 Not a test file itself (pytest does not collect it).
 """
 
@@ -21,7 +27,23 @@ def even_answer_reward(completions, answer, **kwargs):
     return [float(len(c) % 2) if int(a) % 2 == 0 else 0.0 for c, a in zip(completions, answer, strict=True)]
 
 
-def main(out: str) -> None:
+MODES = {
+    # 6 rows per rank, groups of 4, one rollout per step: 12 rows, the second group straddles the two ranks
+    "on_policy": dict(num_train=60, max_steps=3, num_minibatches=1),
+    # 3 minibatches per rollout: 18 rows (4.5 groups) per rank, old-policy log-probs, so surplus is carried over
+    # (a margin of 3 makes surplus certain) and the first round is oversampled once groups are dropped
+    "carry_skip": dict(
+        num_train=20,
+        max_steps=9,
+        num_minibatches=3,
+        dynamic_sampling_carry_over=0.5,
+        dynamic_sampling_refill_margin=3.0,
+        dynamic_sampling_skip_predicted=True,
+    ),
+}
+
+
+def main(out: str, mode: str = "on_policy") -> None:
     tokenizer = build_tokenizer()
     model = build_model(
         tokenizer,
@@ -29,19 +51,19 @@ def main(out: str) -> None:
             hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
         ),
     )
-    train, _ = make_problems(DemoTaskConfig(max_operand=9, num_train=60, num_eval=20))
-    # 6 rows per rank, groups of 4: the second group straddles the two ranks.
+    settings = dict(MODES[mode])
+    train, _ = make_problems(DemoTaskConfig(max_operand=9, num_train=settings.pop("num_train"), num_eval=20))
     args = get_preset(
         "dapo",
-        **{**TINY_SETTINGS, "per_device_train_batch_size": 6, "max_steps": 3},
+        **{**TINY_SETTINGS, "per_device_train_batch_size": 6, "max_steps": settings.pop("max_steps")},
         output_dir=out,
         soft_overlong_punishment=False,
-        num_minibatches=1,  # one rollout per step: 12 rows, so that a group straddles the ranks
         dynamic_sampling_max_rounds=3,
         temperature=1.5,
+        **settings,
     )
     trainer = DAPOTrainer(model, [even_answer_reward], args=args, train_dataset=train, processing_class=tokenizer)
-    refill_rows = []  # rows each refill round gives this rank (right-sized: whole groups per process)
+    refill_rows = []  # rows each round drawn from the refill stream gives this rank (whole groups per process)
     refill = trainer._refill_inputs
 
     def recording(inputs, num_prompts):
@@ -75,10 +97,11 @@ def main(out: str) -> None:
                 "weights_equal_across_ranks": all(torch.equal(gathered[0], g) for g in gathered),
                 "dynamic_sampling_logs": logs,
                 "refill_rows": refill_rows,
+                "skip_history": trainer._ds_skip.state_dict() if trainer._ds_skip is not None else None,
             },
             f,
         )
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

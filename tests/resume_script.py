@@ -2,8 +2,8 @@
 be killed (SIGKILL) by the test and resumed, and writes what it did to ``<out>/result.json`` (log history, the
 checkpoint it resumed from) and its final weights to ``<out>/final_weights.pt``.
 
-    python tests/resume_script.py dapo <out> [--resume] [--step-sleep S] [--stall-save-at N]
-    python -m torch.distributed.run --nproc_per_node 2 tests/resume_script.py dapo <out> [--resume]
+    python tests/resume_script.py dapo|dapo_carry|gspo|dpo <out> [--resume] [--step-sleep S] [--stall-save-at N]
+    python -m torch.distributed.run --nproc_per_node 2 tests/resume_script.py dapo|dapo_carry <out> [--resume]
 
 ``--step-sleep`` slows every step down (not its numbers) so that the test's kill lands between checkpoints;
 ``--stall-save-at N`` makes the save of checkpoint-N stop half-way (after the weights and optimizer, before the RNG
@@ -84,6 +84,26 @@ def build(algo: str, out: str, callbacks: list):
         return DAPOTrainer(
             model, [parity_reward], args=args, train_dataset=train, processing_class=tokenizer, callbacks=callbacks
         )
+    if algo == "dapo_carry":
+        # 2 minibatches per rollout of 2 prompts x 4 per process: old-policy log-probs, so surplus is carried over (a
+        # margin of 3 makes it certain), the first round is oversampled, and GRESO skipping keeps a history.
+        args = get_preset(
+            "dapo",
+            **common(out, max_steps=10, save_steps=3),
+            per_device_train_batch_size=8,
+            num_generations=4,
+            max_completion_length=4,
+            soft_overlong_punishment=False,
+            num_minibatches=2,
+            dynamic_sampling_max_rounds=3,
+            dynamic_sampling_carry_over=0.5,
+            dynamic_sampling_refill_margin=3.0,
+            dynamic_sampling_skip_predicted=True,
+            temperature=1.5,
+        )
+        return DAPOTrainer(
+            model, [parity_reward], args=args, train_dataset=train, processing_class=tokenizer, callbacks=callbacks
+        )
     if algo == "gspo":
         # 4 minibatches per rollout of 8 prompts x 4: one generation per 4 steps, one generation batch per epoch.
         args = get_preset(
@@ -132,7 +152,7 @@ class StopAt(TrainerCallback):
 def main() -> None:
     torch.set_num_threads(1)
     parser = argparse.ArgumentParser()
-    parser.add_argument("algo", choices=["dapo", "gspo", "dpo"])
+    parser.add_argument("algo", choices=["dapo", "dapo_carry", "gspo", "dpo"])
     parser.add_argument("out")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--step-sleep", type=float, default=0.0)

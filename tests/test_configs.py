@@ -8,7 +8,7 @@
   ``RLScriptArguments``, the preset's config class and ``ModelConfig`` (the presets validate in ``__post_init__``);
   its launch lines must point at existing files, and its batch sizes must give the paper's numbers on the world size
   its launch line starts.
-- DeepSpeed ZeRO-2 and ZeRO-3 run two DAPO steps of ``recipes/dapo.py`` on two CPU processes (DeepSpeed's CPU
+- DeepSpeed ZeRO-2 and ZeRO-3 run four DAPO steps (two rollouts, groups carried from the first to the second) of ``recipes/dapo.py`` on two CPU processes (DeepSpeed's CPU
   accelerator, gloo) and must train identically.
 - Dynamic sampling's refill rounds generate through TRL's vLLM path when ``use_vllm`` is on (a stand-in engine on CPU;
   ``benchmarks/gpu_check.sh`` checks the real one on a GPU).
@@ -34,6 +34,7 @@ from unittest import mock
 import pytest
 import torch
 import trl
+import yaml
 from helpers import tiny_args
 
 from trl_ext import DAPOConfig, GRPOPaperConfig, GSPOConfig, trainer_class_for
@@ -296,7 +297,7 @@ def test_gpu_recipe_launch_lines_and_batch_arithmetic(path):
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# DeepSpeed on CPU: two steps of recipes/dapo.py on two processes, ZeRO-2 against ZeRO-3
+# DeepSpeed on CPU: four steps (two rollouts) of recipes/dapo.py on two processes, ZeRO-2 against ZeRO-3
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -327,17 +328,36 @@ def test_deepspeed_zero2_and_zero3_train_identically_on_two_cpu_processes(tmp_pa
     config.write_text(
         f"model_name_or_path: {os.path.abspath(model_dir)}\ndataset_name: {data}\nreward_funcs: [arithmetic]\n"
         "num_generations: 4\nper_device_train_batch_size: 8\nmax_completion_length: 4\n"
-        "soft_overlong_punishment: false\nnum_minibatches: 1\nmax_steps: 2\noptim: sgd\nlearning_rate: 0.1\nmax_grad_norm: 1000.0\n"
+        "soft_overlong_punishment: false\nnum_minibatches: 2\nmax_steps: 4\noptim: sgd\nlearning_rate: 0.1\nmax_grad_norm: 1000.0\n"
+        # two minibatches per rollout: old-policy log-probs, so surplus groups are carried over (a margin of 3 makes
+        # surplus certain) into the second rollout, whose deferred old-policy pass must stay collective under ZeRO-3
+        "dynamic_sampling_carry_over: 0.5\ndynamic_sampling_refill_margin: 3.0\n"
         "logging_steps: 1\nsave_strategy: steps\nsave_steps: 2\nuse_cpu: true\nbf16: false\nreport_to: none\n"
         "disable_tqdm: true\nseed: 0\nhealth_monitor: false\n"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # ZeRO-3 keeps parameters below stage3_param_persistence_threshold (1e5 elements) whole on every rank, which is
+    # every parameter of this tiny model: a forward pass would then need no collective, and a rank running fewer
+    # forward passes than the other (e.g. one holding only carried rows in the deferred old-policy pass) would go
+    # unnoticed. The repository's zero3.yaml with that threshold at 0 shards them all, as a real model is sharded.
+    ds3 = tmp_path / "zero3_sharded.json"
+    ds3.write_text(json.dumps({
+        "zero_optimization": {
+            "stage": 3, "stage3_param_persistence_threshold": 0, "stage3_gather_16bit_weights_on_model_save": True,
+        },
+        "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
+        "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+    }))  # fmt: skip
+    zero3 = yaml.safe_load(open(os.path.join(ACCELERATE_DIR, "zero3.yaml")))
+    zero3["deepspeed_config"] = {"deepspeed_config_file": str(ds3), "zero3_init_flag": True}
+    (tmp_path / "zero3.yaml").write_text(yaml.safe_dump(zero3))
+    configs = {"zero2": os.path.join(ACCELERATE_DIR, "zero2.yaml"), "zero3": str(tmp_path / "zero3.yaml")}
     runs = {}
     for stage in ("zero2", "zero3"):
         out = tmp_path / stage
         command = [
             sys.executable, "-m", "accelerate.commands.launch",
-            "--config_file", os.path.join(ACCELERATE_DIR, f"{stage}.yaml"),
+            "--config_file", configs[stage],
             "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(_free_port()),
             os.path.join(REPO, "recipes", "dapo.py"), "--config", str(config), "--output_dir", str(out),
         ]  # fmt: skip
@@ -364,19 +384,23 @@ def test_deepspeed_zero2_and_zero3_train_identically_on_two_cpu_processes(tmp_pa
         assert (out / "checkpoint-2" / "dynamic_sampling_state.json").exists()
 
         summary = json.loads((out / "summary.json").read_text())
-        assert summary["trainer"] == "DAPOTrainer" and summary["optimizer_steps"] == 2
+        assert summary["trainer"] == "DAPOTrainer" and summary["optimizer_steps"] == 4
         logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         runs[stage] = ([log for log in logs if "loss" in log], load_file(out / "model.safetensors"))
 
     (logs2, weights2), (logs3, weights3) = runs["zero2"], runs["zero3"]
-    assert len(logs2) == len(logs3) == 2
+    assert len(logs2) == len(logs3) == 4
+    # the second rollout (step 3) trained groups carried over from the first, on both stages
+    assert logs2[2]["dynamic_sampling/carried_groups_used"] == logs3[2]["dynamic_sampling/carried_groups_used"] > 0
     # something was learned from: a non-zero gradient. (Not the loss: on-policy, pi/pi_old = 1 and DAPO's token-level
     # loss is -sum_i A_i |o_i| / sum_i |o_i|, exactly 0 whenever a step's completions have equal lengths, as with a
     # warm start that answers every problem in 3 tokens; its gradient is not 0.)
     assert any(log["grad_norm"] > 1e-3 for log in logs2)
     for a, b in zip(logs2, logs3, strict=True):
+        assert a.keys() == b.keys()
         for key in ("loss", "grad_norm", "reward", "dynamic_sampling/kept_group_frac", "dynamic_sampling/rounds"):
-            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+            if key in a:  # the dynamic-sampling figures are logged at the first step of each rollout
+                assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
     for name in weights2.keys() & weights3.keys():
         torch.testing.assert_close(weights2[name], weights3[name], rtol=1e-4, atol=1e-5)
 

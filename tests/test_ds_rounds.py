@@ -11,7 +11,15 @@ import trl
 from helpers import tiny_args
 
 from trl_ext import DAPOTrainer
-from trl_ext.grpo.ds_rounds import InformativeRate, importance_sampling_ratio, refill_groups
+from trl_ext.grpo.ds_rounds import (
+    InformativeRate,
+    expected_refill_rounds,
+    first_round_groups,
+    importance_sampling_ratio,
+    refill_groups,
+    refill_margin,
+    round_cap,
+)
 
 
 def even_answer_reward(completions, answer, **kwargs):
@@ -48,6 +56,35 @@ def test_refill_groups_hand_computed():
     assert refill_groups(missing=3, rate=0.5, margin=1.25, world_size=2, cap=16, remaining=1) == 0  # budget spent
     assert refill_groups(missing=0, rate=0.5, margin=1.25, world_size=1, cap=16, remaining=100) == 0
     assert refill_groups(missing=2, rate=0.0, margin=1.25, world_size=1, cap=16, remaining=100) == 16  # floor 0.05
+
+
+def test_first_round_margin_and_cap_hand_computed():
+    # the margin in force: GRESO's 1.25 where surplus is carried (it costs nothing), 1.1 where it is discarded
+    assert refill_margin(None, carrying=True) == 1.25 and refill_margin(None, carrying=False) == 1.1
+    assert refill_margin(2.0, carrying=False) == 2.0
+    assert round_cap(16, 2.0) == 32 and round_cap(16, 1.0) == 16 and round_cap(3, 0.5) == 2
+    kw = dict(margin=1.25, world_size=1, cap=32, remaining=100)
+    # oversampled: (16 - 2 carried) / 0.5 x 1.25 = 35 -> capped at 32
+    assert first_round_groups(16, carried=2, rate=0.5, carrying=True, **kw) == 32
+    assert first_round_groups(16, carried=0, rate=0.8, carrying=True, **kw) == 25  # ceil(16 / 0.8 x 1.25)
+    assert first_round_groups(16, carried=0, rate=0.8, carrying=True, **{**kw, "world_size": 3}) == 27
+    # TRL's own batch: nothing dropped yet, surplus not carried, or no more than TRL's batch
+    assert first_round_groups(16, carried=0, rate=1.0, carrying=True, **kw) is None
+    assert first_round_groups(16, carried=0, rate=0.5, carrying=False, **kw) is None
+    assert first_round_groups(16, carried=8, rate=0.9, carrying=True, **kw) is None  # ceil(8 / 0.9 x 1.25) = 12
+
+
+def test_simulated_cost_of_the_policy_stays_near_the_ideal():
+    """The trainer's policy (first_round_groups + refill_groups), simulated at known rates: generated groups per
+    trained group within 10% of the ideal 1/rate with and without carry-over, and oversampling the first round where
+    surplus is carried cuts the rounds per step."""
+    for rate in (0.75, 0.5, 0.25, 0.1):
+        carried = expected_refill_rounds(rate, 64, 40, carry_share=0.25, steps=400)
+        discarded = expected_refill_rounds(rate, 64, 40, carry_share=0.0, steps=400)
+        whole = expected_refill_rounds(rate, 64, 40, carry_share=0.25, max_round_size=1.0, steps=400)
+        assert carried["generated_per_trained_group"] * rate == pytest.approx(1.0, abs=0.1)
+        assert discarded["generated_per_trained_group"] * rate == pytest.approx(1.0, abs=0.1)
+        assert carried["rounds"] < discarded["rounds"] and carried["rounds"] < whole["rounds"]
 
 
 def test_informative_rate_is_a_decayed_ratio_and_round_trips():
@@ -328,6 +365,44 @@ def test_surplus_is_carried_once_bounded_with_its_own_old_logps(tokenizer, probl
             and torch.equal(trainer._ds_carry.output["prompt_ids"][i], carried.output["prompt_ids"][i])
             for i in range(min(n, trainer._ds_carry.num_rows))
         )
+
+
+def test_first_round_is_oversampled_once_groups_are_dropped_where_surplus_is_carried(tokenizer, problems, tmp_path):
+    # 2 minibatches: surplus is carried (at most 1 group of 4)
+    trainer = _carry_trainer(tokenizer, problems, tmp_path, dynamic_sampling_carry_over=0.25)
+    sizes = []
+    generate = trainer._generate
+
+    def counting(prompts):
+        sizes.append(len(prompts))
+        return generate(prompts)
+
+    trainer._generate = counting
+    trainer.model.train()
+    trainer._generate_and_score_completions(_groups(problems, "eeee"))  # nothing dropped: TRL's own batch
+    assert sizes == [16] and trainer._ds_rate.estimate() == 1.0
+    trainer._generate_and_score_completions(_groups(problems, "eooo"))  # 3 of 4 dropped: a refill
+    metrics = trainer._metrics["train"]
+    assert sizes[1] == 16 and metrics["dynamic_sampling/first_round_groups"][:2] == [4.0, 4.0]
+    rate = trainer._ds_rate.estimate()
+    carried = trainer._ds_carry.num_rows // 4 if trainer._ds_carry is not None else 0
+    assert rate < 1.0
+    expected = first_round_groups(4, carried, rate, 1.25, 1, cap=8, remaining=30 * 4, carrying=True)
+    del sizes[:]
+    out = trainer._generate_and_score_completions(_groups(problems, "eeee"))
+    # the next step's first round is sized from the rate, from the refill stream (whole groups), beyond TRL's 4
+    assert expected is not None and expected > 4
+    assert sizes[0] == 4 * expected and metrics["dynamic_sampling/first_round_groups"][-1] == expected
+    assert out["completion_ids"].size(0) == 16  # the trained batch keeps TRL's shape
+
+
+def test_first_round_is_trls_batch_where_surplus_would_be_discarded(tokenizer, problems, tmp_path):
+    trainer = _carry_trainer(tokenizer, problems, tmp_path, num_minibatches=1)  # on-policy: nothing carried
+    trainer.model.train()
+    for _ in range(3):
+        trainer._generate_and_score_completions(_groups(problems, "eo"))
+    assert trainer._ds_rate.estimate() < 1.0
+    assert trainer._metrics["train"]["dynamic_sampling/first_round_groups"] == [2.0, 2.0, 2.0]
 
 
 def informative_rows(round_):

@@ -117,6 +117,7 @@ def test_clip_fraction_must_stay_high():
 def test_kept_groups_low_with_dynamic_sampling_split():
     too_easy = {
         "dynamic_sampling/kept_group_frac": 0.1,
+        "dynamic_sampling/rounds": 3.0,
         "dynamic_sampling/all_max_frac": 0.8,
         "dynamic_sampling/all_min_frac": 0.1,
     }
@@ -124,7 +125,12 @@ def test_kept_groups_low_with_dynamic_sampling_split():
     metrics = run(monitor, [too_easy, too_easy])
     assert [m["health/kept_groups_low"] for m in metrics] == [0.0, 1.0]
     message = monitor.events[0].message
-    assert "only 10% of groups" in message and "about 10.0 rounds" in message and "too easy" in message
+    assert (
+        "only 10% of groups" in message
+        and "about 10.0 groups per trained group" in message
+        and "in 3 generation round(s)" in message
+        and "too easy" in message
+    )
 
     too_hard = {**too_easy, "dynamic_sampling/all_max_frac": 0.1, "dynamic_sampling/all_min_frac": 0.8}
     monitor = HealthMonitor()
@@ -136,7 +142,10 @@ def test_kept_groups_falls_back_to_trl_zero_std_metric():
     monitor = HealthMonitor(HealthThresholds(kept_patience=1))
     metrics = run(monitor, [{"frac_reward_zero_std": 0.5}, {"frac_reward_zero_std": 0.8}])  # kept 0.5, then 0.2
     assert [m["health/kept_groups_low"] for m in metrics] == [0.0, 1.0]
-    assert "only 20% of groups" in monitor.events[0].message and "5.0 rounds" in monitor.events[0].message
+    assert (
+        "only 20% of groups" in monitor.events[0].message
+        and "5.0 groups per trained group" in monitor.events[0].message
+    )
 
 
 def test_truncation_grows():

@@ -66,9 +66,13 @@ def test_summarize_hand_computed():
     assert summary["pass_at"][4] == pytest.approx(0.75)
     groups = summary["groups"]
     assert (groups["all_correct_frac"], groups["all_wrong_frac"], groups["mixed_frac"]) == (0.25, 0.25, 0.5)
-    # one prompt per batch: every refill is one group, so the rounds are geometric, 1/p = 2 (simulated: +-0.05)
+    # one prompt per batch, p = 1/2. A refill asks ceil(1 / 0.5 x 1.1) = 3 groups, capped at 2 (max_round_size 2):
+    # after a failed first round (1/2), each round of 2 succeeds with 3/4, so E[R] = 1 + 1/2 x 4/3 = 5/3 (+-0.05).
     assert groups["informative_frac"] == 0.5 and groups["expected_rounds_whole_batch"] == pytest.approx(2.0)
-    assert groups["expected_rounds"] == pytest.approx(2.0, abs=0.05)
+    assert groups["expected_rounds"] == pytest.approx(5 / 3, abs=0.05)
+    # rounds of one group (max_round_size 1): geometric, 1/p = 2
+    whole = summarize(*hand_batch(), success_threshold=1.0, max_round_size=1.0)["groups"]
+    assert whole["expected_rounds"] == pytest.approx(2.0, abs=0.05)
     assert (groups["all_max_frac"], groups["all_min_frac"]) == (0.25, 0.25)
     projection = {row["num_generations"]: row for row in summary["group_size_projection"]}
     assert sorted(projection) == [2, 4, 8, 16]
@@ -239,13 +243,18 @@ def test_expected_rounds_follow_the_trainers_refill_policy():
     # informative fraction 0.5; a run with 2 prompts per generation batch and at most 3 rounds. With 2 prompts a
     # right-sized refill (missing / 0.5 x 1.25 >= 2.5, capped at the batch) is a whole batch, so the trainer's
     # policy and the whole-batch model agree: E[R] = 1 + P(R > 1) + P(R > 2) = 1 + 3/4 + 5/16 (not 1/p = 2).
-    summary = summarize(*hand_batch(), success_threshold=1.0, max_rounds=3, groups_per_batch=2)
+    # (rounds of at most one generation batch: max_round_size 1)
+    summary = summarize(*hand_batch(), success_threshold=1.0, max_rounds=3, groups_per_batch=2, max_round_size=1.0)
     assert summary["groups"]["expected_rounds_whole_batch"] == pytest.approx(1 + 3 / 4 + 5 / 16)
     assert summary["groups"]["expected_rounds"] == pytest.approx(1 + 3 / 4 + 5 / 16, abs=0.05)
     # 16 prompts at p = 0.25 within 4 batches: right-sized refills generate fewer groups than whole batches would
-    # (the simulation runs the trainer's own refill_groups), in more, smaller rounds
-    big = _expected_cost(0.25, 4, 16, 1.25, 0.0)
-    assert big["expected_generation_batches"] < big["expected_rounds_whole_batch"] < big["expected_rounds"]
+    # (the simulation runs the trainer's own refill_groups); capped at one batch, in more, smaller rounds; with
+    # rounds of up to 2 batches (the default), in fewer rounds too
+    small = _expected_cost(0.25, 4, 16, 1.25, 0.0, max_round_size=1.0)
+    assert small["expected_generation_batches"] < small["expected_rounds_whole_batch"] < small["expected_rounds"]
+    big = _expected_cost(0.25, 4, 16, None, 0.0)
+    assert big["expected_generation_batches"] < big["expected_rounds_whole_batch"]
+    assert big["expected_rounds"] < big["expected_rounds_whole_batch"]
     # carrying surplus over (off-policy minibatches) lowers the cost further
     assert (
         _expected_cost(0.5, 4, 16, 1.25, 0.25)["expected_generation_batches"]
@@ -257,6 +266,7 @@ def test_expected_rounds_follow_the_trainers_refill_policy():
     probe = ProbeArguments.from_training_args(args)
     assert probe.groups_per_batch == 16 * 4 // 16 and probe.max_rounds == args.dynamic_sampling_max_rounds
     # 4 minibatches per rollout: off-policy, token ratio, so the trainer carries surplus, and the probe knows it
-    assert probe.carry_over == args.dynamic_sampling_carry_over and probe.refill_margin == 1.25
+    assert probe.carry_over == args.dynamic_sampling_carry_over and probe.refill_margin is None
+    assert probe.max_round_size == args.dynamic_sampling_max_round_size == 2.0
     on_policy = DAPOConfig(output_dir="x", bf16=False, per_device_train_batch_size=16, num_minibatches=1)
     assert ProbeArguments.from_training_args(on_policy).carry_over == 0.0

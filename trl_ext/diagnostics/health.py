@@ -61,8 +61,6 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import ExportableState
 
-from trl_ext.grpo.group_filter import expected_rounds
-
 logger = logging.getLogger(__name__)
 
 CONDITIONS = (
@@ -361,7 +359,8 @@ class HealthMonitor(TrainerCallback, ExportableState):
 
     def _kept_groups_low(self, logs: dict[str, Any], args: Any) -> tuple[bool | None, str]:
         """Few groups carry a learning signal (rewards not all equal): the gradient comes from a shrinking part of
-        the batch and dynamic sampling needs more rounds per step (``group_filter.expected_rounds``). The all-max / all-min split (logged by
+        the batch and dynamic sampling generates about ``1 / kept`` groups per trained group (its ideal; the rounds
+        it took are quoted from ``dynamic_sampling/rounds`` when it runs). The all-max / all-min split (logged by
         dynamic sampling) tells whether the prompts became too easy or are too hard."""
         th = self.thresholds
         kept = _value(logs, "dynamic_sampling/kept_group_frac")
@@ -371,8 +370,6 @@ class HealthMonitor(TrainerCallback, ExportableState):
         if kept is None or not math.isfinite(kept):
             return None, ""
         active = self._sustained("kept_groups_low", kept < th.kept_frac_min, th.kept_patience)
-        batch, size = getattr(args, "generation_batch_size", None), getattr(args, "num_generations", None)
-        groups = max(1, batch // size) if isinstance(batch, int) and isinstance(size, int) and size > 0 else 1
         all_max, all_min = _value(logs, "dynamic_sampling/all_max_frac"), _value(logs, "dynamic_sampling/all_min_frac")
         if all_max is not None and all_min is not None and all_max > all_min:
             why = (
@@ -389,10 +386,16 @@ class HealthMonitor(TrainerCallback, ExportableState):
                 " Use a curriculum (prompts of matched difficulty) or raise num_generations"
                 f"{_hint(args, 'num_generations')}."
             )
+        rounds = _value(logs, "dynamic_sampling/rounds")
+        if kept > 0:
+            cost = f"dynamic sampling generates about {1 / kept:.1f} groups per trained group"
+        else:
+            cost = "dynamic sampling cannot fill a batch"
+        if rounds is not None:
+            cost += f", in {rounds:.0f} generation round(s) this step"
         return active, (
             f"only {kept:.0%} of groups have a learning signal (below {th.kept_frac_min:.0%} for "
-            f"{self._streak['kept_groups_low']} logs; dynamic sampling needs about {expected_rounds(kept, None, groups):.1f} "
-            f"rounds per step).{why}"
+            f"{self._streak['kept_groups_low']} logs; {cost}).{why}"
         )
 
     def _truncation_high(self, logs: dict[str, Any], args: Any) -> tuple[bool | None, str]:

@@ -9,9 +9,9 @@ scores them with the run's reward functions and reports:
 - the fractions of **all-correct, all-wrong and mixed groups** (by success), and the fraction of groups that
   dynamic sampling keeps (rewards not all equal: ``trl_ext.grpo.group_filter.informative_groups``, DAPO Eq. 11);
 - the **expected generation rounds per step** that dynamic sampling needs at this difficulty under the trainer's
-  refill policy (``trl_ext.grpo.ds_rounds.expected_refill_rounds``: a first round of ``groups_per_batch`` prompts, then
-  right-sized refills with ``refill_margin``, surplus carried over by ``carry_over``, within ``max_rounds`` generation
-  batches; what the trainer logs as ``dynamic_sampling/rounds``), the generation batches that costs, the whole-batch
+  refill policy (``trl_ext.grpo.ds_rounds.expected_refill_rounds``: a first round of ``groups_per_batch`` prompts,
+  oversampled where surplus is carried over (``carry_over``), then right-sized refills with ``refill_margin``, rounds of
+  at most ``max_round_size`` generation batches, within ``max_rounds`` generation batches; what the trainer logs as ``dynamic_sampling/rounds``), the generation batches that costs, the whole-batch
   upper bound (``group_filter.expected_rounds``), and how the kept fraction would change with a smaller or larger
   group;
 - the reward distribution, completion lengths and the fraction truncated (no EOS within ``max_completion_length``,
@@ -91,9 +91,10 @@ class ProbeArguments:
     Judging and output:
         success_threshold: a completion passes when its reward is ``>=`` this value.
         max_rounds: your run's ``dynamic_sampling_max_rounds`` (``None``: uncapped), for the expected rounds.
-        refill_margin, carry_over: your run's ``dynamic_sampling_refill_margin`` and the share of surplus groups it
-            carries to the next step (``dynamic_sampling_carry_over`` where it applies: token-level ratio and
-            off-policy minibatches; ``from_training_args`` decides), for the expected rounds.
+        refill_margin, carry_over, max_round_size: your run's ``dynamic_sampling_refill_margin`` (``None``: the
+            trainer's default), the share of surplus groups it carries to the next step
+            (``dynamic_sampling_carry_over`` where it applies: token-level ratio and off-policy minibatches;
+            ``from_training_args`` decides) and ``dynamic_sampling_max_round_size``, for the expected rounds.
         groups_per_batch: prompts per generation batch of your run (``generation_batch_size / num_generations``;
             ``from_training_args`` sets it), for the expected rounds: every refill round generates that many groups.
         sft_pass_at_g, easy_group_frac, mixed_group_frac, truncated_frac: the thresholds of the recommendations.
@@ -143,8 +144,14 @@ class ProbeArguments:
         default=16,
         metadata={"help": "Prompts per generation batch of your run (generation_batch_size / num_generations)."},
     )
-    refill_margin: float = field(
-        default=1.25, metadata={"help": "Your run's dynamic_sampling_refill_margin (refill = missing / rate x this)."}
+    refill_margin: float | None = field(
+        default=None,
+        metadata={
+            "help": "Your run's dynamic_sampling_refill_margin (refill = missing / rate x this; unset: default)."
+        },
+    )
+    max_round_size: float = field(
+        default=2.0, metadata={"help": "Your run's dynamic_sampling_max_round_size (generation batches per round)."}
     )
     carry_over: float = field(
         default=0.0, metadata={"help": "Share of surplus informative groups your run carries to the next step."}
@@ -206,7 +213,8 @@ class ProbeArguments:
             values["groups_per_batch"] = max(1, batch // values["num_generations"])
         if getattr(training_args, "dynamic_sampling", False):
             values["max_rounds"] = training_args.dynamic_sampling_max_rounds
-            values["refill_margin"] = getattr(training_args, "dynamic_sampling_refill_margin", 1.25)
+            values["refill_margin"] = getattr(training_args, "dynamic_sampling_refill_margin", None)
+            values["max_round_size"] = getattr(training_args, "dynamic_sampling_max_round_size", 2.0)
             # the trainer carries surplus only with old-policy log-probs (off-policy minibatches) and a token ratio
             off_policy = training_args.steps_per_generation * training_args.num_iterations > (
                 training_args.gradient_accumulation_steps
@@ -292,13 +300,15 @@ def _quantile(values: torch.Tensor, q: float) -> float:
     return float(torch.quantile(values.double(), q)) if values.numel() else float("nan")
 
 
-def _expected_cost(p: float, max_rounds: int | None, groups: int, margin: float, carry: float) -> dict[str, float]:
+def _expected_cost(
+    p: float, max_rounds: int | None, groups: int, margin: float | None, carry: float, max_round_size: float = 2.0
+) -> dict[str, float]:
     """Expected rounds and generation batches per step under the trainer's refill policy, and the whole-batch bound."""
     if p <= 0.0:  # nothing is ever informative: every step spends its whole budget
         cap = float(max_rounds) if max_rounds else float("inf")
         return {"expected_rounds": cap, "expected_generation_batches": cap, "expected_rounds_whole_batch": cap}
     budget = max_rounds if max_rounds else _UNCAPPED_ROUNDS
-    cost = expected_refill_rounds(p, groups, budget, margin=margin, carry_share=carry)
+    cost = expected_refill_rounds(p, groups, budget, margin=margin, carry_share=carry, max_round_size=max_round_size)
     return {
         "expected_rounds": cost["rounds"],
         "expected_generation_batches": cost["generation_batches"],
@@ -314,8 +324,9 @@ def summarize(
     max_rounds: int | None = None,
     reward_bins: int = 10,
     groups_per_batch: int = 1,
-    refill_margin: float = 1.25,
+    refill_margin: float | None = None,
     carry_over: float = 0.0,
+    max_round_size: float = 2.0,
 ) -> dict[str, Any]:
     """The probe's numbers from ``[num_prompts, G]`` tensors of rewards (NaN = unscorable), completion lengths in
     tokens (EOS included, as TRL counts) and truncation flags. Returns the JSON-ready ``pass_at``, ``groups``,
@@ -347,7 +358,7 @@ def summarize(
         "informative_frac": informative_frac,
         "all_max_frac": stats.all_max_frac,
         "all_min_frac": stats.all_min_frac,
-        **_expected_cost(informative_frac, max_rounds, groups_per_batch, refill_margin, carry_over),
+        **_expected_cost(informative_frac, max_rounds, groups_per_batch, refill_margin, carry_over, max_round_size),
     }
 
     prior = fit_beta_prior(successes, group_size)
@@ -358,9 +369,9 @@ def summarize(
             {
                 "num_generations": k,
                 "mixed_frac": mixed,
-                "expected_rounds": _expected_cost(mixed, max_rounds, groups_per_batch, refill_margin, carry_over)[
-                    "expected_rounds"
-                ],
+                "expected_rounds": _expected_cost(
+                    mixed, max_rounds, groups_per_batch, refill_margin, carry_over, max_round_size
+                )["expected_rounds"],
                 "estimate": "unbiased" if k <= group_size else "beta-binomial model",
             }
         )
@@ -783,6 +794,7 @@ def probe_model(
         groups_per_batch=args.groups_per_batch,
         refill_margin=args.refill_margin,
         carry_over=args.carry_over,
+        max_round_size=args.max_round_size,
     )
     rewards_grouped = rewards.view(shape)
     per_prompt = [

@@ -67,9 +67,16 @@ class GRPOFamilyConfig(GRPOConfig):
             as ``dynamic_sampling/skipped_prompts``. Off by default, so that the DAPO preset stays the paper's.
         dynamic_sampling_skip_target (`float`, defaults to `0.25`):
             The zero-variance fraction of generated groups that the skip rule's exploration probability aims at.
-        dynamic_sampling_refill_margin (`float`, defaults to `1.25`):
+        dynamic_sampling_refill_margin (`float` or `None`, defaults to `None`):
             A refill round generates ``missing / rate x margin`` groups, ``rate`` being the running estimate of the
-            informative fraction (GRESO, arXiv 2506.02177, uses 1.25), rounded up to whole groups on every process.
+            informative fraction, rounded up to whole groups on every process. ``None``: 1.25 (GRESO, arXiv
+            2506.02177) where surplus groups are carried over (they cost nothing), 1.1 where they are discarded
+            (each 0.1 of margin wastes up to 10% of the groups generated).
+        dynamic_sampling_max_round_size (`float`, defaults to `2.0`):
+            The most groups one generation round may hold, in generation batches: it bounds the memory of one
+            generate call (vLLM schedules its own batches; with transformers' ``generate`` every row of a round is
+            held at once: 1.0 keeps each call at TRL's own size). Where surplus groups are carried over, the first
+            round is oversampled up to this size once groups are being dropped, so that most steps need one round.
         reward_errors (`str`, defaults to `"raise"`):
             A reward function raising on a completion stops the run, naming the function and the completion
             (``"raise"``), or scores it ``None`` and counts it (``"skip"``; ``trl_ext.reliability.reward_guard``).
@@ -120,11 +127,18 @@ class GRPOFamilyConfig(GRPOConfig):
         default=0.25,
         metadata={"help": "Zero-variance fraction of generated groups that GRESO's exploration probability targets."},
     )
-    dynamic_sampling_refill_margin: float = field(
-        default=1.25,
+    dynamic_sampling_refill_margin: float | None = field(
+        default=None,
         metadata={
-            "help": "A refill round generates missing / (estimated informative rate) x this many groups (GRESO's "
-            "1.25), rounded to whole groups per process and capped at the first round's size."
+            "help": "A refill round generates missing / (estimated informative rate) x this many groups, rounded to "
+            "whole groups per process. Default: 1.25 (GRESO's) where surplus groups are carried over, 1.1 otherwise."
+        },
+    )
+    dynamic_sampling_max_round_size: float = field(
+        default=2.0,
+        metadata={
+            "help": "The most groups one generation round may hold, in generation batches (bounds the memory of one "
+            "generate call; 1.0: TRL's own size). The first round is oversampled up to it where surplus is carried."
         },
     )
     reward_errors: str = field(
@@ -190,10 +204,17 @@ class GRPOFamilyConfig(GRPOConfig):
                     f"dynamic_sampling_carry_over={self.dynamic_sampling_carry_over} must be a share in [0, 1] of a "
                     "generation batch's groups (e.g. 0.25); 0 turns carry-over off."
                 )
-            if not (math.isfinite(self.dynamic_sampling_refill_margin) and self.dynamic_sampling_refill_margin > 0):
+            margin = self.dynamic_sampling_refill_margin
+            if margin is not None and not (math.isfinite(margin) and margin > 0):
                 raise ValueError(
-                    f"dynamic_sampling_refill_margin={self.dynamic_sampling_refill_margin} must be a finite number > 0 "
-                    "(e.g. 1.25, GRESO's margin; 1.0 asks for exactly the expected need)."
+                    f"dynamic_sampling_refill_margin={margin} must be a finite number > 0 (e.g. 1.25, GRESO's margin; "
+                    "1.0 asks for exactly the expected need), or unset for the default."
+                )
+            size = self.dynamic_sampling_max_round_size
+            if not (math.isfinite(size) and size > 0):
+                raise ValueError(
+                    f"dynamic_sampling_max_round_size={size} must be a finite number of generation batches > 0 "
+                    "(e.g. 2.0; 1.0 keeps every generate call at TRL's generation batch size)."
                 )
             if self.dynamic_sampling_atol < 0 or not math.isfinite(self.dynamic_sampling_atol):
                 raise ValueError(

@@ -6,11 +6,17 @@ generation batch again holds as many informative groups as it was meant to hold.
 
 What it costs (issue 14; ``benchmarks/dynamic_sampling.py`` measures it):
 
-- **Right-sized rounds** (``trl_ext.grpo.ds_rounds``): a refill round generates ``missing / rate x margin`` groups
-  (GRESO's 1.25, ``dynamic_sampling_refill_margin``), ``rate`` a running estimate of the informative fraction, rounded
-  up so that every process generates the same whole number of groups, capped at the first round's size; the step's
-  generation budget is ``dynamic_sampling_max_rounds`` generation batches. The first round is TRL's own batch (not
-  oversampled: its layout is TRL's sampler's, and a group may straddle two processes).
+- **Right-sized rounds** (``trl_ext.grpo.ds_rounds``): a refill round generates ``missing / rate x margin`` groups,
+  ``rate`` a running estimate of the informative fraction, rounded up so that every process generates the same whole
+  number of groups, at most ``dynamic_sampling_max_round_size`` generation batches; the step's generation budget is
+  ``dynamic_sampling_max_rounds`` generation batches. The margin (``dynamic_sampling_refill_margin``) defaults to
+  GRESO's 1.25 where surplus groups are carried over and to 1.1 where they are discarded (a margin ``m`` discards up
+  to ``(m - 1) x missing`` groups).
+- **The first round oversampled** where surplus is carried over, once the estimate says groups are being dropped:
+  ``(groups - carried) / rate x margin`` groups drawn from the refill stream (whole groups per process, whatever
+  TRL's layout; TRL's sampler still advances, its prompts unused), so that most steps need one round. Where surplus
+  would be discarded the first round stays TRL's batch: oversampling would trade discarded groups for rounds. While
+  nothing has been dropped, the rate is 1 and every step is exactly TRL's.
 - **Surplus carried once** (``dynamic_sampling_carry_over``, a share of the batch's groups, default 0.25): informative
   groups beyond the need are trained at the next step (first, then never again), with the old-policy log-probs of
   the policy that generated them so that TRL's clipped ratio corrects for their age. Off where TRL computes no
@@ -76,9 +82,12 @@ No dropped group ever reaches a log-prob or training forward pass; it costs its 
 - With an ``IterableDataset`` the refill prompts come from the stream itself (``IterablePromptStream``: a second,
   seeded pass; its epoch and position are checkpointed, and a resumed run skips the rows already read).
 
+With carried groups the processes may hold different numbers of fresh rows. Where a forward pass is collective
+(ZeRO-3, FSDP), the deferred log-prob pass then runs over all of a process's rows, carried ones included, and keeps
+the fresh rows' values (``_ds_sharded_forward``; ZeRO-3 against ZeRO-2 with carried groups in ``tests/test_configs.py``).
+
 Limits: text-only batches (multimodal keys raise); the optimizer gate is not applied under DeepSpeed (its engine owns
-the step); with carried groups the processes may hold different numbers of fresh rows, so the deferred log-prob pass
-is not collective-safe under ZeRO-3 (untested there). With ``loss_type``
+the step). With ``loss_type``
 ``"grpo"`` or ``"dr_grpo"`` the loss is normalized by the number of rows, so filler rows (only when the round limit is
 hit) add zero to the numerator but count in the denominator, like TRL's own masked truncated completions: the step is
 scaled by the kept fraction, its direction is unchanged.
@@ -99,7 +108,14 @@ import torch
 from accelerate.utils import pad_across_processes
 from datasets import IterableDataset
 
-from trl_ext.grpo.ds_rounds import InformativeRate, importance_sampling_ratio, refill_groups
+from trl_ext.grpo.ds_rounds import (
+    InformativeRate,
+    first_round_groups,
+    importance_sampling_ratio,
+    refill_groups,
+    refill_margin,
+    round_cap,
+)
 from trl_ext.grpo.ds_skip import SkipPredictor
 from trl_ext.grpo.group_filter import group_advantages, group_stats, informative_groups, nanstd
 from trl_ext.reliability.checkpoints import AtomicCheckpointMixin
@@ -362,28 +378,36 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
         world = self.accelerator.num_processes
         carried, self._ds_carry = self._ds_carry, None  # informative groups of the last step, used now or never
         self._ds_skipped = 0
+        carrying = self._carry_allowed()
+        margin = refill_margin(getattr(args, "dynamic_sampling_refill_margin", None), carrying)
+        num_groups = len(inputs) * world // num_generations  # TRL's generation batch, in groups: what is trained
+        num_carried = carried.num_rows // num_generations if carried is not None else 0
+        budget = args.dynamic_sampling_max_rounds * num_groups  # whole generation batches' worth of groups
+        cap = round_cap(num_groups, getattr(args, "dynamic_sampling_max_round_size", 2.0))
         try:
-            global_groups = len(inputs) * world // num_generations
-            if self._ds_skip is not None and global_groups % world == 0:
-                # every round's prompts from the refill stream, so that predicted zero-variance prompts are skipped
-                # before their rollout (TRL's sampler still advances; its prompts are not used)
-                inputs = self._refill_inputs(inputs, global_groups)
-            first = self._run_round(inputs)
+            # The first round: oversampled from the refill stream once groups are being dropped (where the surplus
+            # is carried); with skipping, drawn from the refill stream so that predicted zero-variance prompts are
+            # skipped before their rollout; else TRL's own batch. The refill stream lays out whole groups per
+            # process, whatever TRL's layout (TRL's sampler still advances; its prompts are then not used).
+            rate = self._ds_rate.estimate()
+            first_size = first_round_groups(num_groups, num_carried, rate, margin, world, cap, budget, carrying)
+            if first_size is not None:
+                first = self._run_round(self._refill_inputs(inputs, first_size))
+            elif self._ds_skip is not None and num_groups % world == 0:
+                first_size, first = num_groups, self._run_round(self._refill_inputs(inputs, num_groups))
+            else:
+                first_size, first = num_groups, self._run_round(inputs)
             rounds = [carried, first] if carried is not None else [first]
-            keep = informative_groups(first.metric, num_generations, args.dynamic_sampling_atol)
-            num_groups = keep.numel()
-            informative = int(keep.sum())
-            num_carried = carried.num_rows // num_generations if carried is not None else 0
+            informative = int(informative_groups(first.metric, num_generations, args.dynamic_sampling_atol).sum())
             kept = informative + num_carried
-            generated = num_groups
-            budget = args.dynamic_sampling_max_rounds * num_groups  # whole generation batches' worth of groups
+            generated = first_size
             while kept < num_groups:
                 size = refill_groups(
                     missing=num_groups - kept,
                     rate=self._ds_rate.estimate(informative, generated),
-                    margin=getattr(args, "dynamic_sampling_refill_margin", 1.25),
+                    margin=margin,
                     world_size=world,
-                    cap=num_groups,
+                    cap=cap,
                     remaining=budget - generated,
                 )
                 if size == 0:
@@ -412,7 +436,8 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
         self._carry_surplus(rounds, surplus, round_logs, num_groups, deferred)
         self._metrics["train"]["dynamic_sampling/carried_groups_used"].append(float(used))
         self._metrics["train"]["dynamic_sampling/carried_groups_expired"].append(float(num_carried - used))
-        if len(rounds) == 1 and not fillers:
+        self._metrics["train"]["dynamic_sampling/first_round_groups"].append(float(first_size))
+        if len(rounds) == 1 and first_size == num_groups and not fillers:
             # Nothing dropped: exactly TRL's step, logs included (deferred log-probs computed on the same rows).
             self._merge_logs(round_metrics, round_logs, rounds, rows=None, advantages=None)
             self._metrics["train"]["dynamic_sampling/gathered_bytes"].append(float(self._ds_moved_bytes))
@@ -626,8 +651,14 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
         mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         width = batch["completion_ids"].size(1)
         index = None if rows is None or bool(rows.all()) else rows.nonzero().flatten().to(ids.device)
-        if index is not None:  # carried rows keep the log-probs of the policy that generated them
+        if index is not None and not self._ds_sharded_forward():
+            # carried rows keep the log-probs of the policy that generated them: not computed again
             ids, mask = ids.index_select(0, index), mask.index_select(0, index)
+            index_into = None
+        else:
+            # with sharded parameters every forward is collective: every process runs the pass over all its rows
+            # (as many as every other process has), and only the fresh rows' values are kept
+            index_into = index
         size = self.args.per_device_train_batch_size
         gc_kwargs = self.args.gradient_checkpointing_kwargs
         with torch.no_grad(), disable_gradient_checkpointing(self.model, gc_kwargs):
@@ -641,11 +672,23 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
                 if index is None:
                     batch[key] = values
                 else:
+                    if index_into is not None:
+                        values = values.index_select(0, index_into)
                     batch[key] = _pad_width(batch[key], width, 0, left=False)[:, :width].clone()
                     batch[key][index] = values.to(batch[key].dtype)
         if "old" in deferred and "importance_sampling_ratio" in batch and "sampling_per_token_logps" in batch:
             self._fill_importance_sampling(batch, metrics=metrics)
         return batch
+
+    def _ds_sharded_forward(self) -> bool:
+        """Whether a forward pass is a collective over the processes (DeepSpeed ZeRO-3 or FSDP shard the weights):
+        every process must then run the same number of forward calls."""
+        if getattr(self, "is_fsdp_enabled", False):
+            return True
+        if not getattr(self, "is_deepspeed_enabled", False):
+            return False
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        return getattr(plugin, "zero_stage", 0) == 3
 
     def _fill_importance_sampling(self, batch: dict[str, Any], metrics: bool = True) -> None:
         """vLLM's importance-sampling ratio of the trained rows, and TRL's ``sampling/*`` metrics for them."""
