@@ -11,8 +11,11 @@ index in the group (0..G-1, all distinct), so those groups are always informativ
 p of groups is uninformative; per batch it varies as sampling does. The policy is the demo's warm start, trained
 with learning rate 0 so that it, and with it completion lengths and generation cost, is the same for every p: what
 changes with p is only dynamic sampling's work. Refill rounds are right-sized (missing / estimated informative rate x
-``dynamic_sampling_refill_margin``, at most a generation batch), within a budget of ``dynamic_sampling_max_rounds``
-(20 here) generation batches. ``--before`` puts a run of the code before issue 14 (whole-batch refills) beside it.
+``dynamic_sampling_refill_margin``, at most ``dynamic_sampling_max_round_size`` generation batches), and where surplus
+groups are carried over the first round is oversampled the same way, within a budget of
+``dynamic_sampling_max_rounds`` (20 here) generation batches. ``--before`` puts a run of the code before issue 14
+(whole-batch refills) beside it. Beside the measured rounds: the probe's prediction for the same policy
+(``trl_ext.grpo.ds_rounds.expected_refill_rounds``, a simulation at the configured p).
 
 Three trainer configs, all with dynamic sampling on, the demo's 16 prompts x 8 completions per step, 6 tokens:
 
@@ -249,10 +252,34 @@ def worker(me: int, baton, p: float, jobs: list, options):
                 "step_cpu": clock.step_seconds(cpu=True)[spg * warm : spg * warm + measured],
                 "rounds": trainer.bench_batches[batches],
                 "code": options.label,
+                "policy": _policy(trainer),
                 "logs": [{k: v for k, v in h.items() if k.startswith("dynamic_sampling/")} for h in logs],
             }
             del trainer
             gc.collect()
+
+
+def _policy(trainer) -> dict | None:
+    """The refill policy in force (margin, carried share, round size), for the prediction; None for code without it."""
+    if not hasattr(trainer, "_carry_allowed") or not hasattr(trainer.args, "dynamic_sampling_max_round_size"):
+        return None
+    from trl_ext.grpo.ds_rounds import refill_margin
+
+    carrying = trainer._carry_allowed()
+    return {
+        "margin": refill_margin(trainer.args.dynamic_sampling_refill_margin, carrying),
+        "carry_share": trainer.args.dynamic_sampling_carry_over if carrying else 0.0,
+        "max_round_size": trainer.args.dynamic_sampling_max_round_size,
+    }
+
+
+def predicted_rounds(p: float, groups: int, max_rounds: int, policy: dict | None) -> float | None:
+    """Rounds per generation batch that the probe predicts for this policy at uninformative fraction ``p``."""
+    if policy is None:
+        return None
+    from trl_ext.grpo.ds_rounds import expected_refill_rounds
+
+    return expected_refill_rounds(1 - p, groups, max_rounds, steps=2000, **policy)["rounds"]
 
 
 # -- analysis ---------------------------------------------------------------------------------------------------------
@@ -329,6 +356,7 @@ def summarize(runs: list[dict], options) -> dict:
     summary = {}
     for name in options.configs:
         groups = next(r["groups"] for r in runs if r["config"] == name)
+        policy = next(r.get("policy") for r in runs if r["config"] == name)
         for p in options.ps:
             reps = [figures[(name, p, rep)] for rep in range(options.reps)]
             rel = [
@@ -347,6 +375,7 @@ def summarize(runs: list[dict], options) -> dict:
             summary[(name, p)] = {
                 "groups": groups,
                 "expected_rounds": expected_rounds(p, groups, options.max_rounds),
+                "predicted_rounds": predicted_rounds(p, groups, options.max_rounds, policy),
                 "ideal": 1 / (1 - p),
                 "rel_wall": statistics.median(rel),
                 "rel_wall_range": (min(rel), max(rel)),
@@ -437,6 +466,7 @@ def markdown(summary, options, prov) -> tuple[list[str], list[str]]:
                     f"{p:g}",
                     s["groups"],
                     f"**{s['rounds']:.2f}**",
+                    f"{s['predicted_rounds']:.2f}" if s.get("predicted_rounds") is not None else "–",
                     f"{s['expected_rounds']:.2f}",
                     f"{s['ideal']:.2f}",
                     f"{s['generated_per_kept']:.2f}",
@@ -468,6 +498,7 @@ def markdown(summary, options, prov) -> tuple[list[str], list[str]]:
             "p",
             "groups per generation batch",
             "rounds per batch (measured)",
+            "rounds predicted (probe's simulation of this policy)",
             "expected rounds (whole-batch refills)",
             "ideal 1/(1-p)",
             "groups generated per kept group",
@@ -477,7 +508,7 @@ def markdown(summary, options, prov) -> tuple[list[str], list[str]]:
             "CPU per kept group / p=0",
         ],
         rows,
-        align="lrrrrrrrrrr",
+        align="lrrrrrrrrrrr",
     )
     body += ["", "## Where the time goes (shares of the measured steps' wall time)", ""]
     body += common.table(
@@ -486,7 +517,7 @@ def markdown(summary, options, prov) -> tuple[list[str], list[str]]:
             "p",
             "generation rounds (`generation_time`)",
             "groups then dropped (`dropped_time`)",
-            "surplus informative groups discarded",
+            "surplus informative groups (discarded, or carried over where the config carries)",
             "sampling (generate) forward passes, all groups",
             "sampling forward passes over dropped groups",
             "old/ref log-prob forward, ms per step",
@@ -504,7 +535,8 @@ def markdown(summary, options, prov) -> tuple[list[str], list[str]]:
         "`generation_time` and `dropped_time` are the trainer's own metrics (`dropped_time`: each round's seconds "
         "times its uninformative fraction). The other columns come from the benchmark's timers around TRL's "
         "`_generate`, no-grad `_get_per_token_logps_and_entropies` and `_calculate_rewards`, per round; surplus "
-        "= informative groups of the last round beyond what the batch needed, discarded too.",
+        "= informative groups of the last round beyond what the batch needed (carried to the next step where the "
+        "config carries, else discarded).",
         "",
         "## Reading",
         "",
@@ -514,7 +546,7 @@ def markdown(summary, options, prov) -> tuple[list[str], list[str]]:
     return head, body
 
 
-def before_after(before: dict, after: dict, options) -> list[str]:
+def before_after(before: dict, after: dict, options, before_options=None) -> list[str]:
     """Side-by-side table of the code before issue 14 (whole-batch refills, old/ref log-probs for every generated row,
     every round's tensors gathered) and this code, measured with the same benchmark and options."""
     rows, within = [], []
@@ -552,7 +584,13 @@ def before_after(before: dict, after: dict, options) -> list[str]:
                     f"{a['skipped_per_step']:.1f}",
                 ]
             )
-    out = ["## Before / after issue 14 (same benchmark, same options; before = main's code at the issue's start)", ""]
+    runs = f"after: {options.reps} x {options.steps} measured steps per config and p"
+    if before_options is not None:
+        runs = f"before: {before_options.reps} x {before_options.steps}, " + runs
+    out = [
+        f"## Before / after issue 14 (same benchmark and settings; before = main's code at the issue's start; {runs})",
+        "",
+    ]
     out += common.table(
         [
             "config",
@@ -688,7 +726,7 @@ def report(runs: list[dict], options, prov: dict, out, before_path: str | None =
     if before_path:
         before_options, _, before_runs = common.load_raw(before_path, options)
         before = summarize(before_runs, before_options)
-        body = before_after(before, summary, options) + [""] + body
+        body = before_after(before, summary, options, before_options) + [""] + body
     path = common.write_markdown(
         out / "dynamic_sampling.md", "Cost of dynamic sampling against the uninformative fraction p", head, body
     )

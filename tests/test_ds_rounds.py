@@ -59,8 +59,8 @@ def test_refill_groups_hand_computed():
 
 
 def test_first_round_margin_and_cap_hand_computed():
-    # the margin in force: GRESO's 1.25 where surplus is carried (it costs nothing), 1.1 where it is discarded
-    assert refill_margin(None, carrying=True) == 1.25 and refill_margin(None, carrying=False) == 1.1
+    # the margin in force: GRESO's 1.25 where surplus is carried (it costs nothing), 1.05 where it is discarded
+    assert refill_margin(None, carrying=True) == 1.25 and refill_margin(None, carrying=False) == 1.05
     assert refill_margin(2.0, carrying=False) == 2.0
     assert round_cap(16, 2.0) == 32 and round_cap(16, 1.0) == 16 and round_cap(3, 0.5) == 2
     kw = dict(margin=1.25, world_size=1, cap=32, remaining=100)

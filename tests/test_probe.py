@@ -66,7 +66,7 @@ def test_summarize_hand_computed():
     assert summary["pass_at"][4] == pytest.approx(0.75)
     groups = summary["groups"]
     assert (groups["all_correct_frac"], groups["all_wrong_frac"], groups["mixed_frac"]) == (0.25, 0.25, 0.5)
-    # one prompt per batch, p = 1/2. A refill asks ceil(1 / 0.5 x 1.1) = 3 groups, capped at 2 (max_round_size 2):
+    # one prompt per batch, p = 1/2. A refill asks ceil(1 / 0.5 x 1.05) = 3 groups, capped at 2 (max_round_size 2):
     # after a failed first round (1/2), each round of 2 succeeds with 3/4, so E[R] = 1 + 1/2 x 4/3 = 5/3 (+-0.05).
     assert groups["informative_frac"] == 0.5 and groups["expected_rounds_whole_batch"] == pytest.approx(2.0)
     assert groups["expected_rounds"] == pytest.approx(5 / 3, abs=0.05)

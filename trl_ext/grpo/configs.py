@@ -70,8 +70,8 @@ class GRPOFamilyConfig(GRPOConfig):
         dynamic_sampling_refill_margin (`float` or `None`, defaults to `None`):
             A refill round generates ``missing / rate x margin`` groups, ``rate`` being the running estimate of the
             informative fraction, rounded up to whole groups on every process. ``None``: 1.25 (GRESO, arXiv
-            2506.02177) where surplus groups are carried over (they cost nothing), 1.1 where they are discarded
-            (each 0.1 of margin wastes up to 10% of the groups generated).
+            2506.02177) where surplus groups are carried over (they cost nothing), 1.05 where they are discarded
+            (each 0.05 of margin discards up to 5% of the groups generated).
         dynamic_sampling_max_round_size (`float`, defaults to `2.0`):
             The most groups one generation round may hold, in generation batches: it bounds the memory of one
             generate call (vLLM schedules its own batches; with transformers' ``generate`` every row of a round is
@@ -131,7 +131,7 @@ class GRPOFamilyConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "A refill round generates missing / (estimated informative rate) x this many groups, rounded to "
-            "whole groups per process. Default: 1.25 (GRESO's) where surplus groups are carried over, 1.1 otherwise."
+            "whole groups per process. Default: 1.25 (GRESO's) where surplus groups are carried over, 1.05 otherwise."
         },
     )
     dynamic_sampling_max_round_size: float = field(

@@ -10,7 +10,7 @@ What it costs (issue 14; ``benchmarks/dynamic_sampling.py`` measures it):
   ``rate`` a running estimate of the informative fraction, rounded up so that every process generates the same whole
   number of groups, at most ``dynamic_sampling_max_round_size`` generation batches; the step's generation budget is
   ``dynamic_sampling_max_rounds`` generation batches. The margin (``dynamic_sampling_refill_margin``) defaults to
-  GRESO's 1.25 where surplus groups are carried over and to 1.1 where they are discarded (a margin ``m`` discards up
+  GRESO's 1.25 where surplus groups are carried over and to 1.05 where they are discarded (a margin ``m`` discards up
   to ``(m - 1) x missing`` groups).
 - **The first round oversampled** where surplus is carried over, once the estimate says groups are being dropped:
   ``(groups - carried) / rate x margin`` groups drawn from the refill stream (whole groups per process, whatever
