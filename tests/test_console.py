@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from trl_ext.demo import warm_start_is_cached
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RAW_DICT = re.compile(r"\{'[\w/]+': ")  # transformers' PrinterCallback / ProgressCallback: {'loss': '1.3', ...}
 NOISE = [
@@ -68,6 +70,8 @@ def test_demo_console_is_clean_and_logs_held_out_accuracy(tmp_path):
     opening = lines[0]
     assert opening.startswith("[dapo] DAPOTrainer") and "fp32 on CPU" in opening and str(out) in opening
     assert "600 train / 240 held-out" in opening and "4 steps of 8 prompts x 8 completions" in opening
+    assert "SFT warm start (trained first, then cached)" in opening  # a first run: nothing cached yet
+    assert warm_start_is_cached(str(tmp_path / "outputs" / "demo-warm-start"))  # the next run says "(cached)"
     assert any(line.startswith("warm start (SFT) step 600/600 | loss") for line in lines)
     rl_lines = [line for line in lines if line.startswith("dapo (RL) step")]
     assert [line.split(" | ")[0] for line in rl_lines] == ["dapo (RL) step 2/4", "dapo (RL) step 4/4"]

@@ -164,6 +164,28 @@ def warm_start_sft_kwargs(output_dir: str, sft: WarmStartConfig | None = None) -
     )
 
 
+def _warm_start_settings(task: DemoTaskConfig, model_config: DemoModelConfig, sft: WarmStartConfig) -> dict:
+    return {"task": asdict(task), "model": asdict(model_config), "sft": asdict(sft), "version": 1}
+
+
+def warm_start_dir(
+    output_dir: str = "outputs/demo-warm-start",
+    task: DemoTaskConfig | None = None,
+    model_config: DemoModelConfig | None = None,
+    sft: WarmStartConfig | None = None,
+) -> str:
+    """Where ``warm_start`` keeps the warm start of these settings: ``output_dir/<hash of the settings>``."""
+    task, model_config, sft = task or DemoTaskConfig(), model_config or DemoModelConfig(), sft or WarmStartConfig()
+    settings = _warm_start_settings(task, model_config, sft)
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    return os.path.join(output_dir, key)
+
+
+def warm_start_is_cached(output_dir: str = "outputs/demo-warm-start") -> bool:
+    """Whether ``warm_start(output_dir)`` with the default settings would load a cached warm start."""
+    return os.path.exists(os.path.join(warm_start_dir(output_dir), "warm_start.json"))
+
+
 def warm_start(
     output_dir: str = "outputs/demo-warm-start",
     task: DemoTaskConfig | None = None,
@@ -177,9 +199,7 @@ def warm_start(
     a fresh run). The same function backs ``recipes/sft.py`` with no arguments.
     """
     task, model_config, sft = task or DemoTaskConfig(), model_config or DemoModelConfig(), sft or WarmStartConfig()
-    settings = {"task": asdict(task), "model": asdict(model_config), "sft": asdict(sft), "version": 1}
-    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-    run_dir = os.path.join(output_dir, key)
+    run_dir = warm_start_dir(output_dir, task, model_config, sft)
     done_marker = os.path.join(run_dir, "warm_start.json")
     if use_cache and os.path.exists(done_marker):
         return run_dir
@@ -205,5 +225,5 @@ def warm_start(
     trainer.model.save_pretrained(run_dir)
     tokenizer.save_pretrained(run_dir)
     with open(done_marker, "w") as f:
-        json.dump(settings, f, indent=2)
+        json.dump(_warm_start_settings(task, model_config, sft), f, indent=2)
     return run_dir

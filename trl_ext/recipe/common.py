@@ -32,13 +32,13 @@ from trl_ext.demo import (
     build_tokenizer,
     make_problems,
     warm_start,
+    warm_start_is_cached,
     warm_start_sft_kwargs,
 )
 from trl_ext.diagnostics.held_out import held_out_accuracy
 from trl_ext.reliability.checks import check_config_keys
 from trl_ext.rewards import get_rewards
 
-DEMO_MODEL = "demo model + SFT warm start (cached after a first run)"
 SUMMARY_FILE = "summary.json"
 _FILE_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 RECIPES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "recipes")
@@ -295,7 +295,12 @@ def announce(
     train_dataset, eval_dataset = data
     name = "built-in arithmetic demo" if script_args.dataset_name is None else script_args.dataset_name
     held_out = f"{len(eval_dataset)} held-out" if eval_dataset is not None else "no held-out split"
-    default_model = "demo model, random init" if recipe == "sft" else DEMO_MODEL
+    if recipe == "sft":
+        default_model = "demo model, random init"
+    elif warm_start_is_cached():
+        default_model = "demo model + SFT warm start (cached)"
+    else:
+        default_model = "demo model + SFT warm start (trained first, then cached)"
     max_steps = getattr(training_args, "max_steps", -1)
     parts = [
         trainer_name,
