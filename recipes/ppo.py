@@ -19,7 +19,7 @@ from transformers import AutoModelForSequenceClassification
 from transformers.utils import logging as hf_logging
 from trl import ModelConfig, get_peft_config
 
-from trl_ext.console import quiet_libraries, use_console
+from trl_ext.console import library_lines_dropped, quiet_libraries, use_console
 from trl_ext.diagnostics.held_out import held_out_accuracy
 from trl_ext.ppo import RuleRewardModel, tokenize_prompts
 from trl_ext.recipe import common
@@ -75,7 +75,8 @@ def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: 
     )
 
     use_console(trainer, "ppo")
-    trainer.train()
+    with library_lines_dropped("===training policy==="):  # TRL's PPOTrainer prints it at every update
+        trainer.train()
     return common.finish("ppo", trainer, tokenizer, trainer.policy_model, eval_dataset, before, started)
 
 

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from trl_ext.console import library_lines_dropped
 from trl_ext.demo import warm_start_is_cached
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -362,3 +363,17 @@ def test_console_prints_compact_lines_and_no_bar_with_disable_tqdm(capsys):
         "dapo (RL) step 10/20 | reward 0.412 | kept 0.78 | rounds 1.90 | clip 0.012 | entropy 0.500",
         "dapo (RL) step 10/20 | reward 0.412 | kept 0.78 | rounds 1.90 | held-out 0.550",
     ]
+
+
+def test_library_lines_dropped_keeps_everything_else_in_order(capsys, monkeypatch):
+    monkeypatch.delenv("TRL_EXT_LIBRARY_WARNINGS", raising=False)
+    with library_lines_dropped("===training policy==="):
+        print("step 1")
+        print("===training policy===")
+        print("===training policy=== and more")
+        print("tail without newline", end="")
+    assert capsys.readouterr().out == "step 1\n===training policy=== and more\ntail without newline"
+    monkeypatch.setenv("TRL_EXT_LIBRARY_WARNINGS", "1")  # everything, as the library prints it
+    with library_lines_dropped("===training policy==="):
+        print("===training policy===")
+    assert capsys.readouterr().out == "===training policy===\n"

@@ -12,10 +12,13 @@
   line per log (``tqdm.write``, so it does not break the bar). It only prints; every metric still reaches
   ``state.log_history``, ``metrics.jsonl`` and each tracker of ``report_to``. :func:`use_console` installs it.
 - :func:`opening_line` and :func:`summary_table` are the first and last things a recipe prints.
+- :func:`library_lines_dropped` drops whole lines a library prints with ``print`` (TRL's PPOTrainer announces each
+  phase with ``===training policy===``), passing everything else through.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -82,6 +85,42 @@ def quiet_libraries() -> None:
 
     hf_logging.disable_progress_bar()  # "Loading weights", "Writing model shards"
     datasets.disable_progress_bars()  # TRL's dataset preprocessing ("Tokenizing train dataset", ...)
+
+
+class _DropLines:
+    """A text stream that writes through to ``stream`` every line except those equal to one of ``lines``."""
+
+    def __init__(self, stream: Any, lines: Sequence[str]) -> None:
+        self.stream, self.lines, self.pending = stream, set(lines), ""
+
+    def write(self, text: str) -> int:
+        *complete, self.pending = (self.pending + text).split("\n")
+        for line in complete:
+            if line not in self.lines:
+                self.stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def library_lines_dropped(*lines: str):
+    """Within the block, whole stdout lines equal to one of ``lines`` are not printed (``TRL_EXT_LIBRARY_WARNINGS=1``
+    prints them); everything else is, in order."""
+    if os.environ.get(LIBRARY_WARNINGS_ENV, "").lower() in ("1", "true", "yes"):
+        yield
+        return
+    stream = _DropLines(sys.stdout, lines)
+    try:
+        with contextlib.redirect_stdout(stream):
+            yield
+    finally:
+        if stream.pending:
+            stream.stream.write(stream.pending)
 
 
 def _our_warnings_through_tqdm() -> None:
