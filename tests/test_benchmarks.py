@@ -122,8 +122,9 @@ def test_dynamic_sampling_quick_reports_rounds_against_p(tmp_path, warm_cache):
     rows = {(row[0], row[1]): row for row in _table(text, "## Generation rounds")}
     assert set(rows) == {("dapo", "0"), ("dapo", "0.5"), ("gspo", "0"), ("gspo", "0.5")}
     for config in ("dapo", "gspo"):
-        assert rows[(config, "0")][3] == "1.00" and rows[(config, "0")][9].startswith("1.00")  # nothing dropped
-        assert rows[(config, "0.5")][5] == "2.00"  # ideal 1/(1-p)
+        assert rows[(config, "0")][3] == "1.00" and rows[(config, "0")][10].startswith("1.00")  # nothing dropped
+        assert rows[(config, "0")][4] == "1.00"  # predicted: one round when nothing is dropped
+        assert rows[(config, "0.5")][6] == "2.00"  # ideal 1/(1-p)
         assert float(rows[(config, "0.5")][3]) >= 1.0
     cost = {(row[0], row[1]): row for row in _table(text, "## Where the time goes")}
     assert cost[("dapo", "0")][3] == "0%"  # no dropped time without uninformative groups

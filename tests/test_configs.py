@@ -467,7 +467,8 @@ def test_refill_rounds_generate_through_trls_vllm_path(tiny_model, tokenizer, pr
     assert engine.syncs == args.max_steps
     # Each refill round sent fresh prompts (the refill stream), laid out as groups of num_generations.
     first, refill = engine.generate_calls[0], engine.generate_calls[1]
-    assert 0 < len(refill) <= len(first) and set(refill) != set(first)  # right-sized: at most a whole batch
+    # right-sized: at most dynamic_sampling_max_round_size (2) generation batches
+    assert 0 < len(refill) <= 2 * len(first) and set(refill) != set(first)
     assert all(len(set(refill[i : i + 4])) == 1 for i in range(0, len(refill), 4))
     # TRL's vLLM importance-sampling correction ran on the assembled batch (it exists only on the vLLM path).
     assert any("sampling/importance_sampling_ratio/mean" in h for h in trainer.state.log_history)
