@@ -68,8 +68,21 @@ def build(algo: str, out: str, callbacks: list):
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, DemoModelConfig(**SMALL))
     train, _ = make_problems(DemoTaskConfig(max_operand=9, num_train=12, num_eval=20))
-    if algo == "dapo":
-        # 2 prompts x 4 per step, 12 prompts: 6 steps per epoch, so the run crosses an epoch boundary.
+    if algo in ("dapo", "dapo_carry"):
+        # 2 prompts x 4 per step, 12 prompts: 6 steps per epoch, so the run crosses an epoch boundary. "dapo": one
+        # rollout per step (the off-policy split is the GSPO case's). "dapo_carry": 2 minibatches per rollout, so
+        # old-policy log-probs exist and surplus is carried over (a margin of 3 makes it certain), the first round is
+        # oversampled, and GRESO skipping keeps a history.
+        variant = (
+            dict(num_minibatches=1)
+            if algo == "dapo"
+            else dict(
+                num_minibatches=2,
+                dynamic_sampling_carry_over=0.5,
+                dynamic_sampling_refill_margin=3.0,
+                dynamic_sampling_skip_predicted=True,
+            )
+        )
         args = get_preset(
             "dapo",
             **common(out, max_steps=10, save_steps=3),
@@ -77,29 +90,9 @@ def build(algo: str, out: str, callbacks: list):
             num_generations=4,
             max_completion_length=4,
             soft_overlong_punishment=False,
-            num_minibatches=1,  # one rollout per step (the off-policy split is the GSPO case's)
             dynamic_sampling_max_rounds=3,
             temperature=1.5,
-        )
-        return DAPOTrainer(
-            model, [parity_reward], args=args, train_dataset=train, processing_class=tokenizer, callbacks=callbacks
-        )
-    if algo == "dapo_carry":
-        # 2 minibatches per rollout of 2 prompts x 4 per process: old-policy log-probs, so surplus is carried over (a
-        # margin of 3 makes it certain), the first round is oversampled, and GRESO skipping keeps a history.
-        args = get_preset(
-            "dapo",
-            **common(out, max_steps=10, save_steps=3),
-            per_device_train_batch_size=8,
-            num_generations=4,
-            max_completion_length=4,
-            soft_overlong_punishment=False,
-            num_minibatches=2,
-            dynamic_sampling_max_rounds=3,
-            dynamic_sampling_carry_over=0.5,
-            dynamic_sampling_refill_margin=3.0,
-            dynamic_sampling_skip_predicted=True,
-            temperature=1.5,
+            **variant,
         )
         return DAPOTrainer(
             model, [parity_reward], args=args, train_dataset=train, processing_class=tokenizer, callbacks=callbacks

@@ -40,6 +40,20 @@ def _groups(problems, parities, num_generations=4):
     return [problems[0][i] for i in picks for _ in range(num_generations)]
 
 
+def _record_sizes(trainer, method: str = "_generate") -> list[int]:
+    """The length of the first argument of each call of ``trainer.<method>`` (``_generate``: the prompts of one
+    generation round; ``_run_round``: its rows on this process), appended as rounds run."""
+    sizes = []
+    original = getattr(trainer, method)
+
+    def recording(rows):
+        sizes.append(len(rows))
+        return original(rows)
+
+    setattr(trainer, method, recording)
+    return sizes
+
+
 # -- sizing ---------------------------------------------------------------------------------------------------------
 
 
@@ -129,17 +143,11 @@ def test_refill_round_is_sized_from_the_informative_rate(tiny_model, tokenizer, 
     trainer = DAPOTrainer(
         tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
     )
-    sizes = []
-    generate = trainer._generate
-
-    def counting(prompts):
-        sizes.append(len(prompts))
-        return generate(prompts)
-
-    trainer._generate = counting
+    sizes = _record_sizes(trainer)
     trainer.model.train()
     trainer._generate_and_score_completions(_groups(problems, "eeeo"))  # 3 of 4 groups informative
-    # missing 1 group, rate 3/4: ceil(1 / 0.75 x 1.25) = 2 groups = 8 rows (a whole batch would be 16)
+    # on-policy, surplus discarded: margin 1.05. Missing 1 group, rate 3/4: ceil(1 / 0.75 x 1.05) = 2 groups = 8 rows
+    # (a whole batch would be 16)
     assert sizes[:2] == [16, 8]
     metrics = trainer._metrics["train"]
     assert metrics["dynamic_sampling/generated_groups"] == [float(sum(sizes) // 4)]
@@ -204,14 +212,7 @@ def test_old_and_ref_logps_only_for_trained_rows(tiny_model, tokenizer, problems
         processing_class=tokenizer,
     )
     trainer.model.train()
-    generated = []
-    run_round = trainer._run_round
-
-    def recording(inputs):
-        generated.append(len(inputs))
-        return run_round(inputs)
-
-    trainer._run_round = recording
+    generated = _record_sizes(trainer, "_run_round")
     out = trainer._generate_and_score_completions(_groups(problems, "eoeo"))
     assert len(generated) > 1 and sum(generated) > 16  # something was dropped and refilled
     assert out["completion_ids"].size(0) == 16
@@ -370,14 +371,7 @@ def test_surplus_is_carried_once_bounded_with_its_own_old_logps(tokenizer, probl
 def test_first_round_is_oversampled_once_groups_are_dropped_where_surplus_is_carried(tokenizer, problems, tmp_path):
     # 2 minibatches: surplus is carried (at most 1 group of 4)
     trainer = _carry_trainer(tokenizer, problems, tmp_path, dynamic_sampling_carry_over=0.25)
-    sizes = []
-    generate = trainer._generate
-
-    def counting(prompts):
-        sizes.append(len(prompts))
-        return generate(prompts)
-
-    trainer._generate = counting
+    sizes = _record_sizes(trainer)
     trainer.model.train()
     trainer._generate_and_score_completions(_groups(problems, "eeee"))  # nothing dropped: TRL's own batch
     assert sizes == [16] and trainer._ds_rate.estimate() == 1.0
