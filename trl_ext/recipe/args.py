@@ -48,6 +48,13 @@ class RLScriptArguments:
             "so that evaluating costs under 5% of the run. 0: only before and after."
         },
     )
+    held_out_max_problems: int | None = field(
+        default=500,
+        metadata={
+            "help": "At most this many held-out problems are evaluated (greedy, before, during and after training): "
+            "a seeded random subset of a larger split, with a warning. None or 0: all of them."
+        },
+    )
 
 
 @dataclass
@@ -61,6 +68,13 @@ class SFTScriptArguments:
     dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     dataset_test_split: str = field(default="test", metadata={"help": "Held-out split (demo: 240 problems)."})
+    held_out_max_problems: int | None = field(
+        default=500,
+        metadata={
+            "help": "At most this many held-out problems are evaluated (greedy, before, during and after training): "
+            "a seeded random subset of a larger split, with a warning. None or 0: all of them."
+        },
+    )
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import sys
 import time
@@ -39,6 +40,7 @@ from trl_ext.diagnostics.held_out import held_out_accuracy
 from trl_ext.reliability.checks import check_config_keys
 from trl_ext.rewards import get_rewards
 
+logger = logging.getLogger(__name__)
 SUMMARY_FILE = "summary.json"
 _FILE_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 RECIPES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "recipes")
@@ -271,12 +273,27 @@ def finish(
 
 
 def load_script_data(script_args: Any) -> tuple[Dataset, Dataset | None]:
-    return load_data(
+    """The recipe's training and held-out sets (``load_data``), the held-out set cut to ``held_out_max_problems``."""
+    train, held_out = load_data(
         script_args.dataset_name,
         script_args.dataset_config,
         script_args.dataset_train_split,
         script_args.dataset_test_split,
     )
+    return train, cap_held_out(held_out, getattr(script_args, "held_out_max_problems", None))
+
+
+def cap_held_out(held_out: Dataset | None, max_problems: int | None, seed: int = 0) -> Dataset | None:
+    """At most ``max_problems`` held-out problems: a seeded random subset (the same on every run and process) when
+    the split is larger, said in a warning; ``None`` or 0: all of them. Greedy evaluation of a large split before,
+    during and after training would otherwise cost more than the training itself."""
+    if held_out is None or not max_problems or len(held_out) <= max_problems:
+        return held_out
+    logger.warning(
+        f"The held-out split has {len(held_out):,} problems: evaluating a seeded random {max_problems:,} of them "
+        f"(held_out_max_problems={max_problems}; set it to 0 to evaluate all)."
+    )
+    return held_out.shuffle(seed=seed).select(range(max_problems))
 
 
 def announce(
