@@ -4,8 +4,20 @@ config (a preset for the GRPO family, ``SFTConfig``, ``DPOConfig``, ``PPOConfig`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from trl_ext.demo import WarmStartConfig
+
+
+def held_out_max_problems_field() -> Any:
+    """``held_out_max_problems``, one field for every recipe's script arguments (``common.cap_held_out`` applies it)."""
+    return field(
+        default=500,
+        metadata={
+            "help": "At most this many held-out problems are evaluated (greedy, before, during and after training): "
+            "a seeded random subset of a larger split, with a warning. None or 0: all of them."
+        },
+    )
 
 
 @dataclass
@@ -48,13 +60,7 @@ class RLScriptArguments:
             "so that evaluating costs under 5% of the run. 0: only before and after."
         },
     )
-    held_out_max_problems: int | None = field(
-        default=500,
-        metadata={
-            "help": "At most this many held-out problems are evaluated (greedy, before, during and after training): "
-            "a seeded random subset of a larger split, with a warning. None or 0: all of them."
-        },
-    )
+    held_out_max_problems: int | None = held_out_max_problems_field()
 
 
 @dataclass
@@ -68,13 +74,7 @@ class SFTScriptArguments:
     dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     dataset_test_split: str = field(default="test", metadata={"help": "Held-out split (demo: 240 problems)."})
-    held_out_max_problems: int | None = field(
-        default=500,
-        metadata={
-            "help": "At most this many held-out problems are evaluated (greedy, before, during and after training): "
-            "a seeded random subset of a larger split, with a warning. None or 0: all of them."
-        },
-    )
+    held_out_max_problems: int | None = held_out_max_problems_field()
 
 
 @dataclass
