@@ -37,7 +37,8 @@ uninformative fraction (the trainer's ``dropped_time``); informative groups gene
 batch ("surplus") are discarded too and are reported on their own.
 
 The expected number of rounds under whole-batch refills, E[R] = sum_{r>=0} P(Bin(r n, 1-p) < n) for n groups per
-generation batch (capped at the round limit), is given beside the ideal 1/(1-p) of generating only what is needed.
+generation batch (capped at the round limit; ``trl_ext.grpo.group_filter.expected_rounds``), is given beside the ideal
+1/(1-p) of generating only what is needed.
 """
 
 from __future__ import annotations
@@ -96,17 +97,6 @@ class PartlyUninformativeReward:
             0.0 if prompt in self.uninformative else float(i % self.num_generations)
             for i, prompt in enumerate(prompts)
         ]
-
-
-def expected_rounds(p: float, groups: int, max_rounds: int) -> float:
-    """E[rounds] when each round draws ``groups`` groups, each informative with probability 1-p, until ``groups``
-    informative ones are in hand (capped at ``max_rounds``): sum over r < max of P(Bin(r groups, 1-p) < groups)."""
-    q = 1.0 - p
-    total = 0.0
-    for r in range(max_rounds):
-        n = r * groups
-        total += sum(math.comb(n, k) * q**k * p ** (n - k) for k in range(min(groups, n + 1))) if n else 1.0
-    return total
 
 
 def make_args(
@@ -357,6 +347,8 @@ def run_figures(run: dict) -> dict:
 
 
 def summarize(runs: list[dict], options) -> dict:
+    from trl_ext.grpo.group_filter import expected_rounds as whole_batch_rounds
+
     figures = {(r["config"], r["p"], r["rep"]): run_figures(r) for r in runs}
     summary = {}
     for name in options.configs:
@@ -379,7 +371,7 @@ def summarize(runs: list[dict], options) -> dict:
 
             summary[(name, p)] = {
                 "groups": groups,
-                "expected_rounds": expected_rounds(p, groups, options.max_rounds),
+                "expected_rounds": whole_batch_rounds(1 - p, options.max_rounds, groups),
                 "predicted_rounds": predicted_rounds(p, groups, options.max_rounds, policy),
                 "ideal": 1 / (1 - p),
                 "rel_wall": statistics.median(rel),
