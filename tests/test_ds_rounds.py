@@ -10,7 +10,7 @@ import torch
 import trl
 from helpers import tiny_args
 
-from trl_ext import DAPOTrainer
+from trl_ext import DAPOTrainer, ProbeArguments
 from trl_ext.grpo.ds_rounds import (
     InformativeRate,
     expected_refill_rounds,
@@ -421,15 +421,22 @@ def test_no_carry_where_unsound_or_off(tokenizer, problems, tmp_path, overrides)
     assert trainer._metrics["train"]["dynamic_sampling/carried_groups_out"] == [0.0]
 
 
-def test_no_carry_for_gspo(tiny_model, tokenizer, problems, tmp_path):
-    from trl_ext import GSPOTrainer
+@pytest.mark.parametrize("preset", ["gspo", "gspo_token"])
+def test_no_carry_for_gspo(tiny_model, tokenizer, problems, tmp_path, preset):
+    """Off for a sequence-level ratio, GSPO-token's included (its ratio is sg[s_i] pi_t / sg[pi_t], and its config
+    sets TRL's token level plus the gspo_token switch)."""
+    from trl_ext import get_preset, trainer_class_for
 
-    args = tiny_args("gspo", tmp_path, dynamic_sampling=True, dynamic_sampling_carry_over=0.5)
-    trainer = GSPOTrainer(
+    args = tiny_args(preset, tmp_path, dynamic_sampling=True, dynamic_sampling_carry_over=0.5)
+    trainer = trainer_class_for(args)(
         tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
     )
     assert trainer.args.gradient_accumulation_steps % (trainer.args.steps_per_generation * trainer.num_iterations)
     assert not trainer._carry_allowed()
+    probe = ProbeArguments.from_training_args(
+        get_preset(preset, output_dir=str(tmp_path), dynamic_sampling=True, bf16=False)
+    )
+    assert probe.carry_over == 0.0  # the probe predicts with the same rule
 
 
 def test_carried_groups_are_checkpointed_and_resumed_exactly(tokenizer, problems, tmp_path):

@@ -56,7 +56,7 @@ import torch
 from datasets import Dataset
 
 from trl_ext.demo import build_model, build_tokenizer
-from trl_ext.grpo.ds_rounds import expected_refill_rounds
+from trl_ext.grpo.ds_rounds import carries_surplus, expected_refill_rounds
 from trl_ext.grpo.group_filter import expected_rounds, group_stats, informative_groups
 from trl_ext.recipe.common import load_data, load_policy, reward_functions
 from trl_ext.scoring import generate_groups, prompt_text, score_completions
@@ -215,12 +215,13 @@ class ProbeArguments:
             values["max_rounds"] = training_args.dynamic_sampling_max_rounds
             values["refill_margin"] = getattr(training_args, "dynamic_sampling_refill_margin", None)
             values["max_round_size"] = getattr(training_args, "dynamic_sampling_max_round_size", 2.0)
-            # the trainer carries surplus only with old-policy log-probs (off-policy minibatches) and a token ratio
-            off_policy = training_args.steps_per_generation * training_args.num_iterations > (
-                training_args.gradient_accumulation_steps
+            # the trainer's own rule: old-policy log-probs (off-policy minibatches, vLLM's correction), token ratio
+            vllm_correction = bool(
+                getattr(training_args, "use_vllm", False)
+                and getattr(training_args, "vllm_importance_sampling_correction", False)
             )
-            if off_policy and getattr(training_args, "importance_sampling_level", "token") == "token":
-                values["carry_over"] = getattr(training_args, "dynamic_sampling_carry_over", 0.0)
+            if carries_surplus(training_args, vllm_correction):
+                values["carry_over"] = training_args.dynamic_sampling_carry_over
         return cls(**{**values, **overrides})
 
     @property

@@ -57,8 +57,8 @@ class GRPOFamilyConfig(GRPOConfig):
             Informative groups generated beyond a step's need (at most this share of its groups) are trained at the
             next step, once, with the old-policy log-probs of the policy that generated them, so that the clipped
             ratio corrects for their age. Only where TRL computes old log-probs (several minibatches per generation,
-            or vLLM's importance-sampling correction) and the ratio is per token (off for GSPO: its 3e-4 band would
-            clip a one-step-old group entirely). 0: off. Checkpointed; logged as ``dynamic_sampling/carried_*``.
+            or vLLM's importance-sampling correction) and the ratio is per token (off for GSPO and GSPO-token: the
+            3e-4 band would clip a one-step-old group entirely). 0: off. Checkpointed; logged as ``dynamic_sampling/carried_*``.
         dynamic_sampling_skip_predicted (`bool`, defaults to `False`):
             Beyond the paper (GRESO, arXiv 2506.02177): skip a prompt before its rollout with probability
             ``1 - p**z`` after ``z`` consecutive zero-variance visits, ``p`` adapting toward

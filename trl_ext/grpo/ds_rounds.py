@@ -29,6 +29,7 @@ ratio of the rows that are trained.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -68,6 +69,23 @@ class InformativeRate:
 CARRY_MARGIN = 1.25
 #: The margin when surplus groups would be discarded: at most ~10% of the groups generated are wasted on surplus.
 DISCARD_MARGIN = 1.05
+
+
+def carries_surplus(args: Any, vllm_correction: bool = False) -> bool:
+    """Whether surplus informative groups are carried to the next step (``dynamic_sampling_carry_over`` > 0): the one
+    rule of the trainer and the probe. Carry-over needs the old-policy log-probs TRL keeps for off-policy minibatches
+    (``gradient_accumulation_steps`` not a multiple of ``steps_per_generation x num_iterations``) or for vLLM's
+    importance-sampling correction (``vllm_correction``): without them TRL's ratio is 1 by construction and a carried
+    group's age would go uncorrected. Off for a sequence-level ratio, GSPO-token's included (``gspo_token``: TRL's
+    token level turned into sg[s_i] pi_t / sg[pi_t]): GSPO's 3e-4 clipping band would clip a one-step-old group."""
+    share = float(getattr(args, "dynamic_sampling_carry_over", 0.0) or 0.0)
+    sequence_ratio = getattr(args, "importance_sampling_level", "token") != "token" or getattr(
+        args, "gspo_token", False
+    )
+    if share <= 0 or sequence_ratio:
+        return False
+    generate_every = args.steps_per_generation * args.num_iterations
+    return args.gradient_accumulation_steps % generate_every != 0 or vllm_correction
 
 
 def refill_margin(margin: float | None, carrying: bool) -> float:

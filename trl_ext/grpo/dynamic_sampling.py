@@ -21,8 +21,8 @@ What it costs (issue 14; ``benchmarks/dynamic_sampling.py`` measures it):
   groups beyond the need are trained at the next step (first, then never again), with the old-policy log-probs of
   the policy that generated them so that TRL's clipped ratio corrects for their age. Off where TRL computes no
   old-policy log-probs (one on-policy step per generation: its ratio is 1 by construction, a stale group's age would
-  go uncorrected) and for a sequence-level ratio (GSPO: its 3e-4 clipping band would clip a one-step-old group
-  entirely). Checkpointed (``dynamic_sampling_carry.pt``), logged (``dynamic_sampling/carried_groups_*``). Other
+  go uncorrected) and for a sequence-level ratio (GSPO and GSPO-token: their 3e-4 clipping band would clip a
+  one-step-old group entirely). Checkpointed (``dynamic_sampling_carry.pt``), logged (``dynamic_sampling/carried_groups_*``). Other
   surplus is discarded and counted (``dynamic_sampling/surplus_groups``, ``surplus_time``).
 - **No forward pass on dropped groups**: while a round runs, TRL's no-grad old-policy / reference passes
   (``_get_per_token_logps_and_entropies``) return a placeholder; they are computed afterwards, by TRL's own method,
@@ -110,6 +110,7 @@ from datasets import IterableDataset
 
 from trl_ext.grpo.ds_rounds import (
     InformativeRate,
+    carries_surplus,
     first_round_groups,
     importance_sampling_ratio,
     refill_groups,
@@ -464,15 +465,10 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
         metrics["dynamic_sampling/skip_exploration_p"].append(self._ds_skip.p)
 
     def _carry_allowed(self) -> bool:
-        """Carry-over needs the old-policy log-probs TRL keeps for off-policy minibatches (or vLLM's correction):
-        without them TRL's ratio is 1 by construction and a carried group's age would go uncorrected. Off for a
-        sequence-level ratio (GSPO: its 3e-4 clipping band would clip every token of a one-step-old group)."""
-        share = float(getattr(self.args, "dynamic_sampling_carry_over", 0.0) or 0.0)
-        if share <= 0 or getattr(self, "importance_sampling_level", "token") != "token":
-            return False
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        return self.args.gradient_accumulation_steps % generate_every != 0 or bool(
-            self.use_vllm and getattr(self, "vllm_importance_sampling_correction", False)
+        """Whether this run carries surplus groups over (``ds_rounds.carries_surplus``, the probe's rule too)."""
+        return carries_surplus(
+            self.args,
+            vllm_correction=bool(self.use_vllm and getattr(self, "vllm_importance_sampling_correction", False)),
         )
 
     def _carry_surplus(
