@@ -137,12 +137,15 @@ def test_dynamic_sampling_quick_reports_rounds_against_p(tmp_path, warm_cache):
 
 
 def test_expected_rounds_matches_hand_computation():
-    ds = _load("dynamic_sampling")
-    assert ds.expected_rounds(0.0, 16, 20) == 1.0
+    """The whole-batch rounds the benchmark reports beside its measurements: ``group_filter.expected_rounds`` at the
+    informative fraction 1 - p (p: the benchmark's uninformative fraction)."""
+    from trl_ext.grpo.group_filter import expected_rounds
+
+    assert expected_rounds(1 - 0.0, 20, 16) == 1.0
     # one group per batch: rounds are geometric, E = sum_{r<20} p^r
-    assert ds.expected_rounds(0.5, 1, 20) == pytest.approx(sum(0.5**r for r in range(20)))
+    assert expected_rounds(1 - 0.5, 20, 1) == pytest.approx(sum(0.5**r for r in range(20)))
     # two groups, p = 0.5: P(R > 1) = P(Bin(2, .5) < 2) = 3/4; P(R > 2) = P(Bin(4, .5) < 2) = 5/16; capped at 3
-    assert ds.expected_rounds(0.5, 2, 3) == pytest.approx(1 + 3 / 4 + 5 / 16)
+    assert expected_rounds(1 - 0.5, 3, 2) == pytest.approx(1 + 3 / 4 + 5 / 16)
 
 
 def test_synthetic_reward_makes_exactly_p_of_the_prompts_uninformative():
