@@ -21,7 +21,7 @@ import os
 from trl import ModelConfig, get_peft_config
 
 from trl_ext.console import quiet_libraries, use_console
-from trl_ext.diagnostics.held_out import held_out_accuracy
+from trl_ext.data import format_prompts
 from trl_ext.dpo.trainer import DPOConfig, DPOTrainer, train_iterative_dpo
 from trl_ext.recipe import common
 from trl_ext.recipe.args import DPOScriptArguments
@@ -29,18 +29,30 @@ from trl_ext.recipe.args import DPOScriptArguments
 
 def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: ModelConfig) -> dict:
     # Seed, threads, data (no dataset given: the arithmetic demo), and the opening line
-    started, train_dataset, eval_dataset = common.start(script_args, training_args, model_args)
+    started, train_dataset, eval_dataset, layout = common.start(script_args, training_args, model_args, strict=False)
 
     # The data decide the mode: preference pairs (trained on as they are), or prompts to mine pairs from.
     offline = {"chosen", "rejected"} <= set(train_dataset.column_names)
     mode = "offline DPO" if offline else "group-mined iterative DPO"
     common.announce(
-        "dpo", f"DPOTrainer ({mode})", script_args, training_args, model_args, (train_dataset, eval_dataset)
+        "dpo",
+        f"DPOTrainer ({mode})",
+        script_args,
+        training_args,
+        model_args,
+        (train_dataset, eval_dataset),
+        layout=layout,
     )
 
     # Model and tokenizer (no model given: the demo's SFT warm start).
-    model, tokenizer, _ = common.load_policy(model_args.model_name_or_path, model_args.dtype)
-    before = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (before)")
+    model, tokenizer, _ = common.load_policy(
+        model_args.model_name_or_path, model_args.dtype, model_args, script_args.chat_template
+    )
+    train_dataset = format_prompts(train_dataset, tokenizer, script_args.system_prompt)
+    eval_dataset = format_prompts(eval_dataset, tokenizer, script_args.system_prompt, "the held-out split")
+    max_new_tokens = training_args.max_completion_length or 256
+    evaluate = common.held_out_evaluator(script_args, layout, tokenizer, eval_dataset, max_new_tokens)
+    before = evaluate(model, "evaluation (before)")
 
     if offline:
         preference_eval = eval_dataset if eval_dataset is not None and "chosen" in eval_dataset.column_names else None
@@ -57,7 +69,7 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
         model = trainer.accelerator.unwrap_model(trainer.model)
         rounds = []
     else:
-        reward_funcs = common.reward_functions(script_args.reward_funcs, script_args.reward_options)
+        reward_funcs = common.task_rewards(script_args, layout)[0]
         rounds = train_iterative_dpo(
             model,
             reward_funcs,
@@ -71,7 +83,7 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
     tokenizer.save_pretrained(training_args.output_dir)
     for r in rounds:  # reusable offline: --dataset_name <output_dir>/pairs-round-0.jsonl
         r.pairs.to_json(os.path.join(training_args.output_dir, f"pairs-round-{r.round}.jsonl"))
-    after = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (after)")
+    after = evaluate(model, "evaluation (after)")
     mined = [{**r.stats.as_dict(), "train_loss": r.train_loss} for r in rounds]
     steps = trainer.state.global_step if offline else None
     mode = "offline" if offline else "mined"

@@ -24,17 +24,19 @@ from trl import ModelConfig, get_peft_config
 
 from trl_ext import GRPOFamilyConfig, trainer_class_for
 from trl_ext.console import quiet_libraries
+from trl_ext.data import format_prompts
 from trl_ext.recipe.args import RLScriptArguments
-from trl_ext.recipe.common import announce, demo_threads, load_policy, load_script_data, reward_functions
+from trl_ext.recipe.common import demo_threads, load_policy, load_script_data, reward_functions, task_rewards
 from trl_ext.recipe.grpo import (
     MetricsFileCallback,
     accuracy_after,
+    announce,
     attach_monitors,
+    fit_to_model,
     held_out_evaluator,
     parse,
     prepare_output_dir,
     resolve_checkpoint,
-    steps_line,
     summarize,
 )
 
@@ -49,20 +51,32 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     resume = resolve_checkpoint(training_args.resume_from_checkpoint, output_dir)
     metrics_path = prepare_output_dir(output_dir, resume)
 
-    # Rewards by registry name (YAML: reward_funcs / reward_weights): a typo fails before any download
-    reward_funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
+    # Rewards named by registry name are built first (a typo fails before any download); none named: the task
+    # reward that fits the data's layout (math accuracy, code tests; the demo's arithmetic check on the demo)
+    if script_args.reward_funcs:
+        reward_functions(script_args.reward_funcs, script_args.reward_options)
 
-    # Data: the demo's arithmetic problems, or the user's dataset (it needs a 'prompt' column)
-    train_dataset, eval_dataset = load_script_data(script_args)
+    # Data: the demo's arithmetic problems, or the user's dataset mapped by its layout (GSM8K, MATH, DAPO-Math-17k,
+    # ..., or --dataset_prompt_column / --dataset_answer_column): a 'prompt' column and the reference
+    data = load_script_data(script_args)
+    reward_funcs, reward_names = task_rewards(script_args, data.layout)
 
     # Trainer class: the preset table decides (DAPOConfig -> DAPOTrainer, GSPOConfig -> GSPOTrainer, ...)
     trainer_class = trainer_class_for(training_args)
     trainer_name = f"{trainer_class.__name__} ({type(training_args).__name__})"
-    data = (train_dataset, eval_dataset)
-    announce(recipe, trainer_name, script_args, training_args, model_args, data, steps_line(training_args))
 
-    # Model and tokenizer (no model given: the demo's SFT warm start, built and cached on first use)
-    model, tokenizer, model_path = load_policy(model_args.model_name_or_path, model_args.dtype)
+    announce(recipe, trainer_name, script_args, training_args, model_args, data, reward_names)
+
+    # Model and tokenizer (no model given: the demo's SFT warm start, built and cached on first use; 4/8-bit
+    # through TRL's quantization config); prompts as the model expects them (chat template, system prompt); a
+    # given model's max_completion_length sized to its context unless set
+    model, tokenizer, model_path = load_policy(
+        model_args.model_name_or_path, model_args.dtype, model_args, script_args.chat_template
+    )
+    train_dataset = format_prompts(data.train, tokenizer, script_args.system_prompt)
+    eval_dataset = format_prompts(data.held_out, tokenizer, script_args.system_prompt, "the held-out split")
+    if model_args.model_name_or_path is not None:
+        fit_to_model(recipe, training_args, model, tokenizer, train_dataset, script_args)
 
     # Held-out greedy accuracy before RL: the first reward is the task reward (the demo: its own answer check)
     task_reward = None if script_args.dataset_name is None else reward_funcs[0]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import resource
+import sys
 import time
 from dataclasses import asdict
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, PreTrainedModel
-from trl import ModelConfig, TrlParser
+from trl import ModelConfig
 
 from trl_ext.console import opening_line, quiet_libraries
 from trl_ext.demo import DemoTaskConfig, WarmStartConfig, build_tokenizer, greedy_accuracy, make_problems, warm_start
@@ -29,9 +30,11 @@ from trl_ext.dpo.trainer import DPOConfig
 from trl_ext.recipe.args import DPOScriptArguments, PipelineArguments
 from trl_ext.recipe.common import (
     DEMO_CONFIG_DIR,
+    check_flags,
     demo_config_path,
     fresh_demo_policy,
     load_recipe,
+    make_parser,
     parse,
     write_summary,
 )
@@ -176,5 +179,7 @@ def style_report(model: PreTrainedModel, tokenizer: Any, dataset: Dataset, max_n
 
 if __name__ == "__main__":
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    (pipeline_args,) = TrlParser((PipelineArguments,)).parse_args_and_config()
+    parser = make_parser([PipelineArguments])  # no abbreviations, unknown flags named with the closest one
+    check_flags(parser, sys.argv[1:])
+    (pipeline_args,) = parser.parse_args_and_config()
     main(pipeline_args)

@@ -20,7 +20,7 @@ from transformers.utils import logging as hf_logging
 from trl import ModelConfig, get_peft_config
 
 from trl_ext.console import library_lines_dropped, quiet_libraries, use_console
-from trl_ext.diagnostics.held_out import held_out_accuracy
+from trl_ext.data import format_prompts
 from trl_ext.ppo import RuleRewardModel, tokenize_prompts
 from trl_ext.recipe import common
 from trl_ext.recipe.args import PPOScriptArguments
@@ -34,13 +34,18 @@ PPOConfig, PPOTrainer = require_ppo()  # trl 1.12 only: on a newer TRL this says
 
 def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: ModelConfig) -> dict:
     # Seed, threads, data (no dataset given: the arithmetic demo), and the opening line
-    started, train_dataset, eval_dataset = common.start(script_args, training_args, model_args)
+    started, train_dataset, eval_dataset, layout = common.start(script_args, training_args, model_args)
 
     # Data: prompts (plus the columns the rewards read); PPO itself consumes token ids only.
-    common.announce("ppo", "PPOTrainer", script_args, training_args, model_args, (train_dataset, eval_dataset))
+    data = (train_dataset, eval_dataset)
+    common.announce("ppo", "PPOTrainer", script_args, training_args, model_args, data, layout=layout)
 
     # Policy (left padding: PPO generates from padded queries) and value model (default: the policy's checkpoint).
-    policy, tokenizer, policy_path = common.load_policy(model_args.model_name_or_path, model_args.dtype)
+    policy, tokenizer, policy_path = common.load_policy(
+        model_args.model_name_or_path, model_args.dtype, model_args, script_args.chat_template
+    )
+    train_dataset = format_prompts(train_dataset, tokenizer, script_args.system_prompt)
+    eval_dataset = format_prompts(eval_dataset, tokenizer, script_args.system_prompt, "the held-out split")
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the value head is new on purpose: no "score.weight MISSING" load report
@@ -57,11 +62,12 @@ def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: 
             training_args.reward_model_path, num_labels=1
         )
     else:
-        reward_funcs = common.reward_functions(script_args.reward_funcs, script_args.reward_options)
+        reward_funcs = common.task_rewards(script_args, layout)[0]
         prompt_sets = [d for d in (train_dataset, eval_dataset) if d is not None]
         reward_model = RuleRewardModel(reward_funcs, tokenizer, prompt_sets, script_args.reward_weights)
 
-    before = held_out_accuracy(policy, tokenizer, eval_dataset, progress="evaluation (before)")
+    evaluate = common.held_out_evaluator(script_args, layout, tokenizer, eval_dataset, training_args.response_length)
+    before = evaluate(policy, "evaluation (before)")
     trainer = PPOTrainer(
         args=training_args,
         processing_class=tokenizer,
@@ -77,7 +83,7 @@ def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: 
     use_console(trainer, "ppo")
     with library_lines_dropped("===training policy==="):  # TRL's PPOTrainer prints it at every update
         trainer.train()
-    return common.finish("ppo", trainer, tokenizer, trainer.policy_model, eval_dataset, before, started)
+    return common.finish("ppo", trainer, tokenizer, trainer.policy_model, evaluate, before, started)
 
 
 if __name__ == "__main__":

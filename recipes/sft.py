@@ -16,23 +16,31 @@ from __future__ import annotations
 from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
 
 from trl_ext.console import quiet_libraries, use_console
-from trl_ext.diagnostics.held_out import held_out_accuracy
+from trl_ext.data import format_prompts
 from trl_ext.recipe import common
 from trl_ext.recipe.args import SFTScriptArguments
 
 
 def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> dict:
     # Seed, threads, data (no dataset given: the arithmetic demo), and the opening line
-    started, train_dataset, eval_dataset = common.start(script_args, training_args, model_args)
-    common.announce("sft", "SFTTrainer", script_args, training_args, model_args, (train_dataset, eval_dataset))
+    # (a known layout maps to prompt + completion: GSM8K's worked answer, a MATH solution)
+    started, train_dataset, eval_dataset, layout = common.start(script_args, training_args, model_args, strict=False)
+    data = (train_dataset, eval_dataset)
+    common.announce("sft", "SFTTrainer", script_args, training_args, model_args, data, layout=layout)
 
     # No model given: the demo's randomly initialised model (the warm start starts from scratch).
     if model_args.model_name_or_path is None:
         model, tokenizer = common.fresh_demo_policy()
     else:
-        model, tokenizer, _ = common.load_policy(model_args.model_name_or_path, model_args.dtype)
+        model, tokenizer, _ = common.load_policy(
+            model_args.model_name_or_path, model_args.dtype, model_args, script_args.chat_template
+        )
+    train_dataset = format_prompts(train_dataset, tokenizer, script_args.system_prompt)
+    eval_dataset = format_prompts(eval_dataset, tokenizer, script_args.system_prompt, "the held-out split")
 
-    before = held_out_accuracy(model, tokenizer, eval_dataset, progress="evaluation (before)")
+    # Held-out greedy accuracy: the demo's check, or the task reward of the layout on completions of up to 256 tokens
+    evaluate = common.held_out_evaluator(script_args, layout, tokenizer, eval_dataset, max_new_tokens=256)
+    before = evaluate(model, "evaluation (before)")
     columns = [c for c in ("prompt", "completion", "messages", "text") if c in train_dataset.column_names]
     trainer = SFTTrainer(
         model=model,
@@ -43,7 +51,7 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
     )
     use_console(trainer, "sft")
     trainer.train()
-    return common.finish("sft", trainer, tokenizer, trainer.model, eval_dataset, before, started)
+    return common.finish("sft", trainer, tokenizer, trainer.model, evaluate, before, started)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ the tokenizer's own, no tools), so its numbers describe the first step of traini
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -48,6 +49,7 @@ import os
 import re
 import sys
 import time
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -55,10 +57,11 @@ from typing import Any
 import torch
 from datasets import Dataset
 
+from trl_ext.data import TaskData, format_prompts, load_task_data
 from trl_ext.demo import build_model, build_tokenizer
 from trl_ext.grpo.ds_rounds import carries_surplus, expected_refill_rounds
 from trl_ext.grpo.group_filter import expected_rounds, group_stats, informative_groups
-from trl_ext.recipe.common import load_data, load_policy, reward_functions
+from trl_ext.recipe.common import check_flags, load_policy, make_parser, reward_functions
 from trl_ext.scoring import generate_groups, prompt_text, score_completions
 
 DEMO = "demo"
@@ -111,9 +114,20 @@ class ProbeArguments:
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     dataset_split: str = field(default="train", metadata={"help": "Dataset split to sample prompts from."})
-    prompt_column: str = field(default="prompt", metadata={"help": "Column holding the prompts."})
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["arithmetic"], metadata={"help": "Reward function names (rewards registry)."}
+    prompt_column: str = field(
+        default="prompt",
+        metadata={"help": "Column holding the prompts; 'prompt' also lets a known layout (GSM8K, ...) map its own."},
+    )
+    dataset_answer_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Column with the reference answer (a dotted path reaches a nested field); None: the layout's."
+        },
+    )
+    system_prompt: str | None = field(default=None, metadata={"help": "System message put before every prompt."})
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={"help": "Reward function names (rewards registry). None: the task reward that fits the data."},
     )
     reward_options: dict | str | None = field(
         default=None, metadata={"help": "Options per reward name: a mapping (YAML) or JSON text."}
@@ -191,9 +205,13 @@ class ProbeArguments:
             raise ValueError(f"groups_per_batch={self.groups_per_batch}: pass a positive value (e.g. 16).")
         if self.generation_batch_size < 1:
             raise ValueError(f"generation_batch_size={self.generation_batch_size}: pass a positive value.")
-        if not self.reward_funcs:
+        if self.reward_funcs is not None and not self.reward_funcs:
             raise ValueError("reward_funcs is empty: pass at least one name, e.g. --reward_funcs arithmetic.")
-        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
+        if (
+            self.reward_weights is not None
+            and self.reward_funcs
+            and len(self.reward_weights) != len(self.reward_funcs)
+        ):
             raise ValueError(
                 f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} reward_funcs "
                 f"{self.reward_funcs}; pass one weight per function or none."
@@ -605,19 +623,34 @@ def score(
     return score_completions(reward_funcs, prompts, completions, weights, extra=extra, dtype=torch.float64, **columns)
 
 
-def load_prompts(args: ProbeArguments) -> Dataset:
-    """The dataset split (for the demo: ``train``, or the held-out set for ``test``), a seeded sample of
-    ``num_prompts`` rows. Loading is the recipes' (``trl_ext.recipe.common.load_data``)."""
-    train, held_out = load_data(args.dataset_name, args.dataset_config, train_split=args.dataset_split)
+def load_task(args: ProbeArguments) -> TaskData:
+    """The probed data, mapped by its layout as the recipes map it (``trl_ext.data.load_task_data``): the split
+    (for the demo: ``train``, or the held-out set for ``test``) cut to a seeded sample of ``num_prompts`` rows in
+    ``train``."""
+    data = load_task_data(
+        types.SimpleNamespace(
+            dataset_name=args.dataset_name,
+            dataset_config=args.dataset_config,
+            dataset_train_split=args.dataset_split,
+            dataset_test_split="test",
+            dataset_prompt_column=None if args.prompt_column == "prompt" else args.prompt_column,
+            dataset_answer_column=args.dataset_answer_column,
+        )
+    )
     held_out_names = ("test", "eval", "validation", "held_out")
-    dataset = held_out if args.dataset_name is None and args.dataset_split in held_out_names else train
-    if args.prompt_column not in dataset.column_names:
+    dataset = data.held_out if args.dataset_name is None and args.dataset_split in held_out_names else data.train
+    if "prompt" not in dataset.column_names:
         raise ValueError(
             f"dataset has no column {args.prompt_column!r} (columns: {dataset.column_names}); pass --prompt_column."
         )
     if len(dataset) > args.num_prompts:
         dataset = dataset.shuffle(seed=args.seed).select(range(args.num_prompts))
-    return dataset
+    return TaskData(dataset, None, data.layout)
+
+
+def load_prompts(args: ProbeArguments) -> Dataset:
+    """The probed prompts (``load_task``'s training rows)."""
+    return load_task(args).train
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -854,8 +887,11 @@ def run_probe(args: ProbeArguments | None = None, save: bool = True) -> ProbeRep
     """Load the model, data and rewards named in ``args``, probe, and (``save=True``) write the report files."""
     args = args or ProbeArguments()
     model, tokenizer, name, path = load_model(args)
-    reward_funcs = reward_functions(args.reward_funcs, args.reward_options)
-    report = probe_model(model, tokenizer, load_prompts(args), reward_funcs, args, name, path)
+    task = load_task(args)
+    reward_funcs = reward_functions(args.reward_funcs or list(task.layout.task_rewards), args.reward_options)
+    dataset = format_prompts(task.train, tokenizer, args.system_prompt)
+    args = dataclasses.replace(args, prompt_column="prompt")  # the layout wrote the prompts there
+    report = probe_model(model, tokenizer, dataset, reward_funcs, args, name, path)
     if save:
         output_dir = args.output_dir or os.path.join("outputs", "probe", re.sub(r"[^A-Za-z0-9_.-]+", "_", name))
         report.meta["files"] = list(report.save(output_dir))
@@ -864,10 +900,10 @@ def run_probe(args: ProbeArguments | None = None, save: bool = True) -> ProbeRep
 
 def main(argv: Sequence[str] | None = None) -> ProbeReport:
     """Command-line entry point: parse ``ProbeArguments``, probe, print the table."""
-    from transformers import HfArgumentParser
-
-    parser = HfArgumentParser(ProbeArguments, description="Pre-flight probe for GRPO-family RL (trl-ext).")
-    (args,) = parser.parse_args_into_dataclasses(args=list(argv) if argv is not None else None)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = make_parser([ProbeArguments])
+    check_flags(parser, argv)
+    (args,) = parser.parse_args_into_dataclasses(args=argv)
     report = run_probe(args)
     print(report.format())
     if "files" in report.meta:

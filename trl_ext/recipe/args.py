@@ -20,15 +20,28 @@ def held_out_max_problems_field() -> Any:
     )
 
 
+def reward_funcs_field() -> Any:
+    """``reward_funcs``, one field for every recipe that scores completions: None picks the task reward of the data."""
+    return field(
+        default=None,
+        metadata={
+            "help": "Reward functions by registry name (trl_ext.rewards.available_rewards()). None: the task reward "
+            "that fits the data layout (accuracy for math, code for code tests, arithmetic for the built-in demo), "
+            "named in the opening line."
+        },
+    )
+
+
 @dataclass
-class RLScriptArguments:
-    """Data, rewards and run options of the GRPO-family recipes (the training options are the preset's config)."""
+class DataArguments:
+    """Where the data comes from and how its columns map (``trl_ext.data``): the fields every recipe shares."""
 
     dataset_name: str | None = field(
         default=None,
         metadata={
-            "help": "Hub dataset, local folder (train.jsonl / test.jsonl, ...) or .json/.jsonl/.csv/.parquet file "
-            "with a 'prompt' column. None: the built-in arithmetic demo."
+            "help": "Hub dataset, local folder (train.jsonl / test.jsonl, ...) or .json/.jsonl/.csv/.parquet file. "
+            "Known layouts (GSM8K, MATH, MATH-500, DAPO-Math-17k, DeepScaleR, OpenR1-Math, MBPP, HumanEval, a "
+            "prompt column) map by themselves. None: the built-in arithmetic demo."
         },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
@@ -37,10 +50,37 @@ class RLScriptArguments:
         default="test",
         metadata={"help": "Held-out split, or a local file of held-out problems (demo: 240 problems)."},
     )
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["arithmetic"],
-        metadata={"help": "Reward functions by registry name (see rewards.available_rewards())."},
+    dataset_prompt_column: str | None = field(
+        default=None,
+        metadata={"help": "Column holding the prompts (text or chat messages). None: from the recognized layout."},
     )
+    dataset_answer_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Column holding the reference answer; a dotted path reaches a nested field (e.g. "
+            "reward_model.ground_truth). Its final answer is used (after '####', or the last boxed one). None: "
+            "from the recognized layout."
+        },
+    )
+    system_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "System message put before every prompt (a chat template's system turn; with no template, the "
+            "text and a blank line before the prompt)."
+        },
+    )
+    chat_template: str | None = field(
+        default=None,
+        metadata={"help": "Chat template for the tokenizer: a .jinja file or the template text. None: the model's."},
+    )
+    held_out_max_problems: int | None = held_out_max_problems_field()
+
+
+@dataclass
+class RLScriptArguments(DataArguments):
+    """Data, rewards and run options of the GRPO-family recipes (the training options are the preset's config)."""
+
+    reward_funcs: list[str] | None = reward_funcs_field()
     reward_options: str | None = field(
         default=None, metadata={"help": 'JSON options per reward, e.g. \'{"accuracy": {"extraction": "boxed"}}\'.'}
     )
@@ -57,24 +97,14 @@ class RLScriptArguments:
         metadata={
             "help": "Held-out greedy accuracy every N optimizer steps during RL (rounded up to a multiple of "
             "logging_steps), logged as held_out/accuracy. None: adaptive, starting at logging_steps and widening "
-            "so that evaluating costs under 5% of the run. 0: only before and after."
+            "so that evaluating costs under 5 percent of the run. 0: only before and after."
         },
     )
-    held_out_max_problems: int | None = held_out_max_problems_field()
 
 
 @dataclass
-class SFTScriptArguments:
-    """Data of the recipes (the fields of TRL's ``ScriptArguments`` that they use)."""
-
-    dataset_name: str | None = field(
-        default=None,
-        metadata={"help": "Hub dataset or local .json/.jsonl/.csv/.parquet file. None: the built-in arithmetic demo."},
-    )
-    dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
-    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
-    dataset_test_split: str = field(default="test", metadata={"help": "Held-out split (demo: 240 problems)."})
-    held_out_max_problems: int | None = held_out_max_problems_field()
+class SFTScriptArguments(DataArguments):
+    """Data of the SFT recipe (the fields of TRL's ``ScriptArguments`` that it uses, and the column mapping)."""
 
 
 @dataclass
@@ -82,9 +112,7 @@ class DPOScriptArguments(SFTScriptArguments):
     """Data, and the rule-based rewards that score mined groups (unused on a preference dataset). Their weights are
     ``DPOConfig.reward_weights``."""
 
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["arithmetic"], metadata={"help": "Rewards by registry name (rewards.get_rewards)."}
-    )
+    reward_funcs: list[str] | None = reward_funcs_field()
     reward_options: dict | str | None = field(
         default=None, metadata={"help": "Options per reward name: a mapping (YAML) or JSON text."}
     )

@@ -8,41 +8,45 @@ and model, rewards, trainer, train, save, report), built from these helpers and 
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
 import logging
 import os
+import re
 import sys
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import yaml
-from datasets import Dataset, load_dataset
+from accelerate import PartialState
+from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, set_seed
 from transformers.utils import is_torch_bf16_gpu_available
-from trl import TrlParser
+from trl import TrlParser, get_quantization_config
 
 from trl_ext.console import format_duration, opening_line, precision_label, quiet_libraries, summary_table
+from trl_ext.data import Layout, TaskData, cap_held_out, load_data, load_task_data
 from trl_ext.demo import (
-    DemoTaskConfig,
     WarmStartConfig,
     build_model,
     build_tokenizer,
-    make_problems,
     warm_start,
     warm_start_is_cached,
     warm_start_sft_kwargs,
 )
 from trl_ext.diagnostics.held_out import held_out_accuracy
-from trl_ext.reliability.checks import check_config_keys
+from trl_ext.reliability.checks import check_config_keys, check_quantization, check_report_to
+from trl_ext.reliability.zero_reward import ZeroRewardWatch
 from trl_ext.rewards import get_rewards
+
+__all__ = ["cap_held_out", "load_data"]  # re-exported from trl_ext.data, their home
 
 logger = logging.getLogger(__name__)
 SUMMARY_FILE = "summary.json"
-_FILE_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 RECIPES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "recipes")
 DEMO_CONFIG_DIR = os.path.join(RECIPES_DIR, "configs", "demo")
 
@@ -68,18 +72,70 @@ def load_recipe(name: str) -> types.ModuleType:
     return module
 
 
+def make_parser(dataclass_types: Sequence[type]) -> TrlParser:
+    """``TrlParser`` over ``dataclass_types`` that takes no abbreviation (``--learning_rat`` is not
+    ``--learning_rate``) and whose ``--help`` works: a bare ``%`` in any help text (ours, TRL's, transformers') is
+    escaped, since argparse formats help strings with ``%``."""
+    parser = TrlParser(tuple(dataclass_types), allow_abbrev=False)
+    for action in parser._actions:
+        if isinstance(action.help, str):
+            action.help = re.sub(r"%(?!\()", "%%", action.help)
+    return parser
+
+
+def check_flags(parser: TrlParser, argv: Sequence[str]) -> None:
+    """Every ``--flag`` of ``argv`` must be one of the parser's: an unknown one stops here (exit 2) naming the closest
+    flag, where ``HfArgumentParser`` raised a traceback listing the leftovers."""
+    known = {option for action in parser._actions for option in action.option_strings} | {"--config"}
+    for arg in argv:
+        if not arg.startswith("--"):
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag not in known:
+            close = difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]}?" if close else ""
+            print(f"{parser.prog}: error: unknown flag {flag}.{hint} (--help lists the flags.)", file=sys.stderr)
+            raise SystemExit(2)
+
+
+def given_fields(argv: Sequence[str]) -> set[str]:
+    """The fields the user set: ``--name`` flags and the keys of the ``--config`` YAML."""
+    given = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")} - {"config"}
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        path = argv[argv.index("--config") + 1]
+        if os.path.exists(path):
+            with open(path) as f:
+                config = yaml.safe_load(f) or {}
+            if isinstance(config, dict):
+                given |= set(config)
+    return given
+
+
 def parse(dataclass_types: Sequence[type], recipe: str, argv: list[str] | None = None) -> tuple:
-    """The one recipe parser: ``TrlParser`` over ``dataclass_types``. With neither ``--config`` nor
-    ``--model_name_or_path`` the demo's YAML (``demo_config_path(recipe)``) supplies the values; CLI flags override it
-    either way. Every YAML file is checked first: an unknown key fails, naming the key and the closest field
-    (``check_config_keys``), where ``TrlParser`` would silently ignore a typo. ``bf16`` / ``use_cpu`` are fitted to
-    the hardware unless set (``supported_precision``)."""
+    """The one recipe parser: ``TrlParser`` over ``dataclass_types`` (``make_parser``: no abbreviations, unknown
+    flags named with the closest one). With neither ``--config`` nor ``--model_name_or_path`` the demo's YAML
+    (``demo_config_path(recipe)``) supplies the values; CLI flags override it either way. Every YAML file is checked
+    first: an unknown key fails, naming the key and the closest field (``check_config_keys``), where ``TrlParser``
+    would silently ignore a typo. ``bf16`` / ``use_cpu`` are fitted to the hardware unless set
+    (``supported_precision``); ``report_to`` trackers must be installed (``check_report_to``). The first dataclass
+    (the script arguments) gets ``given_fields``: the fields set by flag or YAML."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = make_parser(dataclass_types)
+    if "-h" in argv or "--help" in argv:
+        parser.print_help()
+        raise SystemExit(0)
+    check_flags(parser, argv)
     if "--config" not in argv and not any(a.startswith("--model_name_or_path") for a in argv):
         argv = ["--config", demo_config_path(recipe), *argv]
     if "--config" in argv:
         check_config_keys(argv[argv.index("--config") + 1], list(dataclass_types))
-    return TrlParser(tuple(dataclass_types)).parse_args_and_config(args=supported_precision(argv))
+    given = given_fields(argv)
+    parsed = parser.parse_args_and_config(args=supported_precision(argv))
+    for values in parsed:
+        if hasattr(values, "report_to"):
+            check_report_to(values.report_to)
+    parsed[0].given_fields = given
+    return parsed
 
 
 def _setting(argv: list[str], name: str) -> tuple[bool, Any]:
@@ -147,44 +203,68 @@ def reward_functions(names: list[str], options: dict | str | None = None) -> lis
     return get_rewards(list(names), options)
 
 
-def _load_file(path: str, field_name: str) -> Dataset:
-    extension = os.path.splitext(path)[1].lower()
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{field_name}={path!r}: no such file. Give a path to an existing file.")
-    return load_dataset(_FILE_FORMATS[extension], data_files=path, split="train")
+def task_rewards(script_args: Any, layout: Layout) -> tuple[list, list[str]]:
+    """``(reward functions, names)`` of a run: ``reward_funcs`` when given, else the task reward that fits the data's
+    layout (``Layout.task_rewards``: ``accuracy`` for math, ``code`` for code tests, ``arithmetic`` on the demo),
+    never the demo's reward on user data. The first function is the task reward: it is wrapped in
+    ``ZeroRewardWatch`` (one warning when it scores 0 or unscorable on every completion of the first steps)."""
+    names = list(script_args.reward_funcs or [])
+    if not names:
+        if layout.reference_column is None:
+            raise ValueError(
+                f"the dataset has no reference column that trl-ext recognizes ({layout.describe()}), so no task reward "
+                "can score it. Name the column with the final answer, --dataset_answer_column <column> (a dotted path "
+                "reaches a nested field), or choose rewards with --reward_funcs (trl_ext.rewards.available_rewards())."
+            )
+        names = list(layout.task_rewards)
+    funcs = reward_functions(names, getattr(script_args, "reward_options", None))
+    first = funcs[0]
+    column = getattr(first, "solution_column", None) or getattr(first, "tests_column", None)
+    funcs[0] = ZeroRewardWatch(first, column or layout.target_column)
+    return funcs, names
 
 
-def load_data(
-    dataset_name: str | None, dataset_config: str | None = None, train_split: str = "train", test_split: str = "test"
-) -> tuple[Dataset, Dataset | None]:
-    """``(train, eval)``: the demo problems when ``dataset_name`` is None; a local ``.json/.jsonl/.csv/.parquet``
-    file (all of it for training); or a dataset loadable by ``datasets.load_dataset`` (Hub name, or a local folder
-    such as one holding ``train.jsonl`` and ``test.jsonl``), whose ``test_split`` is the eval set when it exists.
-    ``test_split`` may also be a local file of held-out problems."""
-    if dataset_name is None:
-        return make_problems(DemoTaskConfig())
-    test_file = os.path.splitext(test_split or "")[1].lower() in _FILE_FORMATS
-    held_out = _load_file(test_split, "dataset_test_split") if test_file else None
-    if os.path.splitext(dataset_name)[1].lower() in _FILE_FORMATS:
-        return _load_file(dataset_name, "dataset_name"), held_out
-    data = load_dataset(dataset_name, dataset_config)
-    if train_split not in data:
-        raise ValueError(f"dataset_train_split={train_split!r} is not a split of {dataset_name}: {list(data)}.")
-    if test_file:
-        return data[train_split], held_out
-    return data[train_split], data[test_split] if test_split in data else None
+def load_policy(
+    model_name_or_path: str | None,
+    dtype: str | None = None,
+    model_args: Any = None,
+    chat_template: str | None = None,
+) -> tuple[PreTrainedModel, Any, str]:
+    """``(model, tokenizer, path)``; ``None`` loads the demo's SFT warm start (built and cached on first use).
 
-
-def load_policy(model_name_or_path: str | None, dtype: str | None = None) -> tuple[PreTrainedModel, Any, str]:
-    """``(model, tokenizer, path)``; ``None`` loads the demo's SFT warm start (built and cached on first use)."""
+    ``model_args`` (TRL's ``ModelConfig``): ``load_in_4bit`` / ``load_in_8bit`` load the weights through TRL's
+    ``get_quantization_config`` onto this process's GPU (QLoRA with ``use_peft``), or stop first naming what is
+    missing (``check_quantization``: bitsandbytes, a CUDA GPU, LoRA adapters). ``chat_template``: a ``.jinja`` file
+    or the template text, set on the tokenizer."""
+    quantization = None
+    if model_args is not None and (model_args.load_in_4bit or model_args.load_in_8bit):
+        check_quantization(model_args)
+        quantization = {
+            "quantization_config": get_quantization_config(model_args),
+            "device_map": {"": PartialState().local_process_index},
+        }
     path = model_name_or_path or warm_start()
     torch_dtype = "auto" if dtype in (None, "auto") else getattr(torch, dtype)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **(quantization or {}))
     tokenizer = build_tokenizer() if model_name_or_path is None else AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # generation (GRPO family, PPO, DPO mining) needs left padding
+    if chat_template:
+        if os.path.exists(chat_template):
+            with open(chat_template) as f:
+                chat_template = f.read()
+        tokenizer.chat_template = chat_template
     return model, tokenizer, path
+
+
+def written_files(output_dir: str) -> list[str]:
+    """The files a run left in ``output_dir`` (not its checkpoint folders), sorted: what the summary lists, so that it
+    says ``adapter_model.safetensors`` under PEFT and ``model.safetensors`` otherwise."""
+    if not os.path.isdir(output_dir):
+        return []
+    names = {n for n in os.listdir(output_dir) if os.path.isfile(os.path.join(output_dir, n))}
+    return sorted(names | {SUMMARY_FILE})
 
 
 def fresh_demo_policy() -> tuple[PreTrainedModel, Any]:
@@ -216,7 +296,7 @@ def report(
         ("gain", f"{100 * (after - before):+.1f} points" if measured else None),
         ("optimizer steps", steps),
         ("wall time", format_duration(wall) if wall is not None else None),
-        ("outputs", f"{output_dir}/: {SUMMARY_FILE}, model"),
+        ("outputs", f"{output_dir}/: {', '.join(written_files(output_dir))}"),
     ]
     print(summary_table(f"== {recipe} ==", rows), flush=True)
     write_summary(output_dir, result)
@@ -245,13 +325,34 @@ def demo_threads(model_args: Any) -> None:
         torch.set_num_threads(1)
 
 
-def start(script_args: Any, training_args: Any, model_args: Any) -> tuple[float, Dataset, Dataset | None]:
+def start(
+    script_args: Any, training_args: Any, model_args: Any, strict: bool = True
+) -> tuple[float, Dataset, Dataset | None, Layout]:
     """The first steps of a recipe: the clock, the seed, the demo's thread count and the data (``(started, train,
-    held-out)``; see ``load_script_data``)."""
+    held-out, layout)``; see ``load_script_data``)."""
     started = time.time()
     set_seed(training_args.seed)
     demo_threads(model_args)
-    return (started, *load_script_data(script_args))
+    data = load_script_data(script_args, strict=strict)
+    return started, data.train, data.held_out, data.layout
+
+
+def held_out_evaluator(
+    script_args: Any, layout: Layout, tokenizer: Any, eval_dataset: Dataset | None, max_new_tokens: int
+) -> Callable[[Any, str], float | None]:
+    """``evaluate(model, label)``: held-out greedy accuracy of SFT, DPO and PPO runs. The demo: its own answer check;
+    user data: the task reward of the run (``reward_funcs[0]``, or the one that fits the layout) on completions of
+    up to ``max_new_tokens``; None without a held-out split or a reference to score against."""
+    reward = None
+    if script_args.dataset_name is not None:
+        if not getattr(script_args, "reward_funcs", None) and layout.reference_column is None:
+            return lambda model, label: None
+        reward = task_rewards(script_args, layout)[0][0]
+
+    def evaluate(model: Any, label: str) -> float | None:
+        return held_out_accuracy(model, tokenizer, eval_dataset, reward, max_new_tokens, progress=label)
+
+    return evaluate
 
 
 def finish(
@@ -259,41 +360,25 @@ def finish(
     trainer: Any,
     tokenizer: Any,
     policy: Any,
-    eval_dataset: Dataset | None,
+    evaluate: Callable[[Any, str], float | None],
     before: float | None,
     started: float,
 ) -> dict:
     """The last steps of a recipe after ``trainer.train()``: save the model and tokenizer to ``output_dir``, measure
-    the held-out greedy accuracy of ``policy`` and report (``report``: table and ``summary.json``)."""
+    the held-out greedy accuracy of ``policy`` (``evaluate``, from ``held_out_evaluator``) and report (``report``:
+    table and ``summary.json``)."""
     output_dir = trainer.args.output_dir
     trainer.save_model(output_dir)
     tokenizer.save_pretrained(output_dir)
-    after = held_out_accuracy(policy, tokenizer, eval_dataset, progress="evaluation (after)")
+    after = evaluate(policy, "evaluation (after)")
     return report(recipe, output_dir, before, after, trainer.state.global_step, started)
 
 
-def load_script_data(script_args: Any) -> tuple[Dataset, Dataset | None]:
-    """The recipe's training and held-out sets (``load_data``), the held-out set cut to ``held_out_max_problems``."""
-    train, held_out = load_data(
-        script_args.dataset_name,
-        script_args.dataset_config,
-        script_args.dataset_train_split,
-        script_args.dataset_test_split,
-    )
-    return train, cap_held_out(held_out, getattr(script_args, "held_out_max_problems", None))
-
-
-def cap_held_out(held_out: Dataset | None, max_problems: int | None, seed: int = 0) -> Dataset | None:
-    """At most ``max_problems`` held-out problems: a seeded random subset (the same on every run and process) when
-    the split is larger, said in a warning; ``None`` or 0: all of them. Greedy evaluation of a large split before,
-    during and after training would otherwise cost more than the training itself."""
-    if held_out is None or not max_problems or len(held_out) <= max_problems:
-        return held_out
-    logger.warning(
-        f"The held-out split has {len(held_out):,} problems: evaluating a seeded random {max_problems:,} of them "
-        f"(held_out_max_problems={max_problems}; set it to 0 to evaluate all)."
-    )
-    return held_out.shuffle(seed=seed).select(range(max_problems))
+def load_script_data(script_args: Any, strict: bool = True) -> TaskData:
+    """The recipe's data (``trl_ext.data.load_task_data``): training and held-out sets mapped by their layout, the
+    held-out set cut to ``held_out_max_problems``. ``strict=False`` (SFT, DPO on preference pairs) keeps a layout it
+    does not recognize as it is."""
+    return load_task_data(script_args, strict=strict)
 
 
 def announce(
@@ -304,8 +389,11 @@ def announce(
     model_args: Any,
     data: tuple,
     steps: str | None = None,
+    layout: Layout | None = None,
+    rewards: Sequence[str] | None = None,
 ) -> None:
-    """The opening line of a recipe (``trl_ext.console``): what runs, on what, for how long, in what precision."""
+    """The opening line of a recipe (``trl_ext.console``): what runs, on what (the data's layout and how it maps,
+    the rewards), for how long, in what precision."""
     quiet_libraries()
     if getattr(training_args, "process_index", 0) != 0:
         return
@@ -323,6 +411,8 @@ def announce(
         trainer_name,
         f"model {model_args.model_name_or_path or default_model}",
         f"data {name} ({len(train_dataset)} train / {held_out})",
+        layout.describe() if layout is not None and script_args.dataset_name is not None else None,
+        f"reward {', '.join(rewards)}{'' if script_args.reward_funcs else ' (fits the data)'}" if rewards else None,
         steps or (f"{max_steps} steps" if max_steps and max_steps > 0 else None),
         precision_label(training_args),
         f"outputs in {training_args.output_dir}",

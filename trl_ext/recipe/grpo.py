@@ -28,12 +28,14 @@ from transformers import TrainerCallback
 from trl import ModelConfig
 
 from trl_ext.console import format_duration, precision_label, summary_table, use_console
+from trl_ext.data import TaskData
 from trl_ext.diagnostics.health import HealthMonitor
 from trl_ext.diagnostics.held_out import HeldOutEvaluation, held_out_accuracy
 from trl_ext.grpo.configs import GRPOFamilyConfig
 from trl_ext.grpo.presets import PRESETS, lookup
 from trl_ext.recipe import common
 from trl_ext.recipe.args import RLScriptArguments
+from trl_ext.reliability import checks
 from trl_ext.reliability.checkpoints import check_fresh_output_dir
 
 
@@ -203,9 +205,76 @@ def prepare_output_dir(output_dir: str, resume: str | bool | None) -> str:
 
 
 def steps_line(training_args: GRPOFamilyConfig) -> str:
-    """``"<max_steps> steps of <prompts> prompts x <G> completions"`` for the opening line."""
-    prompts = training_args.per_device_train_batch_size * training_args.world_size // training_args.num_generations
-    return f"{training_args.max_steps} steps of {prompts} prompts x {training_args.num_generations} completions"
+    """The real batch for the opening line: ``"<max_steps> steps of <prompts> prompts x <G> completions"`` when an
+    optimizer step holds whole groups, else the rollout (``generation_batch_size`` completions) and how many optimizer
+    steps it feeds."""
+    group = training_args.num_generations
+    per_step = (
+        training_args.per_device_train_batch_size
+        * training_args.world_size
+        * training_args.gradient_accumulation_steps
+    )
+    if training_args.max_steps > 0:
+        steps = f"{training_args.max_steps} steps"
+    else:
+        steps = f"{training_args.num_train_epochs:g} epochs, steps"
+    if per_step % group == 0:
+        return f"{steps} of {per_step // group} prompts x {group} completions"
+    rollout = training_args.generation_batch_size or per_step * training_args.steps_per_generation
+    return (
+        f"{steps} of {per_step} completions (rollouts of {rollout // group} prompts x {group} completions, "
+        f"{training_args.steps_per_generation} steps each)"
+    )
+
+
+def announce(
+    recipe: str,
+    trainer_name: str,
+    script_args: RLScriptArguments,
+    training_args: GRPOFamilyConfig,
+    model_args: ModelConfig,
+    data: TaskData,
+    rewards: list[str],
+) -> None:
+    """The opening line of a GRPO-family run (``common.announce`` with the real batch and the data's layout)."""
+    common.announce(
+        recipe,
+        trainer_name,
+        script_args,
+        training_args,
+        model_args,
+        (data.train, data.held_out),
+        steps_line(training_args),
+        layout=data.layout,
+        rewards=rewards,
+    )
+
+
+def fit_to_model(
+    recipe: str, training_args: GRPOFamilyConfig, model: Any, tokenizer: Any, train_dataset: Dataset, script_args: Any
+) -> str | None:
+    """A given model's ``max_completion_length`` sized to its context when the user did not set it: the preset's
+    (DAPO: 20480) cut to the context minus the longest prompt of the first rows, with DAPO's overlong buffer back at
+    20% of it unless set. Says so on the main process and returns the line (None when nothing changed)."""
+    given = getattr(script_args, "given_fields", set())
+    context = checks.context_length(getattr(model, "config", None))
+    if context is None or "max_completion_length" in given or training_args.max_completion_length is None:
+        return None
+    longest = checks.longest_prompt(train_dataset, tokenizer)
+    room = context - (longest[0] if longest else 0)
+    old = training_args.max_completion_length
+    if room <= 0 or old <= room:
+        return None  # nothing to fit, or a prompt fills the context: the trainer's check says so
+    training_args.max_completion_length = room
+    if getattr(training_args, "overlong_buffer_len", None) is not None and "overlong_buffer_len" not in given:
+        training_args.overlong_buffer_len = max(1, int(0.2 * room))
+    line = (
+        f"[{recipe}] max_completion_length {old} -> {room}: the model's context is {context} tokens and the longest "
+        f"prompt {context - room} (set --max_completion_length to choose)"
+    )
+    if training_args.process_index == 0:
+        print(line, flush=True)
+    return line
 
 
 def held_out_evaluator(
@@ -292,10 +361,7 @@ def summarize(
     if trainer.accelerator.is_main_process:
         curves = os.path.join(output_dir, "curves.png")
         plot_curves({recipe: read_metrics(os.path.join(output_dir, "metrics.jsonl"))}, curves, warm_start=before)
-        summary["outputs"] = {
-            "folder": output_dir,
-            "files": ["metrics.jsonl", "curves.png", common.SUMMARY_FILE, "model.safetensors"],
-        }
+        summary["outputs"] = {"folder": output_dir, "files": common.written_files(output_dir)}
         summary["curves"] = curves
         common.write_summary(output_dir, summary)
         print(format_summary(summary, format_duration), flush=True)

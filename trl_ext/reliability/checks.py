@@ -14,6 +14,8 @@ import importlib.util
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import torch
+
 from trl_ext.reliability.reward_guard import reward_columns  # noqa: F401  (re-exported: checks use it)
 
 _PROMPT_SAMPLE = 256  # prompts tokenized to estimate the longest prompt (cheap at any dataset size)
@@ -164,6 +166,14 @@ def check_context_length(model_config: Any, args: Any, tokenizer: Any = None, da
             "or use a model with a longer context."
         )
     longest = longest_prompt(dataset, tokenizer)
+    if longest is not None and longest[0] >= context:
+        tokens, row = longest
+        raise ValueError(
+            f"prompt {row} of train_dataset is {tokens} tokens long, as long as the model's whole context or longer "
+            f"(max_position_embeddings={context}): no completion fits after it. Drop such prompts from the dataset "
+            f"(dataset.filter: keep prompts of at most {max(context - max_completion_length, 1)} tokens), shorten "
+            "the system prompt, or use a model with a longer context."
+        )
     if longest is not None and longest[0] + max_completion_length > context:
         tokens, row = longest
         raise ValueError(
@@ -171,6 +181,61 @@ def check_context_length(model_config: Any, args: Any, tokenizer: Any = None, da
             f"a sequence reaches {tokens + max_completion_length} tokens, past the model's context "
             f"(max_position_embeddings={context}). Lower max_completion_length to {context - tokens} or less, or drop "
             f"prompts longer than {context - max_completion_length} tokens from the dataset (dataset.filter)."
+        )
+
+
+def context_length(model_config: Any) -> int | None:
+    """The model's context in tokens (``max_position_embeddings`` or its equivalent), or None when the config has none."""
+    return _context_length(model_config)
+
+
+# report_to name -> (modules any one of which makes it work, the install line)
+TRACKERS = {
+    "tensorboard": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
+    "wandb": (("wandb",), 'pip install "trl-ext[wandb]"'),
+    "trackio": (("trackio",), 'pip install "trl-ext[trackio]"'),
+    "mlflow": (("mlflow",), "pip install mlflow"),
+    "comet_ml": (("comet_ml",), "pip install comet_ml"),
+    "clearml": (("clearml",), "pip install clearml"),
+    "swanlab": (("swanlab",), "pip install swanlab"),
+}
+
+
+def check_report_to(report_to: Any) -> None:
+    """Every tracker of ``report_to`` must be installed: transformers only fails at the first log or evaluation
+    (TensorBoard: "update your PyTorch version or install tensorboardX"), after the run has cost time."""
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    for name in names:
+        if name not in TRACKERS:
+            continue
+        modules, install = TRACKERS[name]
+        if not any(importlib.util.find_spec(module) is not None for module in modules):
+            raise ValueError(
+                f"report_to={name!r}, but {modules[0]} is not installed here. Install it ({install}), or choose another "
+                "tracker with --report_to (none: metrics.jsonl and the console only)."
+            )
+
+
+def check_quantization(model_args: Any) -> None:
+    """``load_in_4bit`` / ``load_in_8bit`` (QLoRA, the seeds' advice for one GPU) need bitsandbytes, a CUDA GPU and
+    LoRA adapters to train (quantized weights take no gradient): say which is missing, before any weight is loaded."""
+    bits = "4" if getattr(model_args, "load_in_4bit", False) else "8"
+    flag = f"--load_in_{bits}bit"
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ValueError(
+            f"{flag} quantizes the weights with bitsandbytes, which is not installed here. Install it "
+            "(pip install bitsandbytes) on a machine with a CUDA GPU, or drop the flag to load the weights in "
+            "full precision (LoRA alone: --use_peft true)."
+        )
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"{flag}: bitsandbytes quantization needs a CUDA GPU and this machine has none. Drop the flag here "
+            "(LoRA alone: --use_peft true), or run on a GPU."
+        )
+    if not getattr(model_args, "use_peft", False):
+        raise ValueError(
+            f"{flag} loads frozen {bits}-bit weights, which cannot be trained directly: add --use_peft true to "
+            "train LoRA adapters over them (QLoRA)."
         )
 
 

@@ -68,6 +68,16 @@ def signals_usable() -> bool:
         return False
 
 
+def is_reference(solution: Any) -> bool:
+    """Whether ``solution`` can be a reference answer at all: non-empty text or a number. A dict (e.g. DAPO-Math's
+    ``reward_model`` column given whole), a list or ``None`` cannot; their text would be parsed into some number."""
+    if isinstance(solution, bool):
+        return False
+    if isinstance(solution, int | float):
+        return True
+    return isinstance(solution, str) and bool(solution.strip())
+
+
 @lru_cache(maxsize=4096)
 def _parse_gold(latex: str, timeout: int) -> tuple:
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
@@ -196,8 +206,9 @@ class MathAccuracy:
             ``"math_verify"`` for exactly ``trl.rewards.accuracy_reward`` (math-verify's own extraction).
         multiple_boxed: ``"last"`` (default) judges the last boxed answer; ``"all"`` compares the set of boxed
             answers with the reference (multi-answer problems).
-        solution_column: dataset column with the reference; ``None`` uses ``solution`` if present, else ``answer``.
-            A full GSM8K or MATH solution is fine: its final answer is extracted.
+        solution_column: dataset column with the reference; ``None`` uses ``answer`` (the final answer) if present,
+            else ``solution``. A full GSM8K or MATH solution is fine: its final answer is extracted. A reference that
+            is not an answer (a dict, a list, ``None``, empty text) scores ``None`` (unscorable), never 0.0.
         timeout_backend: ``"auto"``, ``"signal"`` or ``"process"`` (see the module docstring).
         parse_timeout, verify_timeout: math-verify's per-call limits, in whole seconds (``signal.alarm``).
         hard_timeout: wall-clock limit per completion in the process backend; the helper is killed and replaced
@@ -269,7 +280,7 @@ class MathAccuracy:
         **kwargs: Any,
     ) -> list[float | None]:
         texts = completion_texts(completions or [])
-        name = self.solution_column or ("solution" if "solution" in kwargs or "answer" not in kwargs else "answer")
+        name = self.solution_column or ("answer" if "answer" in kwargs else "solution")
         solutions = column(kwargs, name, len(texts), self.__name__)
         backend = self.backend()
         if backend == "signal" and not signals_usable():
@@ -303,12 +314,16 @@ class MathAccuracy:
         }
 
     def _score_signal(self, solution: Any, text: str) -> tuple[float | None, str]:
+        if not is_reference(solution):
+            return None, "gold_unparseable"
         try:
             return score_one(solution, text, **self._options())
         except Exception:  # math-verify swallows its own errors; this is a last line of defence
             return 0.0, "error"
 
     def _score_process(self, solution: Any, text: str) -> tuple[float | None, str]:
+        if not is_reference(solution):
+            return None, "gold_unparseable"
         with self._lock:
             if self._workers is None:
                 self._workers = queue.Queue()

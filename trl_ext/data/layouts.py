@@ -1,0 +1,258 @@
+"""Dataset layouts -> the columns the trainers read: ``prompt`` and the reference (``answer`` or ``tests``).
+
+The one place that maps columns (``trl_ext.data``): every recipe, the probe and held-out evaluation go through
+:func:`apply_layout`. A layout is recognized from the column names (and, where two layouts share names, from the first
+row); a recognized layout trains with no extra flag, any other maps with ``dataset_prompt_column`` /
+``dataset_answer_column`` (a dotted path such as ``reward_model.ground_truth`` reaches a nested field).
+
+=====================================  ==================================  =============================================
+layout (datasets)                      prompt                              reference
+=====================================  ==================================  =============================================
+DAPO-Math-17k                          ``prompt`` (chat messages)          ``reward_model.ground_truth``
+GSM8K                                  ``question``                        ``answer`` after the last ``####``
+problem + answer (MATH-500,            ``problem``                         ``answer`` (the final answer wins over a
+DeepScaleR, OpenR1-Math)                                                   worked ``solution``, as DATASETS.md says)
+MATH / NuminaMath (problem + solution) ``problem``                         last ``\\boxed{}`` of ``solution``
+MBPP                                   ``text`` + its tests                ``test_setup_code`` + ``test_list`` -> tests
+HumanEval                              ``prompt``                          ``test`` + ``check(entry_point)`` -> tests
+prompt + answer / solution             ``prompt`` (text or chat messages)  ``answer`` (else ``solution``), final answer
+prompt + tests                         ``prompt``                          ``tests`` (asserts)
+=====================================  ==================================  =============================================
+
+A math reference becomes the final answer as text (``"72"``, ``"\\frac{14}{3}"``); one that cannot be read as an
+answer (a dict, a list, empty) becomes ``None``, which the accuracy reward scores ``None`` (unscorable, counted in
+``accuracy/unscorable_frac``), never 0.0. The task reward that fits the layout (``accuracy`` for math, ``code`` for
+code) is :attr:`Layout.task_rewards`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from datasets import Dataset
+
+from trl_ext.rewards.extract import boxed_contents, gsm8k_answer
+from trl_ext.scoring import is_conversational
+
+MATH_REWARDS = ("accuracy",)
+CODE_REWARDS = ("code",)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one dataset layout maps to ``prompt`` and a reference column.
+
+    ``prompt_column``/``reference_column`` are source columns (a dotted path reaches nested fields);
+    ``reference_rule`` says how the reference is read (``"final answer"``, ``"after '####'"``, ``"last \\boxed{}"``,
+    ``"asserts"``, ``"check(entry_point)"``); ``task`` is ``"math"``, ``"code"`` or ``"arithmetic"`` (the demo)."""
+
+    name: str
+    prompt_column: str
+    reference_column: str | None
+    reference_rule: str = "final answer"
+    task: str = "math"
+    extra_columns: tuple[str, ...] = field(default_factory=tuple)  # other source columns the mapping reads
+
+    @property
+    def target_column(self) -> str:
+        """The column the reference is written to: ``answer`` (math rewards) or ``tests`` (the code reward)."""
+        return "tests" if self.task == "code" else "answer"
+
+    @property
+    def task_rewards(self) -> tuple[str, ...]:
+        """The registry names of the reward that fits the layout, the default when no ``reward_funcs`` is given."""
+        return {"code": CODE_REWARDS, "arithmetic": ("arithmetic",)}.get(self.task, MATH_REWARDS)
+
+    def describe(self) -> str:
+        """``"GSM8K layout: question -> prompt, answer after '####' -> reference"`` (the opening line's data part)."""
+        prompt = "prompt" if self.prompt_column == "prompt" else f"{self.prompt_column} -> prompt"
+        if self.reference_column is None:
+            return f"{self.name} layout: {prompt}, no reference column"
+        rule = "" if self.reference_rule in ("final answer", "as is") else f" {self.reference_rule}"
+        target = "tests" if self.task == "code" else "reference"
+        return f"{self.name} layout: {prompt}, {self.reference_column}{rule} -> {target}"
+
+
+# The recognized layouts, tried in order: (predicate on the columns and first row, layout).
+_KNOWN: list[tuple[Callable[[set[str], dict[str, Any]], bool], Layout]] = [
+    (
+        lambda c, row: {"prompt", "reward_model"} <= c,
+        Layout("DAPO-Math-17k", "prompt", "reward_model.ground_truth", "final answer"),
+    ),
+    (lambda c, row: {"question", "answer"} <= c, Layout("GSM8K", "question", "answer", "after '####'")),
+    (
+        lambda c, row: {"problem", "answer"} <= c,
+        Layout("problem + answer (MATH-500 / DeepScaleR / OpenR1-Math)", "problem", "answer", "final answer"),
+    ),
+    (
+        lambda c, row: {"problem", "solution"} <= c,
+        Layout("MATH (problem + solution)", "problem", "solution", "last \\boxed{}"),
+    ),
+    (
+        lambda c, row: {"text", "test_list"} <= c,
+        Layout("MBPP", "text", "test_list", "asserts", task="code", extra_columns=("test_setup_code",)),
+    ),
+    (
+        lambda c, row: {"prompt", "test", "entry_point"} <= c,
+        Layout("HumanEval", "prompt", "test", "check(entry_point)", task="code", extra_columns=("entry_point",)),
+    ),
+    (
+        lambda c, row: {"prompt", "answer"} <= c,
+        Layout("prompt + answer", "prompt", "answer", "final answer"),
+    ),
+    (
+        lambda c, row: {"prompt", "solution"} <= c,
+        Layout("prompt + solution", "prompt", "solution", "final answer"),
+    ),
+    (lambda c, row: {"prompt", "tests"} <= c, Layout("prompt + tests", "prompt", "tests", "asserts", task="code")),
+]
+
+_PROMPT_CANDIDATES = ("prompt", "problem", "question", "query", "instruction", "input", "text", "messages")
+
+
+def get_path(row: dict[str, Any], path: str) -> Any:
+    """``row["a"]["b"]`` for ``path="a.b"`` (a dict, or a JSON text of one, at each level); None when absent."""
+    value: Any = row
+    for part in path.split("."):
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                return None
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _check_column(path: str, columns: list[str], flag: str) -> None:
+    top = path.split(".")[0]
+    if top not in columns:
+        close = difflib.get_close_matches(top, columns, n=1, cutoff=0.5)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{flag}={path!r}: the dataset has no column {top!r} (columns: {columns}).{hint}")
+
+
+def detect_layout(
+    dataset: Dataset, prompt_column: str | None = None, answer_column: str | None = None, strict: bool = True
+) -> Layout:
+    """The layout of ``dataset``: the flags' mapping when given (``prompt_column`` / ``answer_column``, checked
+    against the columns), else the first recognized layout of the table above.
+
+    Raises ``ValueError`` naming the columns and the flags to map them when nothing fits (no prompt column), unless
+    ``strict=False`` (SFT text, DPO preference pairs), which keeps such a dataset as it is."""
+    columns = list(dataset.column_names)
+    row = dataset[0] if len(dataset) else {}
+    known = next((layout for test, layout in _KNOWN if test(set(columns), row)), None)
+    if prompt_column is None and answer_column is None:
+        if known is not None:
+            return known
+        if "prompt" in columns:  # TRL's own layout, reference unknown (a custom reward may need none)
+            return Layout("prompt only", "prompt", None)
+        if not strict:
+            return Layout("as given", "prompt", None)
+        guess = next((c for c in _PROMPT_CANDIDATES if c in columns), columns[0] if columns else "<column>")
+        raise ValueError(
+            f"the dataset's layout is not one trl-ext recognizes (columns: {columns}). Name its columns: "
+            f"--dataset_prompt_column {guess} --dataset_answer_column <column with the final answer> (a dotted path "
+            "reaches a nested field, e.g. reward_model.ground_truth), or the same keys in the YAML config."
+        )
+    if prompt_column is not None:
+        _check_column(prompt_column, columns, "dataset_prompt_column")
+    if answer_column is not None:
+        _check_column(answer_column, columns, "dataset_answer_column")
+    base = known or Layout("custom", prompt_column or "prompt", None)
+    if prompt_column is None and "prompt" not in columns and known is None:
+        raise ValueError(
+            f"dataset_answer_column={answer_column!r} is set, but no column holds the prompts (columns: {columns}): "
+            "add --dataset_prompt_column <column>."
+        )
+    return Layout(
+        "custom" if known is None else f"{base.name}, remapped",
+        prompt_column or base.prompt_column,
+        answer_column or base.reference_column,
+        "final answer" if answer_column is not None else base.reference_rule,
+        task=base.task if answer_column is None else "math",
+        extra_columns=base.extra_columns if answer_column is None else (),
+    )
+
+
+def reference_answer(value: Any) -> str | None:
+    """A math reference as final-answer text: the part after the last ``####`` (GSM8K), else the last ``\\boxed{}``
+    (a MATH solution), else the text itself; a number as its text. ``None`` for anything that is not an answer (a
+    dict, a list, ``None``, empty text), so that the accuracy reward counts it unscorable instead of scoring 0."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if "####" in text:
+        found = gsm8k_answer(text)
+        return found.strip() if found and found.strip() else None
+    boxes = boxed_contents(text)
+    if boxes:
+        return boxes[-1].strip() or None
+    return text
+
+
+def _code_tests(layout: Layout, row: dict[str, Any]) -> Any:
+    """The ``tests`` value the code reward reads: MBPP's asserts after its set-up code, HumanEval's test program
+    followed by ``check(<entry_point>)``, else the column as it is (a list of asserts or a test program)."""
+    tests = get_path(row, layout.reference_column)
+    if layout.name == "MBPP" and isinstance(tests, list):
+        setup = row.get("test_setup_code") or ""
+        return [f"{setup}\n{t}" if setup else t for t in tests]
+    if layout.name == "HumanEval" and isinstance(tests, str) and row.get("entry_point"):
+        return f"{tests}\ncheck({row['entry_point']})\n"
+    return tests
+
+
+def _prompt_value(layout: Layout, row: dict[str, Any]) -> Any:
+    prompt = get_path(row, layout.prompt_column)
+    if layout.name == "MBPP" and isinstance(prompt, str):  # MBPP's own prompt: the task, then the tests to pass
+        return prompt + "\nYour code should pass these tests:\n" + "\n".join(row.get("test_list") or [])
+    return prompt
+
+
+def apply_layout(dataset: Dataset, layout: Layout) -> Dataset:
+    """``dataset`` with ``prompt`` (text, or chat messages as given) and, when the layout has a reference, ``answer``
+    (math: :func:`reference_answer`) or ``tests`` (code) filled from the layout's columns. Other columns are kept
+    (TRL passes them to the reward functions). Prompts are formatted for the model later
+    (``trl_ext.data.prompts.format_prompts``), once the tokenizer is known."""
+    unchanged_prompt = layout.prompt_column == "prompt" and layout.name != "MBPP"
+    if unchanged_prompt and (
+        layout.reference_column is None or layout.reference_column == layout.target_column == "tests"
+    ):
+        return _checked_prompts(dataset, layout)
+    target = layout.target_column
+
+    def convert(row: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"prompt": _prompt_value(layout, row)}
+        if layout.reference_column is not None:
+            if layout.task == "code":
+                out[target] = _code_tests(layout, row)
+            else:
+                out[target] = reference_answer(get_path(row, layout.reference_column))
+        return out
+
+    return _checked_prompts(dataset.map(convert, desc="mapping columns"), layout)
+
+
+def _checked_prompts(mapped: Dataset, layout: Layout) -> Dataset:
+    first = mapped[0]["prompt"] if len(mapped) and "prompt" in mapped.column_names else None
+    if first is not None and not isinstance(first, str) and not is_conversational(first):
+        raise ValueError(
+            f"the prompt column {layout.prompt_column!r} holds {type(first).__name__} values; prompts must be text or "
+            "a list of chat messages ({'role', 'content'}). Name the right column with --dataset_prompt_column."
+        )
+    return mapped

@@ -1,0 +1,61 @@
+"""Prompts as the model expects them: a conversation when the tokenizer has a chat template, text otherwise.
+
+open-r1's GRPO script builds ``[{"role": "system", "content": system_prompt}, {"role": "user", "content": row[...]}]``
+for every row; TRL renders a conversational prompt with the tokenizer's chat template (``maybe_apply_chat_template``).
+:func:`format_prompts` does the same, once, for every recipe:
+
+- text prompt, tokenizer **with** a chat template: ``[system?, user]`` messages (an instruct model is trained on its
+  template; raw text would be off its distribution);
+- text prompt, tokenizer **without** one (a base model, the demo): the text as it is, after ``system_prompt`` and a
+  blank line when one is given;
+- conversational prompt, tokenizer with a template: as it is, ``system_prompt`` prepended when the conversation has
+  no system message;
+- conversational prompt, tokenizer without a template: a ``ValueError`` naming the fix (transformers would fail at
+  the first generation step with its chat-template error).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datasets import Dataset
+
+from trl_ext.scoring import is_conversational
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # processors wrap a tokenizer
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def format_prompt(prompt: Any, chat: bool, system_prompt: str | None = None) -> Any:
+    """One prompt, formatted for a tokenizer with (``chat=True``) or without a chat template (module docstring)."""
+    if isinstance(prompt, str):
+        if chat:
+            system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+            return [*system, {"role": "user", "content": prompt}]
+        return f"{system_prompt}\n\n{prompt}" if system_prompt else prompt
+    if system_prompt and not any(message.get("role") == "system" for message in prompt):
+        return [{"role": "system", "content": system_prompt}, *prompt]
+    return prompt
+
+
+def format_prompts(
+    dataset: Dataset | None, tokenizer: Any, system_prompt: str | None = None, name: str = "train_dataset"
+) -> Dataset | None:
+    """``dataset`` with its ``prompt`` column formatted for ``tokenizer`` (module docstring); ``None`` stays None."""
+    if dataset is None or "prompt" not in dataset.column_names or len(dataset) == 0:
+        return dataset
+    chat = has_chat_template(tokenizer)
+    conversational = is_conversational(dataset[0]["prompt"])
+    if conversational and not chat:
+        raise ValueError(
+            f"{name}'s prompts are chat messages, but the tokenizer ({type(tokenizer).__name__}) has no chat template "
+            "to render them. Use a model whose tokenizer has one (an -Instruct or -Chat model), give a template with "
+            "--chat_template <file.jinja>, or map a plain-text column with --dataset_prompt_column."
+        )
+    if not system_prompt and not (chat and not conversational):
+        return dataset
+    return dataset.map(
+        lambda row: {"prompt": format_prompt(row["prompt"], chat, system_prompt)}, desc="formatting prompts"
+    )
