@@ -274,7 +274,7 @@ def test_zero_reward_watch_warns_once_after_the_first_calls(caplog):
             assert watch(completions=["7", "8"], answer=["44", "45"], trainer_state=state) == [0.0, 0.0]
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1 and "reference '44', completion '7'" in messages[0]
-    assert "first 2 generation batches" in messages[0]
+    assert "first 2 generation rounds" in messages[0]
     healthy = ZeroRewardWatch(MathAccuracy(), "answer", calls=1)
     healthy(completions=["44"], answer=["44"], trainer_state=state)
     assert not healthy.armed and not healthy.warned

@@ -87,7 +87,7 @@ class ZeroRewardWatch:
         column = f"the column {self.column!r}" if self.column else "no reference column"
         return (
             f"reward {self.__name__!r} gave 0 to every one of the {self.seen_completions} completions of the first "
-            f"{self.seen_calls} generation batches{unscorable}. It reads {column}; one pair: reference "
+            f"{self.seen_calls} generation rounds{unscorable}. It reads {column}; one pair: reference "
             f"{_short(reference)}, completion {_short(completion)}. If the reference is right and the completion "
             "wrong, the model cannot solve these prompts yet (warm start it with SFT, or train on easier data); if "
             "the reference is not the final answer, map it with --dataset_answer_column (a dotted path reaches a "
