@@ -24,7 +24,9 @@ from trl_ext.recipe.args import SFTScriptArguments
 def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> dict:
     # Seed, threads, data (no dataset given: the arithmetic demo), and the opening line
     # (a known layout maps to prompt + completion: GSM8K's worked answer, a MATH solution)
-    started, train_dataset, eval_dataset, layout = common.start(script_args, training_args, model_args, strict=False)
+    started, train_dataset, eval_dataset, layout = common.start(
+        script_args, training_args, model_args, strict=False, with_completion=True
+    )
     data = (train_dataset, eval_dataset)
     common.announce("sft", "SFTTrainer", script_args, training_args, model_args, data, layout=layout)
 

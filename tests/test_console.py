@@ -352,13 +352,13 @@ def test_large_held_out_split_is_cut_to_a_seeded_subset_with_a_warning(tmp_path,
     _write_jsonl(tmp_path / "test.jsonl", [{"prompt": f"{a}+1=", "solution": str(a + 1)} for a in range(30)])
     args = RLScriptArguments(dataset_name=str(tmp_path), held_out_max_problems=8)
     with caplog.at_level("WARNING", logger="trl_ext"):
-        _, held_out = load_script_data(args)
+        held_out = load_script_data(args).held_out
     assert len(held_out) == 8 and len(set(held_out["prompt"])) == 8
     assert "has 30 problems: evaluating a seeded random 8" in caplog.text and "held_out_max_problems" in caplog.text
-    assert load_script_data(args)[1]["prompt"] == held_out["prompt"]  # the same subset on every run
+    assert load_script_data(args).held_out["prompt"] == held_out["prompt"]  # the same subset on every run
     for keep_all in (None, 0, 30):
         args.held_out_max_problems = keep_all
-        assert len(load_script_data(args)[1]) == 30
+        assert len(load_script_data(args).held_out) == 30
     assert RLScriptArguments().held_out_max_problems == 500  # the demo's 240 problems are all kept
 
 

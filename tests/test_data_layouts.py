@@ -392,3 +392,13 @@ def test_unknown_or_abbreviated_flag_names_the_closest(flag, close, capsys):
         parse("dapo", argv=[flag, "1e-3"])
     assert done.value.code == 2
     assert f"unknown flag {flag}. Did you mean {close}?" in capsys.readouterr().err
+
+
+def test_sft_gets_the_worked_solution_as_completion(layout_dir, tokenizer):
+    data = load_task_data(_namespace(dataset_name=str(layout_dir / "gsm8k")), with_completion=True)
+    row = next(r for r in data.train if r["prompt"] == "26+18=")
+    assert row["completion"].endswith("#### 44") and row["answer"] == "44"
+    chat = format_prompts(data.train.select(range(1)), _templated(tokenizer))[0]
+    assert chat["prompt"][-1]["role"] == "user" and chat["completion"][0]["role"] == "assistant"
+    rl = load_task_data(_namespace(dataset_name=str(layout_dir / "gsm8k")))
+    assert "completion" not in rl.train.column_names  # RL data carries no target text

@@ -40,7 +40,8 @@ def test_no_arguments_parse_to_the_demo_yaml():
     dpo = load_recipe("dpo")
     script_args, training_args, model_args = _parse(dpo, [])
     assert model_args.model_name_or_path is None and script_args.dataset_name is None
-    assert script_args.reward_funcs == ["arithmetic"]
+    assert script_args.reward_funcs is None  # the task reward of the data: arithmetic on the demo
+    assert dpo.common.task_rewards(script_args, dpo.common.load_script_data(script_args).layout)[1] == ["arithmetic"]
     assert training_args.loss_type == ["sigmoid", "sft"] and training_args.loss_weights == [1.0, 1.0]
     assert training_args.mining_rounds == 2 and training_args.num_generations == 8
     assert training_args.output_dir == "outputs/dpo"

@@ -31,7 +31,7 @@ def test_no_arguments_parse_to_the_demo_yaml():
     ppo = load_recipe("ppo")
     script_args, training_args, model_args = _parse(ppo, [])
     assert model_args.model_name_or_path is None and training_args.reward_model_path is None
-    assert script_args.reward_funcs == ["arithmetic"] and training_args.stop_token == "eos"
+    assert script_args.reward_funcs is None and training_args.stop_token == "eos"  # None: the data's task reward
     assert training_args.output_dir == "outputs/ppo"
 
 

@@ -61,7 +61,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             "with `pip install -e .`."
         )
     sys.argv = [path, *flags]
-    runpy.run_path(path, run_name="__main__")
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except ImportError as error:
+        if os.path.basename(path) != "ppo.py" or "PPO needs" not in str(error):
+            raise
+        raise SystemExit(f"trl-ext ppo: {error}") from None  # a TRL without PPO: the message, not a traceback
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ class Layout:
     reference_rule: str = "final answer"
     task: str = "math"
     extra_columns: tuple[str, ...] = field(default_factory=tuple)  # other source columns the mapping reads
+    solution_column: str | None = None  # a worked solution, SFT's completion (GSM8K's answer, MATH's solution)
 
     @property
     def target_column(self) -> str:
@@ -83,18 +84,35 @@ _KNOWN: list[tuple[Callable[[set[str], dict[str, Any]], bool], Layout]] = [
         lambda c, row: {"prompt", "reward_model"} <= c,
         Layout("DAPO-Math-17k", "prompt", "reward_model.ground_truth", "final answer"),
     ),
-    (lambda c, row: {"question", "answer"} <= c, Layout("GSM8K", "question", "answer", "after '####'")),
+    (
+        lambda c, row: {"question", "answer"} <= c,
+        Layout("GSM8K", "question", "answer", "after '####'", solution_column="answer"),
+    ),
     (
         lambda c, row: {"problem", "answer"} <= c,
-        Layout("problem + answer (MATH-500 / DeepScaleR / OpenR1-Math)", "problem", "answer", "final answer"),
+        Layout(
+            "problem + answer (MATH-500 / DeepScaleR / OpenR1-Math)",
+            "problem",
+            "answer",
+            "final answer",
+            solution_column="solution",
+        ),
     ),
     (
         lambda c, row: {"problem", "solution"} <= c,
-        Layout("MATH (problem + solution)", "problem", "solution", "last \\boxed{}"),
+        Layout("MATH (problem + solution)", "problem", "solution", "last \\boxed{}", solution_column="solution"),
     ),
     (
         lambda c, row: {"text", "test_list"} <= c,
-        Layout("MBPP", "text", "test_list", "asserts", task="code", extra_columns=("test_setup_code",)),
+        Layout(
+            "MBPP",
+            "text",
+            "test_list",
+            "asserts",
+            task="code",
+            extra_columns=("test_setup_code",),
+            solution_column="code",
+        ),
     ),
     (
         lambda c, row: {"prompt", "test", "entry_point"} <= c,
@@ -224,11 +242,19 @@ def _prompt_value(layout: Layout, row: dict[str, Any]) -> Any:
     return prompt
 
 
-def apply_layout(dataset: Dataset, layout: Layout) -> Dataset:
+def apply_layout(dataset: Dataset, layout: Layout, with_completion: bool = False) -> Dataset:
     """``dataset`` with ``prompt`` (text, or chat messages as given) and, when the layout has a reference, ``answer``
     (math: :func:`reference_answer`) or ``tests`` (code) filled from the layout's columns. Other columns are kept
-    (TRL passes them to the reward functions). Prompts are formatted for the model later
-    (``trl_ext.data.prompts.format_prompts``), once the tokenizer is known."""
+    (TRL passes them to the reward functions). ``with_completion`` (SFT) also writes ``completion``: the layout's
+    worked solution (GSM8K's ``answer``, MATH's ``solution``, MBPP's ``code``) where the dataset has no
+    ``completion`` column. Prompts are formatted for the model later (``trl_ext.data.prompts.format_prompts``), once
+    the tokenizer is known."""
+    completion = (
+        with_completion
+        and layout.solution_column is not None
+        and layout.solution_column in dataset.column_names
+        and "completion" not in dataset.column_names
+    )
     unchanged_prompt = layout.prompt_column == "prompt" and layout.name != "MBPP"
     if unchanged_prompt and (
         layout.reference_column is None or layout.reference_column == layout.target_column == "tests"
@@ -243,6 +269,8 @@ def apply_layout(dataset: Dataset, layout: Layout) -> Dataset:
                 out[target] = _code_tests(layout, row)
             else:
                 out[target] = reference_answer(get_path(row, layout.reference_column))
+        if completion:
+            out["completion"] = str(row[layout.solution_column])
         return out
 
     return _checked_prompts(dataset.map(convert, desc="mapping columns"), layout)

@@ -77,10 +77,11 @@ def cap_held_out(held_out: Dataset | None, max_problems: int | None, seed: int =
     return held_out.shuffle(seed=seed).select(range(max_problems))
 
 
-def load_task_data(script_args: Any, strict: bool = True) -> TaskData:
+def load_task_data(script_args: Any, strict: bool = True, with_completion: bool = False) -> TaskData:
     """The recipe's data (``load_data``) mapped by its layout: recognized from the columns, or named by
     ``dataset_prompt_column`` / ``dataset_answer_column``; the held-out split mapped the same way and cut to
-    ``held_out_max_problems``. ``strict=False`` keeps an unrecognized layout as it is (``detect_layout``)."""
+    ``held_out_max_problems``. ``strict=False`` keeps an unrecognized layout as it is (``detect_layout``); ``with_completion`` (SFT) adds the
+    layout's worked solution as ``completion`` (``apply_layout``)."""
     name = getattr(script_args, "dataset_name", None)
     train, held_out = load_data(
         name,
@@ -94,7 +95,8 @@ def load_task_data(script_args: Any, strict: bool = True) -> TaskData:
     prompt_column = getattr(script_args, "dataset_prompt_column", None)
     answer_column = getattr(script_args, "dataset_answer_column", None)
     layout = detect_layout(train, prompt_column, answer_column, strict)
-    train = apply_layout(train, layout)
+    train = apply_layout(train, layout, with_completion)
     if held_out is not None:
-        held_out = apply_layout(held_out, detect_layout(held_out, prompt_column, answer_column, strict))
+        held_out_layout = detect_layout(held_out, prompt_column, answer_column, strict)
+        held_out = apply_layout(held_out, held_out_layout, with_completion)
     return TaskData(train, held_out, layout)

@@ -56,6 +56,14 @@ def format_prompts(
         )
     if not system_prompt and not (chat and not conversational):
         return dataset
-    return dataset.map(
-        lambda row: {"prompt": format_prompt(row["prompt"], chat, system_prompt)}, desc="formatting prompts"
-    )
+    # SFT's prompt-completion pairs: a completion that is text next to a prompt that became a conversation becomes
+    # the assistant turn (TRL wants both in one format)
+    completion = chat and not conversational and "completion" in dataset.column_names
+
+    def convert(row: dict[str, Any]) -> dict[str, Any]:
+        out = {"prompt": format_prompt(row["prompt"], chat, system_prompt)}
+        if completion and isinstance(row["completion"], str):
+            out["completion"] = [{"role": "assistant", "content": row["completion"]}]
+        return out
+
+    return dataset.map(convert, desc="formatting prompts")

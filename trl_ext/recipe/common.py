@@ -39,7 +39,13 @@ from trl_ext.demo import (
     warm_start_sft_kwargs,
 )
 from trl_ext.diagnostics.held_out import held_out_accuracy
-from trl_ext.reliability.checks import check_config_keys, check_quantization, check_report_to
+from trl_ext.reliability.checks import (
+    check_config_keys,
+    check_quantization,
+    check_report_to,
+    context_length,
+    longest_prompt,
+)
 from trl_ext.reliability.zero_reward import ZeroRewardWatch
 from trl_ext.rewards import get_rewards
 
@@ -208,7 +214,7 @@ def task_rewards(script_args: Any, layout: Layout) -> tuple[list, list[str]]:
     layout (``Layout.task_rewards``: ``accuracy`` for math, ``code`` for code tests, ``arithmetic`` on the demo),
     never the demo's reward on user data. The first function is the task reward: it is wrapped in
     ``ZeroRewardWatch`` (one warning when it scores 0 or unscorable on every completion of the first steps)."""
-    names = list(script_args.reward_funcs or [])
+    names = list(getattr(script_args, "reward_funcs", None) or [])
     if not names:
         if layout.reference_column is None:
             raise ValueError(
@@ -326,14 +332,14 @@ def demo_threads(model_args: Any) -> None:
 
 
 def start(
-    script_args: Any, training_args: Any, model_args: Any, strict: bool = True
+    script_args: Any, training_args: Any, model_args: Any, strict: bool = True, with_completion: bool = False
 ) -> tuple[float, Dataset, Dataset | None, Layout]:
     """The first steps of a recipe: the clock, the seed, the demo's thread count and the data (``(started, train,
     held-out, layout)``; see ``load_script_data``)."""
     started = time.time()
     set_seed(training_args.seed)
     demo_threads(model_args)
-    data = load_script_data(script_args, strict=strict)
+    data = load_script_data(script_args, strict=strict, with_completion=with_completion)
     return started, data.train, data.held_out, data.layout
 
 
@@ -350,7 +356,12 @@ def held_out_evaluator(
         reward = task_rewards(script_args, layout)[0][0]
 
     def evaluate(model: Any, label: str) -> float | None:
-        return held_out_accuracy(model, tokenizer, eval_dataset, reward, max_new_tokens, progress=label)
+        # never past the model's context: up to max_new_tokens after the longest prompt of the first rows
+        context = context_length(getattr(model, "config", None))
+        longest = longest_prompt(eval_dataset, tokenizer) if context is not None else None
+        room = context - longest[0] if context is not None and longest is not None else max_new_tokens
+        length = max(1, min(max_new_tokens, room))
+        return held_out_accuracy(model, tokenizer, eval_dataset, reward, length, progress=label)
 
     return evaluate
 
@@ -374,11 +385,11 @@ def finish(
     return report(recipe, output_dir, before, after, trainer.state.global_step, started)
 
 
-def load_script_data(script_args: Any, strict: bool = True) -> TaskData:
+def load_script_data(script_args: Any, strict: bool = True, with_completion: bool = False) -> TaskData:
     """The recipe's data (``trl_ext.data.load_task_data``): training and held-out sets mapped by their layout, the
     held-out set cut to ``held_out_max_problems``. ``strict=False`` (SFT, DPO on preference pairs) keeps a layout it
-    does not recognize as it is."""
-    return load_task_data(script_args, strict=strict)
+    does not recognize as it is; ``with_completion`` (SFT) maps a worked solution to ``completion``."""
+    return load_task_data(script_args, strict=strict, with_completion=with_completion)
 
 
 def announce(
@@ -412,7 +423,9 @@ def announce(
         f"model {model_args.model_name_or_path or default_model}",
         f"data {name} ({len(train_dataset)} train / {held_out})",
         layout.describe() if layout is not None and script_args.dataset_name is not None else None,
-        f"reward {', '.join(rewards)}{'' if script_args.reward_funcs else ' (fits the data)'}" if rewards else None,
+        f"reward {', '.join(rewards)}{'' if getattr(script_args, 'reward_funcs', None) else ' (fits the data)'}"
+        if rewards
+        else None,
         steps or (f"{max_steps} steps" if max_steps and max_steps > 0 else None),
         precision_label(training_args),
         f"outputs in {training_args.output_dir}",
