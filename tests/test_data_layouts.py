@@ -402,3 +402,11 @@ def test_sft_gets_the_worked_solution_as_completion(layout_dir, tokenizer):
     assert chat["prompt"][-1]["role"] == "user" and chat["completion"][0]["role"] == "assistant"
     rl = load_task_data(_namespace(dataset_name=str(layout_dir / "gsm8k")))
     assert "completion" not in rl.train.column_names  # RL data carries no target text
+
+
+def test_longest_prompt_counts_tokens_of_chat_prompts(tokenizer):
+    """transformers 5's apply_chat_template returns a BatchEncoding: its length is its keys (2), not its tokens."""
+    from trl_ext.reliability.checks import longest_prompt
+
+    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": "26+18="}], [{"role": "user", "content": "1="}]]})
+    assert longest_prompt(data, _templated(tokenizer)) == (6, 0)

@@ -144,7 +144,8 @@ def longest_prompt(dataset: Any, tokenizer: Any, sample: int = _PROMPT_SAMPLE) -
                 ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
             else:
                 ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
-                ids = ids["input_ids"] if isinstance(ids, dict) else ids
+                # transformers 5 returns a BatchEncoding (a UserDict, not a dict): its len() is its number of keys
+                ids = ids["input_ids"] if hasattr(ids, "keys") else ids
         except Exception:  # noqa: BLE001 - e.g. no chat template: TRL reports that itself
             return None
         if best is None or len(ids) > best[0]:
