@@ -50,7 +50,7 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
     )
     train_dataset = format_prompts(train_dataset, tokenizer, script_args.system_prompt)
     eval_dataset = format_prompts(eval_dataset, tokenizer, script_args.system_prompt, "the held-out split")
-    max_new_tokens = training_args.max_completion_length or 256
+    max_new_tokens = training_args.mining_max_new_tokens  # the length pairs are mined at
     evaluate = common.held_out_evaluator(script_args, layout, tokenizer, eval_dataset, max_new_tokens)
     before = evaluate(model, "evaluation (before)")
 

@@ -408,5 +408,7 @@ def test_longest_prompt_counts_tokens_of_chat_prompts(tokenizer):
     """transformers 5's apply_chat_template returns a BatchEncoding: its length is its keys (2), not its tokens."""
     from trl_ext.reliability.checks import longest_prompt
 
-    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": "26+18="}], [{"role": "user", "content": "1="}]]})
+    data = Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": "26+18="}], [{"role": "user", "content": "1="}]]}
+    )
     assert longest_prompt(data, _templated(tokenizer)) == (6, 0)
