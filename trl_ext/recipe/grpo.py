@@ -16,7 +16,9 @@ task reward of the greedy completion on the test split) is measured before RL, d
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -36,7 +38,9 @@ from trl_ext.grpo.presets import PRESETS, lookup
 from trl_ext.recipe import common
 from trl_ext.recipe.args import RLScriptArguments
 from trl_ext.reliability import checks
-from trl_ext.reliability.checkpoints import check_fresh_output_dir
+from trl_ext.reliability.checkpoints import check_fresh_output_dir, last_complete_checkpoint
+
+logger = logging.getLogger(__name__)
 
 
 def _preset_name(argv: list[str]) -> str | None:
@@ -194,14 +198,59 @@ def resolve_checkpoint(value: str | None, output_dir: str) -> str | bool | None:
 
 def prepare_output_dir(output_dir: str, resume: str | bool | None) -> str:
     """Create ``output_dir``; refuse one holding another run's checkpoints unless resuming (two runs' checkpoints
-    never mix); keep the last run's ``metrics.jsonl`` as ``.previous`` instead of appending. Returns that path."""
+    never mix); keep the last run's ``metrics.jsonl`` as ``.previous`` instead of appending; on resume, continue the
+    record where the checkpoint left off (``continue_record``). Returns the path of ``metrics.jsonl``."""
     os.makedirs(output_dir, exist_ok=True)
     if not resume:
         check_fresh_output_dir(output_dir)
     metrics_path = os.path.join(output_dir, "metrics.jsonl")
     if not resume and os.path.exists(metrics_path):
         os.replace(metrics_path, metrics_path + ".previous")
+    if resume:
+        checkpoint = last_complete_checkpoint(output_dir) if resume is True else str(resume)
+        if checkpoint is not None:
+            continue_record(metrics_path, checkpoint)
     return metrics_path
+
+
+def checkpoint_step(checkpoint: str) -> int | None:
+    """The optimizer step a checkpoint was written at: its ``trainer_state.json``'s ``global_step``, else the N of
+    ``checkpoint-N``."""
+    state = os.path.join(checkpoint, "trainer_state.json")
+    if os.path.isfile(state):
+        with open(state) as f:
+            return int(json.load(f)["global_step"])
+    match = re.search(r"checkpoint-(\d+)$", os.path.normpath(checkpoint))
+    return int(match.group(1)) if match else None
+
+
+def continue_record(metrics_path: str, checkpoint: str) -> str | None:
+    """``metrics.jsonl`` continued exactly where ``checkpoint`` left off: the rows logged after its step (a run killed
+    between two checkpoints logged them, and the resumed run logs those steps again) move to
+    ``metrics.jsonl.after-checkpoint-<step>``, said in a warning, so that each step appears once in the record and
+    in ``curves.png``. Returns the path they moved to (None when nothing was past the checkpoint)."""
+    step = checkpoint_step(checkpoint)
+    if step is None or not os.path.exists(metrics_path):
+        return None
+    with open(metrics_path) as f:
+        lines = [line for line in f if line.strip()]
+    kept = [line for line in lines if json.loads(line).get("step", 0) <= step]
+    past = [line for line in lines if json.loads(line).get("step", 0) > step]
+    if not past:
+        return None
+    aside = f"{metrics_path}.after-checkpoint-{step}"
+    with open(aside, "a") as f:
+        f.writelines(past)
+    tmp = metrics_path + ".tmp"
+    with open(tmp, "w") as f:
+        f.writelines(kept)
+    os.replace(tmp, metrics_path)
+    steps = sorted({json.loads(line)["step"] for line in past})
+    logger.warning(
+        f"Resuming from {os.path.basename(os.path.normpath(checkpoint))}: {len(past)} row(s) of metrics.jsonl logged "
+        f"after it (steps {steps[0]}-{steps[-1]}) moved to {aside}; the resumed run logs those steps again, once."
+    )
+    return aside
 
 
 def steps_line(training_args: GRPOFamilyConfig) -> str:

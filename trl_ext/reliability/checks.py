@@ -42,7 +42,8 @@ def check_prompt_column(dataset: Any, name: str = "train_dataset", environment_f
         raise ValueError(
             f"{name} has no 'prompt' column (columns: {columns}). GRPO-family trainers generate from the 'prompt' "
             f"column: rename the column that holds the prompts, e.g. dataset.rename_column({_guess_prompt(columns)!r}, "
-            "'prompt')."
+            "'prompt'), or map the layout with trl_ext.data.load_task_data (the recipes do: known layouts such as "
+            f"GSM8K map by themselves, any other with --dataset_prompt_column {_guess_prompt(columns)})."
         )
 
 
