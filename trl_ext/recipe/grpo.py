@@ -196,17 +196,18 @@ def resolve_checkpoint(value: str | None, output_dir: str) -> str | bool | None:
     return value
 
 
-def prepare_output_dir(output_dir: str, resume: str | bool | None) -> str:
+def prepare_output_dir(output_dir: str, resume: str | bool | None, is_main: bool = True) -> str:
     """Create ``output_dir``; refuse one holding another run's checkpoints unless resuming (two runs' checkpoints
     never mix); keep the last run's ``metrics.jsonl`` as ``.previous`` instead of appending; on resume, continue the
-    record where the checkpoint left off (``continue_record``). Returns the path of ``metrics.jsonl``."""
+    record where the checkpoint left off (``continue_record``, on the main process only: ``is_main``). Returns the
+    path of ``metrics.jsonl``."""
     os.makedirs(output_dir, exist_ok=True)
     if not resume:
         check_fresh_output_dir(output_dir)
     metrics_path = os.path.join(output_dir, "metrics.jsonl")
     if not resume and os.path.exists(metrics_path):
         os.replace(metrics_path, metrics_path + ".previous")
-    if resume:
+    if resume and is_main:
         checkpoint = last_complete_checkpoint(output_dir) if resume is True else str(resume)
         if checkpoint is not None:
             continue_record(metrics_path, checkpoint)
