@@ -1,8 +1,8 @@
 """Dataset layouts -> the columns the trainers read: ``prompt`` and the reference (``answer`` or ``tests``).
 
 The one place that maps columns (``trl_ext.data``): every recipe, the probe and held-out evaluation go through
-:func:`apply_layout`. A layout is recognized from the column names (and, where two layouts share names, from the first
-row); a recognized layout trains with no extra flag, any other maps with ``dataset_prompt_column`` /
+:func:`apply_layout`. A layout is recognized from the column names (the first layout of the table whose columns the
+dataset has); a recognized layout trains with no extra flag, any other maps with ``dataset_prompt_column`` /
 ``dataset_answer_column`` (a dotted path such as ``reward_model.ground_truth`` reaches a nested field).
 
 =====================================  ==================================  =============================================
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,8 +55,14 @@ class Layout:
     reference_column: str | None
     reference_rule: str = "final answer"
     task: str = "math"
-    extra_columns: tuple[str, ...] = field(default_factory=tuple)  # other source columns the mapping reads
+    extra_columns: tuple[str, ...] = field(default_factory=tuple)  # other columns the layout requires
     solution_column: str | None = None  # a worked solution, SFT's completion (GSM8K's answer, MATH's solution)
+
+    @property
+    def required_columns(self) -> set[str]:
+        """The columns a dataset must have to be in this layout (the top level of a dotted path)."""
+        sources = [self.prompt_column, self.reference_column, *self.extra_columns]
+        return {path.split(".")[0] for path in sources if path is not None}
 
     @property
     def target_column(self) -> str:
@@ -78,55 +84,23 @@ class Layout:
         return f"{self.name} layout: {prompt}, {self.reference_column}{rule} -> {target}"
 
 
-# The recognized layouts, tried in order: (predicate on the columns and first row, layout).
-_KNOWN: list[tuple[Callable[[set[str], dict[str, Any]], bool], Layout]] = [
-    (
-        lambda c, row: {"prompt", "reward_model"} <= c,
-        Layout("DAPO-Math-17k", "prompt", "reward_model.ground_truth", "final answer"),
+# The recognized layouts, tried in order: the first whose required columns the dataset has.
+_KNOWN: list[Layout] = [
+    Layout("DAPO-Math-17k", "prompt", "reward_model.ground_truth", "final answer"),
+    Layout("GSM8K", "question", "answer", "after '####'", solution_column="answer"),
+    Layout(
+        "problem + answer (MATH-500 / DeepScaleR / OpenR1-Math)",
+        "problem",
+        "answer",
+        "final answer",
+        solution_column="solution",
     ),
-    (
-        lambda c, row: {"question", "answer"} <= c,
-        Layout("GSM8K", "question", "answer", "after '####'", solution_column="answer"),
-    ),
-    (
-        lambda c, row: {"problem", "answer"} <= c,
-        Layout(
-            "problem + answer (MATH-500 / DeepScaleR / OpenR1-Math)",
-            "problem",
-            "answer",
-            "final answer",
-            solution_column="solution",
-        ),
-    ),
-    (
-        lambda c, row: {"problem", "solution"} <= c,
-        Layout("MATH (problem + solution)", "problem", "solution", "last \\boxed{}", solution_column="solution"),
-    ),
-    (
-        lambda c, row: {"text", "test_list"} <= c,
-        Layout(
-            "MBPP",
-            "text",
-            "test_list",
-            "asserts",
-            task="code",
-            extra_columns=("test_setup_code",),
-            solution_column="code",
-        ),
-    ),
-    (
-        lambda c, row: {"prompt", "test", "entry_point"} <= c,
-        Layout("HumanEval", "prompt", "test", "check(entry_point)", task="code", extra_columns=("entry_point",)),
-    ),
-    (
-        lambda c, row: {"prompt", "answer"} <= c,
-        Layout("prompt + answer", "prompt", "answer", "final answer"),
-    ),
-    (
-        lambda c, row: {"prompt", "solution"} <= c,
-        Layout("prompt + solution", "prompt", "solution", "final answer"),
-    ),
-    (lambda c, row: {"prompt", "tests"} <= c, Layout("prompt + tests", "prompt", "tests", "asserts", task="code")),
+    Layout("MATH (problem + solution)", "problem", "solution", "last \\boxed{}", solution_column="solution"),
+    Layout("MBPP", "text", "test_list", "asserts", task="code", solution_column="code"),  # test_setup_code optional
+    Layout("HumanEval", "prompt", "test", "check(entry_point)", task="code", extra_columns=("entry_point",)),
+    Layout("prompt + answer", "prompt", "answer", "final answer"),
+    Layout("prompt + solution", "prompt", "solution", "final answer"),
+    Layout("prompt + tests", "prompt", "tests", "asserts", task="code"),
 ]
 
 _PROMPT_CANDIDATES = ("prompt", "problem", "question", "query", "instruction", "input", "text", "messages")
@@ -164,8 +138,7 @@ def detect_layout(
     Raises ``ValueError`` naming the columns and the flags to map them when nothing fits (no prompt column), unless
     ``strict=False`` (SFT text, DPO preference pairs), which keeps such a dataset as it is."""
     columns = list(dataset.column_names)
-    row = dataset[0] if len(dataset) else {}
-    known = next((layout for test, layout in _KNOWN if test(set(columns), row)), None)
+    known = next((layout for layout in _KNOWN if layout.required_columns <= set(columns)), None)
     if prompt_column is None and answer_column is None:
         if known is not None:
             return known
@@ -255,7 +228,7 @@ def apply_layout(dataset: Dataset, layout: Layout, with_completion: bool = False
         and layout.solution_column in dataset.column_names
         and "completion" not in dataset.column_names
     )
-    unchanged_prompt = layout.prompt_column == "prompt" and layout.name != "MBPP"
+    unchanged_prompt = layout.prompt_column == "prompt"
     if unchanged_prompt and (
         layout.reference_column is None or layout.reference_column == layout.target_column == "tests"
     ):
