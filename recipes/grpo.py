@@ -26,7 +26,7 @@ from trl_ext import GRPOFamilyConfig, trainer_class_for
 from trl_ext.console import quiet_libraries
 from trl_ext.data import format_prompts
 from trl_ext.recipe.args import RLScriptArguments
-from trl_ext.recipe.common import demo_threads, load_policy, load_script_data, reward_functions, task_rewards
+from trl_ext.recipe.common import demo_threads, load_policy, load_script_data, task_rewards
 from trl_ext.recipe.grpo import (
     MetricsFileCallback,
     accuracy_after,
@@ -53,13 +53,12 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
 
     # Rewards named by registry name are built first (a typo fails before any download); none named: the task
     # reward that fits the data's layout (math accuracy, code tests; the demo's arithmetic check on the demo)
-    if script_args.reward_funcs:
-        reward_functions(script_args.reward_funcs, script_args.reward_options)
+    named = task_rewards(script_args, None) if script_args.reward_funcs else None
 
     # Data: the demo's arithmetic problems, or the user's dataset mapped by its layout (GSM8K, MATH, DAPO-Math-17k,
     # ..., or --dataset_prompt_column / --dataset_answer_column): a 'prompt' column and the reference
     data = load_script_data(script_args)
-    reward_funcs, reward_names = task_rewards(script_args, data.layout)
+    reward_funcs, reward_names = named or task_rewards(script_args, data.layout)
 
     # Trainer class: the preset table decides (DAPOConfig -> DAPOTrainer, GSPOConfig -> GSPOTrainer, ...)
     trainer_class = trainer_class_for(training_args)

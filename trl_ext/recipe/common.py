@@ -46,6 +46,7 @@ from trl_ext.reliability.checks import (
     context_length,
     longest_prompt,
 )
+from trl_ext.reliability.reward_guard import reward_columns
 from trl_ext.reliability.zero_reward import ZeroRewardWatch
 from trl_ext.rewards import get_rewards
 
@@ -209,14 +210,15 @@ def reward_functions(names: list[str], options: dict | str | None = None) -> lis
     return get_rewards(list(names), options)
 
 
-def task_rewards(script_args: Any, layout: Layout) -> tuple[list, list[str]]:
+def task_rewards(script_args: Any, layout: Layout | None) -> tuple[list, list[str]]:
     """``(reward functions, names)`` of a run: ``reward_funcs`` when given, else the task reward that fits the data's
     layout (``Layout.task_rewards``: ``accuracy`` for math, ``code`` for code tests, ``arithmetic`` on the demo),
     never the demo's reward on user data. The first function is the task reward: it is wrapped in
-    ``ZeroRewardWatch`` (one warning when it scores 0 or unscorable on every completion of the first steps)."""
+    ``ZeroRewardWatch`` (one warning when it scores 0 or unscorable on every completion of the first steps).
+    ``layout`` may be None when ``reward_funcs`` names the rewards (built before the data is loaded)."""
     names = list(getattr(script_args, "reward_funcs", None) or [])
     if not names:
-        if layout.reference_column is None:
+        if layout is None or layout.reference_column is None:
             raise ValueError(
                 f"the dataset has no reference column that trl-ext recognizes ({layout.describe()}), so no task reward "
                 "can score it. Name the column with the final answer, --dataset_answer_column <column> (a dotted path "
@@ -226,7 +228,7 @@ def task_rewards(script_args: Any, layout: Layout) -> tuple[list, list[str]]:
     funcs = reward_functions(names, getattr(script_args, "reward_options", None))
     first = funcs[0]
     column = getattr(first, "solution_column", None) or getattr(first, "tests_column", None)
-    funcs[0] = ZeroRewardWatch(first, column or layout.target_column)
+    funcs[0] = ZeroRewardWatch(first, column or next(iter(reward_columns(first) or []), None))
     return funcs, names
 
 

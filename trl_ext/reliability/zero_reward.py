@@ -21,6 +21,7 @@ from trl_ext.reliability.reward_guard import reward_columns
 from trl_ext.rewards.text import completion_text
 
 logger = logging.getLogger(__name__)
+REFERENCE_COLUMNS = ("answer", "solution", "tests")  # where the package's rewards look when no column is named
 
 
 def _short(value: Any, limit: int = 160) -> str:
@@ -31,8 +32,9 @@ def _short(value: Any, limit: int = 160) -> str:
 class ZeroRewardWatch:
     """``func`` with the first-steps zero-reward warning (module docstring); called exactly like ``func``.
 
-    ``column`` is the dataset column the reward reads its reference from (named in the warning); ``calls`` the number
-    of training calls watched."""
+    ``column`` is the dataset column the reward reads its reference from (named in the warning); None: the first of
+    ``answer``, ``solution``, ``tests`` that the call carries (the rule of the package's math and code rewards).
+    ``calls`` is the number of training calls watched."""
 
     def __init__(self, func: Callable, column: str | None, calls: int = 3):
         self.func = func
@@ -66,6 +68,8 @@ class ZeroRewardWatch:
         self.seen_calls += 1
         self.seen_completions += len(values)
         self.unscorable += len(values) - len(scored)
+        if self.column is None:
+            self.column = next((c for c in REFERENCE_COLUMNS if c in kwargs), None)
         if self.example is None and values:
             references = kwargs.get(self.column) if self.column else None
             reference = references[0] if isinstance(references, list | tuple) and references else None
