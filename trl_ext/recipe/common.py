@@ -105,17 +105,23 @@ def check_flags(parser: TrlParser, argv: Sequence[str]) -> None:
             raise SystemExit(2)
 
 
+def config_yaml(argv: Sequence[str]) -> dict[str, Any]:
+    """The mapping of the ``--config`` YAML named in ``argv`` ({} without one, or when it is missing or not a
+    mapping: ``check_config_keys`` and ``TrlParser`` report those)."""
+    if "--config" not in argv or argv.index("--config") + 1 >= len(argv):
+        return {}
+    path = argv[argv.index("--config") + 1]
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        config = yaml.safe_load(f) or {}
+    return config if isinstance(config, dict) else {}
+
+
 def given_fields(argv: Sequence[str]) -> set[str]:
     """The fields the user set: ``--name`` flags and the keys of the ``--config`` YAML."""
     given = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")} - {"config"}
-    if "--config" in argv and argv.index("--config") + 1 < len(argv):
-        path = argv[argv.index("--config") + 1]
-        if os.path.exists(path):
-            with open(path) as f:
-                config = yaml.safe_load(f) or {}
-            if isinstance(config, dict):
-                given |= set(config)
-    return given
+    return given | set(config_yaml(argv))
 
 
 def parse(dataclass_types: Sequence[type], recipe: str, argv: list[str] | None = None) -> tuple:
@@ -155,13 +161,9 @@ def _setting(argv: list[str], name: str) -> tuple[bool, Any]:
             return True, str(value).lower() in ("true", "1", "yes")
         if arg.startswith(flag + "="):
             return True, arg.split("=", 1)[1].lower() in ("true", "1", "yes")
-    if "--config" in argv and argv.index("--config") + 1 < len(argv):
-        path = argv[argv.index("--config") + 1]
-        if os.path.exists(path):
-            with open(path) as f:
-                config = yaml.safe_load(f) or {}
-            if isinstance(config, dict) and config.get(name) is not None:
-                return True, bool(config[name])
+    config = config_yaml(argv)
+    if config.get(name) is not None:
+        return True, bool(config[name])
     return False, None
 
 

@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import yaml
 from datasets import Dataset
 from transformers import TrainerCallback
 from trl import ModelConfig
@@ -50,14 +49,8 @@ def _preset_name(argv: list[str]) -> str | None:
             return argv[i + 1]
         if arg.startswith("--preset="):
             return arg.split("=", 1)[1]
-    if "--config" in argv and argv.index("--config") + 1 < len(argv):
-        path = argv[argv.index("--config") + 1]
-        if os.path.exists(path):
-            with open(path) as f:
-                config = yaml.safe_load(f)
-            if isinstance(config, dict) and config.get("preset"):
-                return str(config["preset"])
-    return None
+    preset = common.config_yaml(argv).get("preset")
+    return str(preset) if preset else None
 
 
 def _demo_preset(name: str) -> str:
