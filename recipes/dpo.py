@@ -52,7 +52,7 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
     eval_dataset = format_prompts(eval_dataset, tokenizer, script_args.system_prompt, "the held-out split")
     max_new_tokens = training_args.mining_max_new_tokens  # the length pairs are mined at
     evaluate = common.held_out_evaluator(script_args, layout, tokenizer, eval_dataset, max_new_tokens)
-    before = evaluate(model, "evaluation (before)")
+    before = evaluate(model, "before")
 
     if offline:
         preference_eval = eval_dataset if eval_dataset is not None and "chosen" in eval_dataset.column_names else None
@@ -83,7 +83,7 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
     tokenizer.save_pretrained(training_args.output_dir)
     for r in rounds:  # reusable offline: --dataset_name <output_dir>/pairs-round-0.jsonl
         r.pairs.to_json(os.path.join(training_args.output_dir, f"pairs-round-{r.round}.jsonl"))
-    after = evaluate(model, "evaluation (after)")
+    after = evaluate(model, "after")
     mined = [{**r.stats.as_dict(), "train_loss": r.train_loss} for r in rounds]
     steps = trainer.state.global_step if offline else None
     mode = "offline" if offline else "mined"

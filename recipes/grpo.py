@@ -26,14 +26,13 @@ from trl_ext import GRPOFamilyConfig, trainer_class_for
 from trl_ext.console import quiet_libraries
 from trl_ext.data import format_prompts
 from trl_ext.recipe.args import RLScriptArguments
-from trl_ext.recipe.common import demo_threads, load_policy, load_script_data, task_rewards
+from trl_ext.recipe.common import demo_threads, held_out_evaluator, load_policy, load_script_data, task_rewards
 from trl_ext.recipe.grpo import (
     MetricsFileCallback,
     accuracy_after,
     announce,
     attach_monitors,
     fit_to_model,
-    held_out_evaluator,
     parse,
     prepare_output_dir,
     resolve_checkpoint,
@@ -81,7 +80,7 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     task_reward = None if script_args.dataset_name is None else reward_funcs[0]
     is_main = training_args.process_index == 0
     evaluate = held_out_evaluator(
-        recipe, tokenizer, eval_dataset, task_reward, training_args.max_completion_length, is_main
+        script_args, data.layout, tokenizer, eval_dataset, training_args.max_completion_length, task_reward, is_main
     )
     before = evaluate(model, "before RL")
     if before is not None and is_main:

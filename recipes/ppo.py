@@ -67,7 +67,7 @@ def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: 
         reward_model = RuleRewardModel(reward_funcs, tokenizer, prompt_sets, script_args.reward_weights)
 
     evaluate = common.held_out_evaluator(script_args, layout, tokenizer, eval_dataset, training_args.response_length)
-    before = evaluate(policy, "evaluation (before)")
+    before = evaluate(policy, "before")
     trainer = PPOTrainer(
         args=training_args,
         processing_class=tokenizer,

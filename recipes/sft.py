@@ -42,7 +42,7 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
 
     # Held-out greedy accuracy: the demo's check, or the task reward of the layout on completions of up to 256 tokens
     evaluate = common.held_out_evaluator(script_args, layout, tokenizer, eval_dataset, max_new_tokens=256)
-    before = evaluate(model, "evaluation (before)")
+    before = evaluate(model, "before")
     columns = [c for c in ("prompt", "completion", "messages", "text") if c in train_dataset.column_names]
     trainer = SFTTrainer(
         model=model,

@@ -348,23 +348,30 @@ def start(
 
 
 def held_out_evaluator(
-    script_args: Any, layout: Layout, tokenizer: Any, eval_dataset: Dataset | None, max_new_tokens: int
-) -> Callable[[Any, str], float | None]:
-    """``evaluate(model, label)``: held-out greedy accuracy of SFT, DPO and PPO runs. The demo: its own answer check;
-    user data: the task reward of the run (``reward_funcs[0]``, or the one that fits the layout) on completions of
-    up to ``max_new_tokens``; None without a held-out split or a reference to score against."""
-    reward = None
-    if script_args.dataset_name is not None:
+    script_args: Any,
+    layout: Layout,
+    tokenizer: Any,
+    eval_dataset: Dataset | None,
+    max_new_tokens: int,
+    reward: Callable | None = None,
+    is_main: bool = True,
+) -> Callable[..., float | None]:
+    """``evaluate(model, phase=False)``: held-out greedy accuracy of every recipe (``phase``, e.g. ``"before RL"``,
+    titles a progress bar on the main process). The demo: its own answer check; user data: ``reward`` (the run's
+    task reward) or, when None, the one that fits the layout, on completions of up to ``max_new_tokens`` and never
+    past the model's context after the longest prompt of the first rows (measured once, here); None without a
+    held-out split or a reference to score against."""
+    if reward is None and script_args.dataset_name is not None:
         if not getattr(script_args, "reward_funcs", None) and layout.reference_column is None:
-            return lambda model, label: None
+            return lambda model, phase=False: None
         reward = task_rewards(script_args, layout)[0][0]
+    longest = longest_prompt(eval_dataset, tokenizer)
 
-    def evaluate(model: Any, label: str) -> float | None:
-        # never past the model's context: up to max_new_tokens after the longest prompt of the first rows
+    def evaluate(model: Any, phase: str | bool = False) -> float | None:
         context = context_length(getattr(model, "config", None))
-        longest = longest_prompt(eval_dataset, tokenizer) if context is not None else None
         room = context - longest[0] if context is not None and longest is not None else max_new_tokens
         length = max(1, min(max_new_tokens, room))
+        label = f"evaluation ({phase})" if is_main and isinstance(phase, str) else False
         return held_out_accuracy(model, tokenizer, eval_dataset, reward, length, progress=label)
 
     return evaluate
@@ -385,7 +392,7 @@ def finish(
     output_dir = trainer.args.output_dir
     trainer.save_model(output_dir)
     tokenizer.save_pretrained(output_dir)
-    after = evaluate(policy, "evaluation (after)")
+    after = evaluate(policy, "after")
     return report(recipe, output_dir, before, after, trainer.state.global_step, started)
 
 

@@ -2,7 +2,8 @@
 
 - ``parse``: the recipe parser for any preset of the table (``--preset NAME`` on the command line, ``preset: NAME``
   in a YAML, or the recipe's own), with the demo YAML ``recipes/configs/demo/<preset>/config_demo.yaml`` as default.
-- ``prepare_output_dir``, ``held_out_evaluator``, ``attach_monitors``: the steps of ``main`` around TRL's trainer.
+- ``prepare_output_dir``, ``attach_monitors``: the steps of ``main`` around TRL's trainer (held-out evaluation is
+  ``common.held_out_evaluator``, shared by every recipe).
 - ``summarize`` / ``format_summary``: what a run reports (table, ``summary.json``, ``curves.png`` from
   ``metrics.jsonl``, written by ``MetricsFileCallback`` as training goes).
 
@@ -31,7 +32,7 @@ from trl import ModelConfig
 from trl_ext.console import format_duration, precision_label, summary_table, use_console
 from trl_ext.data import TaskData
 from trl_ext.diagnostics.health import HealthMonitor
-from trl_ext.diagnostics.held_out import HeldOutEvaluation, held_out_accuracy
+from trl_ext.diagnostics.held_out import HeldOutEvaluation
 from trl_ext.grpo.configs import GRPOFamilyConfig
 from trl_ext.grpo.presets import PRESETS, lookup
 from trl_ext.recipe import common
@@ -318,24 +319,6 @@ def fit_to_model(
     if training_args.process_index == 0:
         print(line, flush=True)
     return line
-
-
-def held_out_evaluator(
-    recipe: str,
-    tokenizer: Any,
-    eval_dataset: Dataset | None,
-    task_reward: Any,
-    max_completion_length: int,
-    is_main: bool,
-) -> Callable[[Any, str], float | None]:
-    """``evaluate(model, phase)``: held-out greedy accuracy of ``model`` (None without a held-out split), with a
-    progress bar on the main process. ``task_reward`` None: the demo's own answer check."""
-
-    def evaluate(model: Any, phase: str | bool = False) -> float | None:
-        label = f"evaluation ({phase})" if is_main and isinstance(phase, str) else False
-        return held_out_accuracy(model, tokenizer, eval_dataset, task_reward, max_completion_length, progress=label)
-
-    return evaluate
 
 
 def attach_monitors(
