@@ -50,8 +50,11 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
     )
     train_dataset = format_prompts(train_dataset, tokenizer, script_args.system_prompt)
     eval_dataset = format_prompts(eval_dataset, tokenizer, script_args.system_prompt, "the held-out split")
+    # Rewards that score mined groups (the task reward of the data unless named), also the held-out check
+    reward_funcs = None if offline else common.task_rewards(script_args, layout)[0]
     max_new_tokens = training_args.mining_max_new_tokens  # the length pairs are mined at
-    evaluate = common.held_out_evaluator(script_args, layout, tokenizer, eval_dataset, max_new_tokens)
+    task_reward = reward_funcs[0] if reward_funcs else None
+    evaluate = common.held_out_evaluator(script_args, layout, tokenizer, eval_dataset, max_new_tokens, task_reward)
     before = evaluate(model, "before")
 
     if offline:
@@ -69,7 +72,6 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
         model = trainer.accelerator.unwrap_model(trainer.model)
         rounds = []
     else:
-        reward_funcs = common.task_rewards(script_args, layout)[0]
         rounds = train_iterative_dpo(
             model,
             reward_funcs,

@@ -77,10 +77,15 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
         fit_to_model(recipe, training_args, model, tokenizer, train_dataset, script_args)
 
     # Held-out greedy accuracy before RL: the first reward is the task reward (the demo: its own answer check)
-    task_reward = None if script_args.dataset_name is None else reward_funcs[0]
     is_main = training_args.process_index == 0
     evaluate = held_out_evaluator(
-        script_args, data.layout, tokenizer, eval_dataset, training_args.max_completion_length, task_reward, is_main
+        script_args,
+        data.layout,
+        tokenizer,
+        eval_dataset,
+        training_args.max_completion_length,
+        reward_funcs[0],
+        is_main,
     )
     before = evaluate(model, "before RL")
     if before is not None and is_main:

@@ -61,12 +61,15 @@ def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: 
         reward_model = AutoModelForSequenceClassification.from_pretrained(
             training_args.reward_model_path, num_labels=1
         )
+        task_reward = None  # the held-out check builds the data's task reward itself
     else:
         reward_funcs = common.task_rewards(script_args, layout)[0]
         prompt_sets = [d for d in (train_dataset, eval_dataset) if d is not None]
         reward_model = RuleRewardModel(reward_funcs, tokenizer, prompt_sets, script_args.reward_weights)
+        task_reward = reward_funcs[0]
 
-    evaluate = common.held_out_evaluator(script_args, layout, tokenizer, eval_dataset, training_args.response_length)
+    length = training_args.response_length
+    evaluate = common.held_out_evaluator(script_args, layout, tokenizer, eval_dataset, length, task_reward)
     before = evaluate(policy, "before")
     trainer = PPOTrainer(
         args=training_args,

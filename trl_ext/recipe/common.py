@@ -357,11 +357,13 @@ def held_out_evaluator(
     is_main: bool = True,
 ) -> Callable[..., float | None]:
     """``evaluate(model, phase=False)``: held-out greedy accuracy of every recipe (``phase``, e.g. ``"before RL"``,
-    titles a progress bar on the main process). The demo: its own answer check; user data: ``reward`` (the run's
-    task reward) or, when None, the one that fits the layout, on completions of up to ``max_new_tokens`` and never
+    titles a progress bar on the main process). The demo: its own answer check, whatever ``reward``; user data:
+    ``reward`` (the run's task reward, built once by the recipe) or, when None, the one that fits the layout, on completions of up to ``max_new_tokens`` and never
     past the model's context after the longest prompt of the first rows (measured once, here); None without a
     held-out split or a reference to score against."""
-    if reward is None and script_args.dataset_name is not None:
+    if script_args.dataset_name is None:
+        reward = None  # the demo's own check
+    elif reward is None:
         if not getattr(script_args, "reward_funcs", None) and layout.reference_column is None:
             return lambda model, phase=False: None
         reward = task_rewards(script_args, layout)[0][0]
