@@ -220,7 +220,9 @@ def task_rewards(script_args: Any, layout: Layout | None) -> tuple[list, list[st
     ``layout`` may be None when ``reward_funcs`` names the rewards (built before the data is loaded)."""
     names = list(getattr(script_args, "reward_funcs", None) or [])
     if not names:
-        if layout is None or layout.reference_column is None:
+        if layout is None:
+            raise ValueError("task_rewards: no reward_funcs named and no data layout to choose the task reward from.")
+        if layout.reference_column is None:
             raise ValueError(
                 f"the dataset has no reference column that trl-ext recognizes ({layout.describe()}), so no task reward "
                 "can score it. Name the column with the final answer, --dataset_answer_column <column> (a dotted path "
@@ -358,9 +360,9 @@ def held_out_evaluator(
 ) -> Callable[..., float | None]:
     """``evaluate(model, phase=False)``: held-out greedy accuracy of every recipe (``phase``, e.g. ``"before RL"``,
     titles a progress bar on the main process). The demo: its own answer check, whatever ``reward``; user data:
-    ``reward`` (the run's task reward, built once by the recipe) or, when None, the one that fits the layout, on completions of up to ``max_new_tokens`` and never
-    past the model's context after the longest prompt of the first rows (measured once, here); None without a
-    held-out split or a reference to score against."""
+    ``reward`` (the run's task reward, built once by the recipe) or, when None, the one that fits the layout, on
+    completions of up to ``max_new_tokens`` and never past the model's context after the longest prompt of the first
+    rows (measured once, here); None without a held-out split or a reference to score against."""
     if script_args.dataset_name is None:
         reward = None  # the demo's own check
     elif reward is None:
