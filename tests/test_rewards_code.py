@@ -84,7 +84,12 @@ def test_batch_metrics_and_status_column(reward):
         log_extra=lambda column, values: extra.__setitem__(column, values),
     )
     assert out == [1.0, 0.0, 0.0, 0.0]
-    assert metrics == {"code/timeout_frac": 0.25, "code/error_frac": 0.25, "code/sandbox_error_frac": 0.0}
+    assert metrics == {
+        "code/timeout_frac": 0.25,
+        "code/error_frac": 0.25,
+        "code/sandbox_error_frac": 0.0,
+        "code/unscorable_frac": 0.0,
+    }
     assert extra == {"code_status": ["ok", "timeout", "syntax_error", "ok"]}
 
 
@@ -117,7 +122,8 @@ def test_normalize_tests():
     ]
     assert normalize_tests("assert (\n  1\n)\nassert 2") == ["assert (\n  1\n)", "assert 2"]
     assert normalize_tests("check(f)") == ["check(f)"]
-    for bad in (None, "", "  ", "assert (", 3, []):
+    # programs that check nothing are not tests: they would pass any solution (JSON text is valid Python)
+    for bad in (None, "", "  ", "assert (", 3, [], '{"inputs": ["1"], "outputs": ["2"]}', "x = 1"):
         assert normalize_tests(bad) is None
 
 

@@ -26,10 +26,23 @@ The runner compiles the solution, ``exec``s it as module ``solution``, then each
 test as soon as it finishes. A test passes only on an explicit pass record: exiting early (``sys.exit``,
 ``os._exit``), closing stdout or printing fake verdicts does not produce one. The launcher waits with a wall-clock
 deadline, kills the runner (and with it the namespace) on overrun, and writes the exit record.
+
+Input/output cases (config ``io``: ``inputs``, ``fn_name``, ``case_timeout``, ``max_output_bytes``): the runner
+compiles the solution but never runs it itself. For each case it forks a *case process* (own process group, CPU limit
+``ceil(case_timeout)``, the memory and file limits inherited) whose stdin is a memory file holding the case's input
+(reading past it gives EOF, never a hang) and whose stdout is a pipe the runner reads up to ``max_output_bytes``;
+stderr goes to ``/dev/null`` and the verdict channel is closed. A stdin program runs as ``__main__``; a call-based
+one runs as module ``solution`` and ``fn_name`` (a method of ``Solution()`` when the solution defines that class) is
+called with the JSON argument list, its return value written back as JSON. The runner reports ``case <i> <status>
+<base64 output>`` (status ``ok``, ``error``, ``timeout``, ``output_limit`` or ``crashed``); the host compares the
+outputs with the expected ones, which never enter the sandbox, so a solution cannot fake a pass by reading them.
+The runner is made non-dumpable first, so case processes (same uid) cannot read its memory or descriptors.
 """
 
+import base64
 import ctypes
 import json
+import math
 import os
 import resource
 import select
@@ -43,7 +56,7 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 # Without a mount namespace the unprivileged uid may be unable to read the Python install (pyenv under /root):
 # these standard modules are imported before the uid drop so that typical solutions still run; others then fail.
@@ -207,12 +220,14 @@ def _runner(config, alive_read):
     except BaseException as error:
         _emit(2, nonce, "sandbox_error", f"{type(error).__name__}:{error}".replace("\n", " ")[:300])
         os._exit(1)
+    if config.get("io") is not None:
+        _io_harness(config["code"], config["io"], nonce, VERDICT_FD)
     _harness(config["code"], config["tests"], nonce, VERDICT_FD)
 
 
-def _harness(code, tests, nonce, fd):
-    """Run the solution then each test; one verdict record per test, written as soon as it is known."""
-    write, exit_now = os.write, os._exit  # bound now: the solution may monkeypatch the os module
+def _verdict_writer(fd, nonce):
+    """``emit(*parts)``: one record on the verdict channel, led by a newline so junk cannot glue itself to it."""
+    write = os.write  # bound now: the solution may monkeypatch the os module
     prefix = b"\n" + nonce.encode() + b" "
 
     def emit(*parts):
@@ -220,6 +235,14 @@ def _harness(code, tests, nonce, fd):
             write(fd, prefix + " ".join(str(p) for p in parts).encode() + b"\n")
         except BaseException:
             pass
+
+    return emit
+
+
+def _harness(code, tests, nonce, fd):
+    """Run the solution then each test; one verdict record per test, written as soon as it is known."""
+    exit_now = os._exit  # bound now: the solution may monkeypatch the os module
+    emit = _verdict_writer(fd, nonce)
 
     def error_name(error):
         try:
@@ -251,6 +274,158 @@ def _harness(code, tests, nonce, fd):
             emit("test", index, "pass")
     emit("done")
     exit_now(0)
+
+
+def _io_harness(code, io, nonce, fd):
+    """Run the compiled solution once per input/output case, each in its own case process; one record per case."""
+    exit_now = os._exit
+    emit = _verdict_writer(fd, nonce)
+
+    try:
+        compiled = compile(code, "<solution>", "exec")
+    except BaseException as error:
+        emit("syntax_error", str(type(error).__name__)[:60] or "?")
+        exit_now(0)
+    _prctl(PR_SET_DUMPABLE, 0)
+    emit("started")
+    for index, case_input in enumerate(io["inputs"]):
+        try:
+            status, output = _run_case(compiled, case_input, io, fd)
+        except BaseException as error:  # the runner could not start the case (fd or process limit): not a pass
+            status, output = "crashed", f"{type(error).__name__}".encode()
+        emit("case", index, status, base64.b64encode(output).decode() or "-")
+    emit("done")
+    exit_now(0)
+
+
+def _stdin_file(data):
+    """A readable descriptor positioned at the start of ``data``: a memory file (EOF after the input)."""
+    try:
+        stdin = os.memfd_create("stdin")
+    except (AttributeError, OSError):
+        path = f"stdin-{os.getpid()}"
+        stdin = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.unlink(path)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(stdin, view) :]
+    os.lseek(stdin, 0, os.SEEK_SET)
+    return stdin
+
+
+def _run_case(compiled, case_input, io, verdict_fd):
+    """Fork one case process, collect its output (capped) until it exits or ``case_timeout``; (status, output)."""
+    fn_name, timeout, cap = io["fn_name"], float(io["case_timeout"]), int(io["max_output_bytes"])
+    stdin = _stdin_file(b"" if fn_name is not None else case_input.encode("utf-8", "surrogateescape"))
+    out_read, out_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setpgid(0, 0)
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(stdin, 0)
+            os.dup2(null if fn_name is not None else out_write, 1)
+            os.dup2(null, 2)
+            os.dup2(out_write if fn_name is not None else null, VERDICT_FD)  # the verdict channel is gone
+            os.closerange(VERDICT_FD + 1, 1 << 16)
+            cpu = max(1, math.ceil(timeout))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        except BaseException:
+            os._exit(3)
+        _case_main(compiled, fn_name, case_input)
+    os.close(out_write)
+    os.close(stdin)
+    deadline = time.monotonic() + timeout
+    chunks, size, status, exited, reaped = [], 0, None, False, None
+    os.set_blocking(out_read, False)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            status = "timeout"
+            break
+        if not exited:
+            watch = [out_read] if pidfd is None else [out_read, pidfd]
+            ready = select.select(watch, [], [], left if pidfd is not None else min(left, 0.01))[0]
+            if pidfd is not None:
+                exited = pidfd in ready
+            else:
+                done, wait_status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    exited, reaped = True, os.waitstatus_to_exitcode(wait_status)
+        try:
+            chunk = os.read(out_read, 65536)
+        except BlockingIOError:
+            if exited:  # the case process is gone and the pipe is drained (a daemon may still hold it open)
+                break
+            continue
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > cap:
+            status = "output_limit"
+            break
+        chunks.append(chunk)
+    if status is not None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if reaped is None:
+        code, timed_out = _wait(pid, max(0.0, deadline - time.monotonic()) + 0.05)
+    else:
+        code, timed_out = reaped, False
+    for handle in (out_read, pidfd):
+        if handle is not None:
+            os.close(handle)
+    try:
+        os.killpg(pid, signal.SIGKILL)  # what the case process left in its group
+    except OSError:
+        pass
+    if status is None:
+        if timed_out or code in (-signal.SIGXCPU, -signal.SIGKILL):
+            status = "timeout"
+        else:
+            status = "ok" if code == 0 else "error" if code > 0 else "crashed"
+    return status, b"".join(chunks)
+
+
+def _case_main(compiled, fn_name, case_input):
+    """Inside a case process: stdin/stdout bound to the case, run the solution, exit 0 (ran) or 1 (raised)."""
+    import builtins
+    import io
+
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), "utf-8", "replace")
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), "utf-8", "replace")
+    for name in ("exit", "quit"):  # ``python -S`` has no site-defined exit()/quit(); solutions call them
+        if not hasattr(builtins, name):
+            setattr(builtins, name, sys.exit)
+    namespace = {"__name__": "__main__" if fn_name is None else "solution", "__builtins__": builtins}
+    status = 0
+    try:
+        exec(compiled, namespace)
+        if fn_name is not None:
+            owner = namespace.get("Solution")
+            if isinstance(owner, type) and hasattr(owner, fn_name):
+                function = getattr(owner(), fn_name)
+            else:
+                function = namespace[fn_name]
+            result = json.dumps(function(*json.loads(case_input))).encode()
+            view = memoryview(result)
+            while view:
+                view = view[os.write(VERDICT_FD, view) :]
+    except SystemExit:
+        pass
+    except BaseException:
+        status = 1
+    try:
+        sys.stdout.flush()
+    except BaseException:
+        status = 1
+    os._exit(status)
 
 
 def _wait(pid, timeout):

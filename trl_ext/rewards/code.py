@@ -1,12 +1,26 @@
 """Code reward: run the completion's Python against the example's tests in the sandbox; reward the pass fraction.
 
+Two kinds of tests: **asserts** (MBPP, HumanEval), run in the solution's namespace, and **input/output cases**
+(APPS/TACO, LiveCodeBench/DeepCoder, open-r1's verifiable-coding problems), where the program reads each case's input
+on stdin and its stdout is compared with the expected output by the dataset checker's rule, or (call-based) a named
+function is called and its return value compared.
+
 The unit-test reward of code RL (DeepSeek-R1, arXiv 2501.12948, section 2.2.2: "for LeetCode problems, a compiler
 can be used to generate feedback based on predefined test cases"), with partial credit as open-r1's ``code_reward``
 gives it. Each completion becomes one program run by :mod:`rewards.sandbox` (read its docstring for the threat
 model and its limits, and :func:`sandbox_report` for what is in force on this host).
 
-Dataset column (``tests`` by default, ``tests_column`` to rename), one value per example:
+Dataset column (``tests`` by default, ``tests_column`` to rename), one value per example, its layout recognized from
+the content (``tests_format="auto"``) or named (``"asserts"``, ``"apps"``, ``"livecodebench"``, ``"open-r1"``):
 
+* **input/output cases** (a mapping, a list of mappings, or the JSON text of either): read by
+  :func:`trl_ext.rewards.io_tests.parse_io_tests`, judged by :mod:`trl_ext.rewards.checkers` (the rule of each
+  layout is stated there). Each case runs as its own process with ``case_timeout`` seconds (default ``timeout``),
+  the memory limit and ``max_output_kb`` of stdout; the whole program has ``program_timeout`` (default ``timeout``
+  per case plus one second). Stdin holds exactly the case's input, so reading past it gives EOF (an ``EOFError``
+  fails that case, nothing hangs); stdout is the answer, so debug prints fail the comparison (stderr is discarded).
+  A stdin program runs as ``__main__``. Structured data in no known layout (JSON text, a dict, unknown cases) is
+  never run as a test program: the example scores ``None`` and counts in ``code/unscorable_frac``.
 * a **list of strings**: each is one test, run in order in the solution's namespace, e.g.
   ``["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]`` (MBPP's ``test_list``). Non-assert lines are fine
   (``"import math\\nassert math.isclose(area(1), math.pi)"``).
@@ -18,26 +32,32 @@ Dataset column (``tests`` by default, ``tests_column`` to rename), one value per
 
 The code is the last fenced block (```` ```python ````, ```` ```py ```` or unlabeled) after any ``</think>``;
 ``code_block="all"`` joins all such blocks; a completion without fences is used whole. The solution runs as module
-``solution`` (so an ``if __name__ == "__main__":`` block does not run), stdin is empty, stdout is discarded.
+``solution`` for assert tests (so an ``if __name__ == "__main__":`` block does not run; stdin is empty, stdout is
+discarded) and for call-based cases, as ``__main__`` for stdin cases.
 
 Reward: passed / total tests; 0.0 for syntax errors, a solution that raises at import, an unfinished ``<think>`` or
 no code; ``None`` when the example cannot be scored or the sandbox itself failed (never silently 0). Timeouts keep
-the tests that passed before the limit. Logs ``code/timeout_frac``, ``code/error_frac`` (syntax or solution
-errors), ``code/sandbox_error_frac`` through ``log_metric`` and each program's status through ``log_extra``.
+the tests that passed before the limit (for cases: every case that passed, before or after one that timed out, while
+the program's budget lasts). Logs ``code/timeout_frac``, ``code/error_frac`` (syntax or solution errors),
+``code/sandbox_error_frac``, ``code/unscorable_frac`` through ``log_metric`` and each program's status through
+``log_extra``.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
+from trl_ext.rewards.checkers import judge
 from trl_ext.rewards.extract import answer_region
-from trl_ext.rewards.sandbox import Limits, ProgramResult, SandboxPool, sandbox_report
+from trl_ext.rewards.io_tests import LAYOUTS, IOTests, decode, is_structured, parse_io_tests
+from trl_ext.rewards.sandbox import Cases, Limits, ProgramResult, SandboxPool, sandbox_report
 from trl_ext.rewards.text import column, completion_texts
 
-__all__ = ["CodeReward", "extract_code", "normalize_tests", "sandbox_report"]
+__all__ = ["CodeReward", "extract_code", "normalize_tests", "read_tests", "sandbox_report"]
+TESTS_FORMATS = ("auto", "asserts", *LAYOUTS)
 
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _PYTHON_LABELS = {"", "python", "py", "python3", "py3"}
@@ -79,7 +99,9 @@ def normalize_tests(tests: Any) -> list[str] | None:
     lines = tests.splitlines()
     ends = [node.end_lineno for node in tree.body if isinstance(node, ast.Assert)]
     if not ends:
-        return [tests]
+        # a program that checks nothing (a literal, JSON text that happens to be Python) would pass any solution
+        checks = any(isinstance(node, (ast.Call, ast.Assert, ast.Raise)) for node in ast.walk(tree))
+        return [tests] if checks else None
     chunks, start = [], 0
     for end in ends:
         chunks.append("\n".join(lines[start:end]))
@@ -90,12 +112,35 @@ def normalize_tests(tests: Any) -> list[str] | None:
     return chunks
 
 
+def read_tests(value: Any, tests_format: str = "auto") -> list[str] | IOTests | None:
+    """One example's tests: assert sources, input/output cases, or None when the value is not tests (module doc).
+
+    ``"auto"``: structured data (a mapping, a list holding non-strings, or JSON text of one) is read as cases and
+    is never taken for an assert program; a JSON list of strings is a list of asserts."""
+    if tests_format not in TESTS_FORMATS:
+        raise ValueError(f"tests_format must be one of {TESTS_FORMATS}, got {tests_format!r}")
+    if tests_format == "asserts":
+        return normalize_tests(value)
+    if tests_format != "auto":
+        return parse_io_tests(value, tests_format)
+    decoded = decode(value)
+    if is_structured(decoded):
+        return parse_io_tests(decoded)
+    return normalize_tests(decoded)
+
+
 class CodeReward:
     """Fraction of the example's tests that the completion's code passes, run in the sandbox (see module doc).
 
     Args:
         tests_column: dataset column holding the tests.
-        timeout: wall-clock seconds per program (all its tests together); CPU time is capped at ``ceil(timeout)``.
+        tests_format: ``"auto"`` (recognized from the content), ``"asserts"``, ``"apps"``, ``"livecodebench"`` or
+            ``"open-r1"``.
+        timeout: wall-clock seconds per program for assert tests (all together), per case for input/output cases;
+            CPU time is capped at its ceiling.
+        case_timeout: seconds per input/output case (default ``timeout``).
+        program_timeout: seconds for all cases of a program together (default ``case_timeout`` per case + 1).
+        max_output_kb: stdout (or return value) kept per case; a case printing more fails.
         memory_mb, max_processes, max_file_mb, max_open_files: per-program limits (:class:`rewards.sandbox.Limits`).
         num_workers: programs run at once (default: usable CPU cores).
         code_block: ``"last"`` or ``"all"`` fenced Python blocks.
@@ -105,7 +150,11 @@ class CodeReward:
     def __init__(
         self,
         tests_column: str = "tests",
+        tests_format: str = "auto",
         timeout: float = 1.0,
+        case_timeout: float | None = None,
+        program_timeout: float | None = None,
+        max_output_kb: int = 256,
         memory_mb: int = 1024,
         max_processes: int = 32,
         max_file_mb: int = 16,
@@ -117,7 +166,18 @@ class CodeReward:
     ):
         if code_block not in ("last", "all"):
             raise ValueError(f"code_block must be 'last' or 'all', got {code_block!r}")
+        if tests_format not in TESTS_FORMATS:
+            raise ValueError(f"tests_format must be one of {TESTS_FORMATS}, got {tests_format!r}")
+        for option, value in (("case_timeout", case_timeout), ("program_timeout", program_timeout)):
+            if value is not None and not value > 0:
+                raise ValueError(f"{option} must be > 0 seconds, got {value}")
+        if max_output_kb < 1:
+            raise ValueError(f"max_output_kb must be >= 1, got {max_output_kb}")
         self.tests_column = tests_column
+        self.tests_format = tests_format
+        self.case_timeout = case_timeout or timeout
+        self.program_timeout = program_timeout
+        self.max_output_kb = max_output_kb
         self.limits = Limits(
             timeout=timeout,
             memory_mb=memory_mb,
@@ -141,21 +201,23 @@ class CodeReward:
     ) -> list[float | None]:
         texts = completion_texts(completions or [])
         tests_per_example = column(kwargs, self.tests_column, len(texts), self.__name__)
-        jobs: list[tuple[int, tuple[str, Sequence[str]]]] = []
+        jobs: list[tuple[int, list[str] | IOTests, tuple]] = []
         rewards: list[float | None] = [None] * len(texts)
         statuses = ["unscorable"] * len(texts)
         for index, (text, raw_tests) in enumerate(zip(texts, tests_per_example, strict=True)):
-            tests = normalize_tests(raw_tests)
+            tests = read_tests(raw_tests, self.tests_format)
             if tests is None:
                 continue
             code = extract_code(text, self.code_block)
             if code is None:
                 rewards[index], statuses[index] = 0.0, "no_code"
                 continue
-            jobs.append((index, (code, tests)))
-        results = self.pool.run([program for _, program in jobs])
+            jobs.append((index, tests, self._program(code, tests)))
+        results = self.pool.run([program for _, _, program in jobs])
         self.last_results = [None] * len(texts)
-        for (index, _), result in zip(jobs, results, strict=True):
+        for (index, tests, _), result in zip(jobs, results, strict=True):
+            if isinstance(tests, IOTests) and result.status != "sandbox_error":
+                result.passed = judge(tests, result.errors, result.outputs)
             rewards[index], statuses[index] = result.pass_fraction, result.status
             self.last_results[index] = result
         if log_metric is not None and texts:
@@ -164,9 +226,18 @@ class CodeReward:
             errors = statuses.count("syntax_error") + statuses.count("solution_error")
             log_metric(f"{self.__name__}/error_frac", errors / n)
             log_metric(f"{self.__name__}/sandbox_error_frac", statuses.count("sandbox_error") / n)
+            log_metric(f"{self.__name__}/unscorable_frac", statuses.count("unscorable") / n)
         if log_extra is not None:
             log_extra(f"{self.__name__}_status", statuses)
         return rewards
+
+    def _program(self, code: str, tests: list[str] | IOTests) -> tuple:
+        """What the pool runs: ``(code, asserts)``, or ``(code, (), cases, program timeout)`` for input/output cases."""
+        if not isinstance(tests, IOTests):
+            return (code, tests)
+        cases = Cases(tests.inputs, tests.fn_name, self.case_timeout, self.max_output_kb << 10)
+        budget = self.program_timeout or self.case_timeout * len(tests) + 1.0
+        return (code, (), cases, budget)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

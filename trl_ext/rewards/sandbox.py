@@ -52,6 +52,9 @@ What this does not stop (use a container, gVisor/Firecracker or a remote sandbox
 
 from __future__ import annotations
 
+import base64
+import binascii
+import dataclasses
 import json
 import logging
 import math
@@ -134,15 +137,44 @@ USER_PLANS = (
 )
 
 
+@dataclass(frozen=True)
+class Cases:
+    """Input/output cases of one program, inputs only: the expected outputs stay on the host (see ``_sandbox_child``).
+
+    ``inputs``: the stdin text of each case, or (``fn_name`` set, call-based) the JSON text of its argument list.
+    ``case_timeout``: wall-clock seconds per case (CPU capped at its ceiling); the program's own ``Limits.timeout``
+    bounds all cases together. ``max_output_bytes``: stdout (or return value) kept per case; more fails the case.
+    """
+
+    inputs: tuple[str, ...]
+    fn_name: str | None = None
+    case_timeout: float = 1.0
+    max_output_bytes: int = 256 << 10
+
+    def __post_init__(self) -> None:
+        if not self.case_timeout > 0:
+            raise ValueError(f"case_timeout must be > 0 seconds, got {self.case_timeout}")
+        if self.max_output_bytes < 1:
+            raise ValueError(f"max_output_bytes must be >= 1, got {self.max_output_bytes}")
+
+    def to_child(self) -> dict:
+        return dataclasses.asdict(self) | {"inputs": list(self.inputs)}
+
+
 @dataclass
 class ProgramResult:
-    """Outcome of one program. ``status``: ok, timeout, crashed, syntax_error, solution_error, sandbox_error."""
+    """Outcome of one program. ``status``: ok, timeout, crashed, syntax_error, solution_error, sandbox_error.
+
+    For input/output cases, ``outputs`` holds each case's stdout (or JSON return value) and ``errors`` its status
+    (``ok``, ``error``, ``timeout``, ``output_limit``, ``crashed``; ``""`` when it never ran); ``passed`` is all False
+    until the host judges the outputs (``trl_ext.rewards.checkers``)."""
 
     status: str
     passed: tuple[bool, ...]
     wall_s: float
     errors: tuple[str, ...] = ()
     detail: str = ""
+    outputs: tuple[str | None, ...] = ()
 
     @property
     def pass_fraction(self) -> float | None:
@@ -226,14 +258,14 @@ def _site_paths() -> list[str]:
 class _RecordFilter:
     """Keeps the lines of a stream that start with ``prefix``; drops the rest as it goes (bounded memory)."""
 
-    def __init__(self, prefix: bytes, max_records: int):
-        self.prefix, self.max_records = prefix, max_records
+    def __init__(self, prefix: bytes, max_records: int, max_record_bytes: int = 4096):
+        self.prefix, self.max_records, self.max_record_bytes = prefix, max_records, max_record_bytes
         self.records: list[bytes] = []
         self.partial = b""
 
     def feed(self, chunk: bytes) -> None:
         lines = (self.partial + chunk).split(b"\n")
-        self.partial = lines.pop()[-4096:]  # records are short; a longer unfinished line is junk
+        self.partial = lines.pop()[-self.max_record_bytes :]  # a longer unfinished line is junk
         for line in lines:
             if line.startswith(self.prefix) and len(self.records) < self.max_records:
                 self.records.append(line)
@@ -282,14 +314,23 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def _parse(verdicts: list[bytes], stderr: bytes, nonce: str, n_tests: int, wall: float, killed: bool) -> ProgramResult:
+def _parse(
+    verdicts: list[bytes], stderr: bytes, nonce: str, n_tests: int, wall: float, killed: bool, io: bool = False
+) -> ProgramResult:
     """Build the result: test and progress records from the verdict channel, exit records from the launcher's."""
     prefix = nonce + " "
     program: dict[str, list[str]] = {}
     passed, errors, seen = [False] * n_tests, [""] * n_tests, set()
+    outputs: list[str | None] = [None] * n_tests
     for raw in verdicts:
         kind, *args = raw.decode("utf-8", "replace")[len(prefix) :].split(" ")
-        if kind == "test" and len(args) >= 2 and args[0].isdigit():
+        if kind == "case" and len(args) == 3 and args[0].isdigit() and int(args[0]) < n_tests:
+            index = int(args[0])
+            if index not in seen:
+                seen.add(index)
+                errors[index] = args[1]
+                outputs[index] = _decode_output(args[2])
+        elif kind == "test" and len(args) >= 2 and args[0].isdigit():
             index = int(args[0])
             if index < n_tests and index not in seen:
                 seen.add(index)
@@ -302,7 +343,7 @@ def _parse(verdicts: list[bytes], stderr: bytes, nonce: str, n_tests: int, wall:
         if line.startswith(prefix):
             kind, *args = line[len(prefix) :].split(" ")
             launcher.setdefault(kind, args)
-    result = ProgramResult("ok", tuple(passed), wall, tuple(errors))
+    result = ProgramResult("ok", tuple(passed), wall, tuple(errors), outputs=tuple(outputs) if io else ())
     if "sandbox_error" in launcher:
         result.status, result.detail = "sandbox_error", " ".join(launcher["sandbox_error"])
     elif "exit" not in launcher:
@@ -319,7 +360,18 @@ def _parse(verdicts: list[bytes], stderr: bytes, nonce: str, n_tests: int, wall:
         result.status = "timeout"  # the wall-clock deadline or RLIMIT_CPU, whichever struck first
     elif "done" not in program:
         result.status, result.detail = "crashed", f"exit status {launcher['exit'][0]}"
+    elif "timeout" in errors:
+        result.status = "timeout"  # a case ran past its own limit; the cases before and after it still count
     return result
+
+
+def _decode_output(field_text: str) -> str | None:
+    if field_text == "-":
+        return ""
+    try:
+        return base64.b64decode(field_text, validate=True).decode("utf-8", "replace")
+    except (binascii.Error, ValueError):
+        return None
 
 
 def _killed_by_cpu_limit(raw_status: str) -> bool:
@@ -341,8 +393,13 @@ def run_program(
     isolation: Isolation | None = None,
     site_packages: bool = False,
     nproc_share: int = 1,
+    cases: Cases | None = None,
 ) -> ProgramResult:
     """Run ``code`` then each of ``tests`` in the sandbox; one pass/fail per test. Never raises on program behaviour.
+
+    With ``cases`` (input/output tests; ``tests`` is then ignored), the program runs once per case on that case's
+    stdin (or called with its arguments) and the result carries each case's output and status, to be judged by the
+    caller; ``limits.timeout`` bounds all cases together.
 
     Args:
         code: the solution source.
@@ -365,7 +422,8 @@ def run_program(
         nproc = limits.max_processes * max(1, nproc_share)
     else:
         nproc = _processes_of(os.geteuid()) + limits.max_processes
-    tests = [str(test) for test in tests]
+    tests = [] if cases is not None else [str(test) for test in tests]
+    n_records = len(cases.inputs) if cases is not None else len(tests)
     nonce = secrets.token_hex(16)
     workdir = None if plan.mount_ns else tempfile.mkdtemp(prefix="rewards-sandbox-")
     config = {
@@ -378,6 +436,7 @@ def run_program(
         "nproc": nproc,
         "workdir": workdir,
         "extra_paths": _site_paths() if site_packages else [],
+        "io": cases.to_child() if cases is not None else None,
     }
     start = time.monotonic()
     try:
@@ -394,14 +453,15 @@ def run_program(
     except OSError as error:
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-        return ProgramResult("sandbox_error", (False,) * len(tests), 0.0, detail=f"launch failed: {error}")
+        return ProgramResult("sandbox_error", (False,) * n_records, 0.0, detail=f"launch failed: {error}")
     try:
         try:
             proc.stdin.write(json.dumps(config).encode())
             proc.stdin.close()
         except OSError:
             pass
-        verdicts = _RecordFilter((nonce + " ").encode(), max_records=2 * len(tests) + 16)
+        record_bytes = 4096 if cases is None else 4 * cases.max_output_bytes // 3 + 4096
+        verdicts = _RecordFilter((nonce + " ").encode(), 2 * n_records + 16, record_bytes)
         stderr, killed = _read_until_eof(proc, start + limits.timeout + _GRACE, verdicts)
         _kill_group(proc.pid)  # stragglers of weak plans; the launcher is not reaped yet, so the id is still ours
         proc.wait()
@@ -410,7 +470,8 @@ def run_program(
             stream.close()
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    return _parse(verdicts.close(), stderr, nonce, len(tests), time.monotonic() - start, killed)
+    wall = time.monotonic() - start
+    return _parse(verdicts.close(), stderr, nonce, n_records, wall, killed, io=cases is not None)
 
 
 _PROBE_CODE = r"""
@@ -543,23 +604,27 @@ class SandboxPool:
         self.site_packages = site_packages
         self.isolation = probe_isolation()
 
-    def run(self, programs: Sequence[tuple[str, Sequence[str]]]) -> list[ProgramResult]:
-        """Run ``(code, tests)`` pairs; results in input order."""
+    def run(self, programs: Sequence[tuple]) -> list[ProgramResult]:
+        """Run ``(code, tests)`` pairs, or ``(code, (), cases, timeout)`` input/output programs (``timeout``: the
+        program's wall-clock budget, all cases together); results in input order."""
         slots: list[int] = list(range(self.num_workers))
         lock = threading.Lock()
 
-        def one(program: tuple[str, Sequence[str]]) -> ProgramResult:
+        def one(program: tuple) -> ProgramResult:
+            cases = program[2] if len(program) > 2 else None
+            limits = self.limits if cases is None else dataclasses.replace(self.limits, timeout=program[3])
             with lock:
                 slot = slots.pop()
             try:
                 return run_program(
                     program[0],
                     program[1],
-                    self.limits,
+                    limits,
                     slot=slot,
                     isolation=self.isolation,
                     site_packages=self.site_packages,
                     nproc_share=self.num_workers,
+                    cases=cases,
                 )
             finally:
                 with lock:

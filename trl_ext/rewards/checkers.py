@@ -1,0 +1,139 @@
+"""Comparison rules of the input/output layouts: is a case's output the expected one, as the dataset's checker says.
+
+Read from the checkers themselves (the stored public sources of ``hendrycks/apps`` ``eval/testing_util.py``,
+``LiveCodeBench/LiveCodeBench`` ``lcb_runner/evaluation/testing_util.py`` and ``huggingface/open-r1``
+``src/open_r1/rewards.py``); where we differ from them it is said, and always in the stricter direction:
+
+* **APPS / TACO** stdin (``run_test``'s cascade): the lines of the output, each stripped and empty ones dropped,
+  equal those of the expected output; failing that, the same number of such lines and, line by line, the same number
+  of whitespace-separated tokens, each equal as text or as numbers within ``np.allclose``'s tolerance (``|a - b| <=
+  1e-8 + 1e-5 |b|``) or equal after rounding to 3 decimals (its last check). APPS compares *sets* of tokens in its
+  last checks, so a permutation of the right tokens passes there; it does not here.
+* **APPS** call-based: the return value (tuples as lists, which JSON does on its own) equals the expected value, or
+  its first element when the expected value is a non-empty list (APPS wraps many outputs in a list).
+* **LiveCodeBench** stdin (``grade_stdio``): output and expected output each stripped, split into lines and every line
+  stripped; the same number of lines, each equal as text or as a sequence of ``Decimal`` tokens.
+* **LiveCodeBench** functional (``grade_call_based``): the return value (tuples as lists) ``==`` the JSON output.
+* **open-r1** (``code_reward``'s evaluation script): the stripped output and the expected output compared line by line
+  after stripping each line. open-r1 zips the two line lists, so extra or missing lines go unchecked; here the line
+  counts must match (a program that adds debug lines fails, as the issue asks).
+
+Partial credit is the fraction of cases passed, as open-r1 gives it (APPS and LiveCodeBench stop at the first failure
+or report all-or-nothing; we score every case).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from trl_ext.rewards.io_tests import IOTests
+
+_CASE_OK = "ok"
+
+
+def _nonempty_stripped_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _float(token: str) -> float | None:
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _apps_token_equal(got: str, want: str) -> bool:
+    if got == want:
+        return True
+    a, b = _float(got), _float(want)
+    if a is None or b is None:
+        return False
+    return abs(a - b) <= 1e-8 + 1e-5 * abs(b) or round(a, 3) == round(b, 3)
+
+
+def apps_stdout(output: str, expected: str) -> bool:
+    """APPS's stdin rule (module doc)."""
+    got, want = _nonempty_stripped_lines(output), _nonempty_stripped_lines(expected)
+    if got == want:
+        return True
+    if len(got) != len(want):
+        return False
+    for got_line, want_line in zip(got, want, strict=True):
+        got_tokens, want_tokens = got_line.split(), want_line.split()
+        if len(got_tokens) != len(want_tokens):
+            return False
+        if not all(_apps_token_equal(a, b) for a, b in zip(got_tokens, want_tokens, strict=True)):
+            return False
+    return True
+
+
+def _stripped_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.strip().split("\n")]
+
+
+def _decimals(line: str) -> list[Decimal] | None:
+    try:
+        return [Decimal(token) for token in line.split()]
+    except InvalidOperation:
+        return None
+
+
+def livecodebench_stdout(output: str, expected: str) -> bool:
+    """LiveCodeBench's stdin rule (module doc)."""
+    got, want = _stripped_lines(output), _stripped_lines(expected)
+    if len(got) != len(want):
+        return False
+    for got_line, want_line in zip(got, want, strict=True):
+        if got_line == want_line:
+            continue
+        a, b = _decimals(got_line), _decimals(want_line)
+        if a is None or b is None or a != b:
+            return False
+    return True
+
+
+def open_r1_stdout(output: str, expected: str) -> bool:
+    """open-r1's rule (module doc), with the line counts checked."""
+    return _stripped_lines(output) == _stripped_lines(expected)
+
+
+def apps_call(result: Any, expected: Any) -> bool:
+    """APPS's call-based rule (module doc)."""
+    if result == expected:
+        return True
+    return isinstance(expected, list) and bool(expected) and result == expected[0]
+
+
+def livecodebench_call(result: Any, expected: Any) -> bool:
+    """LiveCodeBench's functional rule (module doc)."""
+    return result == expected
+
+
+_STDOUT = {"apps": apps_stdout, "livecodebench": livecodebench_stdout, "open-r1": open_r1_stdout}
+_CALL = {"apps": apps_call, "livecodebench": livecodebench_call}
+
+
+def case_passed(tests: IOTests, index: int, status: str, output: str | None) -> bool:
+    """Whether case ``index`` passed: it ran to the end (``ok``) and its output matches by the layout's rule."""
+    if status != _CASE_OK or output is None:
+        return False
+    expected = tests.outputs[index]
+    if tests.fn_name is None:
+        return _STDOUT[tests.layout](output, expected)
+    try:
+        result = json.loads(output)
+    except (json.JSONDecodeError, RecursionError):
+        return False
+    return _CALL[tests.layout](result, expected)
+
+
+def judge(tests: IOTests, statuses: tuple[str, ...], outputs: tuple[str | None, ...]) -> tuple[bool, ...]:
+    """Pass/fail of every case of a program's run (a case that never ran fails)."""
+    return tuple(
+        case_passed(tests, index, statuses[index] if index < len(statuses) else "", output)
+        for index, output in enumerate(outputs if outputs else (None,) * len(tests))
+    )
