@@ -7,8 +7,19 @@ checkpoint it resumed from) and its final weights to ``<out>/final_weights.pt``.
 
 ``--step-sleep`` slows every step down (not its numbers) so that the test's kill lands between checkpoints;
 ``--stall-save-at N`` makes the save of checkpoint-N stop half-way (after the weights and optimizer, before the RNG
-states), announce it with ``<out>/stalled-N`` and wait to be killed. Not a test file itself (pytest does not collect
-it).
+states), announce it with ``<out>/stalled-N`` and wait to be killed.
+
+Fault injection for tests/test_preemption.py (the run records ``<out>/metrics.jsonl`` as the recipes do):
+
+- ``--kill-at MOMENT:N``: the process SIGKILLs itself at one moment of step N: ``log`` (its metrics row written),
+  ``save`` (checkpoint-N half-written: weights and optimizer, no RNG state), ``marker`` (checkpoint-N staged complete,
+  not yet renamed into place), ``replace`` (an older checkpoint-N set aside, the new one not yet in place), ``rotate``
+  (``save_total_limit`` half-way through deleting an old checkpoint).
+- ``--signal-at N [--signal-rank R] [--signal-twice]``: the process (of rank R) sends itself SIGTERM (twice) during
+  step N + 1; a ``Preempted`` exit is recorded in ``<out>/preempted-rank<k>.json`` before it propagates.
+- ``--save-total-limit K``, ``--resume-from PATH`` (an explicit checkpoint instead of the newest).
+
+Not a test file itself (pytest does not collect it).
 """
 
 from __future__ import annotations
@@ -16,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
 import time
 
 import torch
@@ -45,6 +58,65 @@ class Sleep(TrainerCallback):
         time.sleep(self.seconds)
 
 
+class SignalAt(TrainerCallback):
+    """Sends this process SIGTERM (``times`` times) at the start of the step after ``step``: mid-step."""
+
+    def __init__(self, step: int, times: int):
+        self.step, self.times = step, times
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            for _ in range(self.times):
+                os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillAfterLog(TrainerCallback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.global_step == self.step and logs and "loss" in logs:
+            _die()
+
+
+def inject_kill(trainer, moment: str, step: int) -> None:
+    """Make the process SIGKILL itself at ``moment`` of step ``step`` (module docstring)."""
+    at_step = lambda: trainer.state.global_step == step  # noqa: E731
+    if moment == "log":
+        trainer.add_callback(KillAfterLog(step))
+    elif moment == "save":
+        original_rng = trainer._save_rng_state
+        trainer._save_rng_state = lambda output_dir: _die() if at_step() else original_rng(output_dir)
+    elif moment == "marker":
+        original_publish = trainer._publish
+        trainer._publish = lambda staging, final: _die() if at_step() else original_publish(staging, final)
+    elif moment == "replace":
+        rename = os.rename
+
+        def rename_then_die(src, dst):
+            rename(src, dst)
+            if os.path.basename(dst).startswith("replaced-") and at_step():
+                _die()
+
+        os.rename = rename_then_die
+    elif moment == "rotate":
+        rmtree = shutil.rmtree
+
+        def half_rmtree(path, *args, **kwargs):
+            if os.path.basename(str(path)).startswith("deleting-") and at_step():
+                os.remove(os.path.join(path, "model.safetensors"))
+                _die()
+            rmtree(path, *args, **kwargs)
+
+        shutil.rmtree = half_rmtree
+    else:
+        raise ValueError(moment)
+
+
 def common(out: str, max_steps: int, save_steps: int) -> dict:
     return dict(
         output_dir=out,
@@ -61,7 +133,7 @@ def common(out: str, max_steps: int, save_steps: int) -> dict:
     )
 
 
-def build(algo: str, out: str, callbacks: list):
+def build(algo: str, out: str, callbacks: list, **overrides):
     from trl_ext import DAPOTrainer, GSPOTrainer, get_preset
     from trl_ext.demo import DemoModelConfig, DemoTaskConfig, build_model, build_tokenizer, make_problems
 
@@ -93,6 +165,7 @@ def build(algo: str, out: str, callbacks: list):
             dynamic_sampling_max_rounds=3,
             temperature=1.5,
             **variant,
+            **overrides,
         )
         return DAPOTrainer(
             model, [parity_reward], args=args, train_dataset=train, processing_class=tokenizer, callbacks=callbacks
@@ -148,12 +221,28 @@ def main() -> None:
     parser.add_argument("algo", choices=["dapo", "dapo_carry", "gspo", "dpo"])
     parser.add_argument("out")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--resume-from", default=None)
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--stall-save-at", type=int, default=None)
+    parser.add_argument("--kill-at", default=None)
+    parser.add_argument("--signal-at", type=int, default=None)
+    parser.add_argument("--signal-rank", type=int, default=0)
+    parser.add_argument("--signal-twice", action="store_true")
+    parser.add_argument("--save-total-limit", type=int, default=None)
     options = parser.parse_args()
 
-    callbacks = [Sleep(options.step_sleep)] if options.step_sleep else []
-    trainer = build(options.algo, options.out, callbacks)
+    from trl_ext.recipe.grpo import MetricsFileCallback, prepare_output_dir
+    from trl_ext.reliability.preemption import Preempted
+
+    rank = int(os.environ.get("RANK", "0"))
+    resume = options.resume_from or (True if options.resume else None)
+    metrics = prepare_output_dir(options.out, resume, is_main=rank == 0)  # the recipes' record, continued
+    callbacks = [MetricsFileCallback(metrics)]
+    callbacks += [Sleep(options.step_sleep)] if options.step_sleep else []
+    if options.signal_at is not None and rank == options.signal_rank:
+        callbacks.append(SignalAt(options.signal_at, 2 if options.signal_twice else 1))
+    overrides = {"save_total_limit": options.save_total_limit} if options.save_total_limit else {}
+    trainer = build(options.algo, options.out, callbacks, **overrides)
     if options.stall_save_at is not None:
         original = trainer._save_rng_state
 
@@ -164,12 +253,20 @@ def main() -> None:
             original(output_dir)
 
         trainer._save_rng_state = stalled
-    resumed_from = None
-    if options.resume:
+    if options.kill_at is not None:
+        moment, step = options.kill_at.split(":")
+        inject_kill(trainer, moment, int(step))
+    resumed_from = options.resume_from
+    if options.resume and not resumed_from:
         from transformers.trainer_utils import get_last_checkpoint
 
         resumed_from = get_last_checkpoint(options.out)
-    trainer.train(resume_from_checkpoint=True if options.resume else None)
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    except Preempted as stop:
+        with open(os.path.join(options.out, f"preempted-rank{rank}.json"), "w") as f:
+            json.dump({"step": stop.step, "checkpoint": stop.checkpoint, "signal": stop.signal_name}, f)
+        raise
     if not trainer.accelerator.is_main_process:
         return
     weights = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from trl_ext.reliability.preemption import DEFAULT_PREEMPTION_SIGNALS, parse_signals
 from trl_ext.reliability.reward_guard import validate_reward_settings
 
 
@@ -82,6 +83,10 @@ class GRPOFamilyConfig(GRPOConfig):
             (``"raise"``), or scores it ``None`` and counts it (``"skip"``; ``trl_ext.reliability.reward_guard``).
         reward_timeout (`float` or `None`, defaults to `None`):
             Per-call time limit of a reward function, counted and logged as ``rewards/<name>/timeouts``.
+        preemption_signals (`list[str]`, defaults to `["SIGTERM", "SIGUSR1"]`):
+            Signals on which training finishes the optimizer step in progress on every process, writes a checkpoint
+            and exits with code 75 (``trl_ext.reliability.preemption``, ``docs/PREEMPTION.md``); a second signal
+            stops at once. ``[]`` or ``["none"]``: off (the signals keep their default action).
     """
 
     dynamic_sampling: bool = field(
@@ -156,6 +161,13 @@ class GRPOFamilyConfig(GRPOConfig):
             "None and rewards/<name>/timeouts counts it. None: no limit."
         },
     )
+    preemption_signals: list[str] = field(
+        default_factory=lambda: list(DEFAULT_PREEMPTION_SIGNALS),
+        metadata={
+            "help": "Signals on which training finishes the step in progress, writes a checkpoint and exits with code "
+            "75 (a second signal stops at once): names such as SIGTERM SIGUSR1 SIGUSR2 SIGINT, or 'none' for off."
+        },
+    )
 
     def __post_init__(self) -> None:
         self._validate_group()  # before TRL's checks, whose messages do not name the field
@@ -175,6 +187,7 @@ class GRPOFamilyConfig(GRPOConfig):
             ) from error
         self._validate_family()
         validate_reward_settings(self.reward_errors, self.reward_timeout)
+        parse_signals(self.preemption_signals)  # an unknown or uncatchable name fails here, not at the first signal
 
     def _validate_group(self) -> None:
         if self.num_generations is not None and self.num_generations < 2:

@@ -38,7 +38,11 @@ from trl_ext.grpo.presets import PRESETS, lookup
 from trl_ext.recipe import common
 from trl_ext.recipe.args import RLScriptArguments
 from trl_ext.reliability import checks
-from trl_ext.reliability.checkpoints import check_fresh_output_dir, last_complete_checkpoint
+from trl_ext.reliability.checkpoints import (
+    check_fresh_output_dir,
+    last_complete_checkpoint,
+    recover_interrupted_publish,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -202,6 +206,7 @@ def prepare_output_dir(output_dir: str, resume: str | bool | None, is_main: bool
     if not resume and os.path.exists(metrics_path):
         os.replace(metrics_path, metrics_path + ".previous")
     if resume and is_main:
+        recover_interrupted_publish(output_dir)  # a checkpoint a kill left set aside counts as the newest
         checkpoint = last_complete_checkpoint(output_dir) if resume is True else str(resume)
         if checkpoint is not None:
             continue_record(metrics_path, checkpoint)

@@ -23,22 +23,38 @@ only ever exists complete, for ``get_last_checkpoint``, for ``resume_from_checkp
   naming what differs; starting from scratch in an ``output_dir`` that already holds checkpoints raises too (it would
   mix two runs' checkpoints, and a later ``resume_from_checkpoint=True`` would pick the wrong one).
 
+Faults while saving (``docs/PREEMPTION.md``):
+
+- A save that fails (no space left, permission denied, I/O error) raises ``CheckpointSaveError`` on every process,
+  naming the cause in words (torch reports a full disk as ``unexpected pos ...`` without an errno: the free space of
+  the filesystem decides then), the free space left and the last complete checkpoint; the unfinished staging folder
+  is removed at once.
+- ``save_total_limit`` rotation first renames an old checkpoint into the staging area, then deletes it: a kill
+  half-way through a deletion leaves no half-deleted ``checkpoint-N`` behind, and the newest checkpoint is never
+  touched.
+- Replacing a checkpoint of the same step sets the old copy aside, then renames the new one into place; a kill in
+  between leaves both in the staging area, and ``recover_interrupted_publish`` (run when ``train()`` starts, and by
+  the recipes before they read the record) puts the new one (complete: it holds the marker) or else the old one back.
+
 Subclasses add their own state to each checkpoint through ``_save_extra_state(folder)`` / ``_load_extra_state(
 checkpoint)`` (called on every process; ``folder`` is the staging folder).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+from pathlib import Path
 from typing import Any
 
+import torch
 from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +62,9 @@ STAGING_DIR = ".incomplete"
 MARKER_FILE = "trl_ext_checkpoint.json"
 RUN_FILE = "trl_ext_run.json"
 COUNTERS_FILE = "trl_ext_counters.json"
+REPLACED_PREFIX = "replaced-"  # the older copy of a checkpoint being replaced, in the staging area
+DELETING_PREFIX = "deleting-"  # a checkpoint being deleted by the rotation, in the staging area
+LOW_SPACE_BYTES = 1 << 20  # under this much free space, an error without errno while writing is a full disk
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 
@@ -109,6 +128,90 @@ def write_json_atomic(path: str, payload: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def any_process(accelerator: Any, flag: bool) -> bool:
+    """True on every process when ``flag`` is True on any (one all-reduce; no collective on a single process)."""
+    if accelerator is None or accelerator.num_processes == 1:
+        return bool(flag)
+    value = torch.tensor(float(bool(flag)), device=accelerator.device)
+    return accelerator.reduce(value, reduction="sum").item() > 0
+
+
+def recover_interrupted_publish(output_dir: str) -> list[str]:
+    """Put back a checkpoint that a kill left in the staging area while it replaced one of the same step (see
+    ``AtomicCheckpointMixin._publish``): when ``checkpoint-N`` is missing, the staged ``checkpoint-N`` if complete
+    (the new copy), else ``replaced-checkpoint-N`` (the old one). Main process only; returns the folders restored."""
+    staging_parent = os.path.join(output_dir, STAGING_DIR)
+    if not os.path.isdir(staging_parent):
+        return []
+    restored = []
+    for name in sorted(os.listdir(staging_parent)):
+        base = name[len(REPLACED_PREFIX) :] if name.startswith(REPLACED_PREFIX) else name
+        if not _CHECKPOINT_RE.match(base) or os.path.exists(os.path.join(output_dir, base)):
+            continue
+        new, old = os.path.join(staging_parent, base), os.path.join(staging_parent, REPLACED_PREFIX + base)
+        source = new if os.path.isfile(os.path.join(new, MARKER_FILE)) else old
+        if is_complete_checkpoint(source):
+            os.rename(source, os.path.join(output_dir, base))
+            restored.append(os.path.join(output_dir, base))
+            logger.warning(f"Restored {base} from {source} (a run was stopped while it replaced that checkpoint).")
+    return restored
+
+
+class CheckpointSaveError(RuntimeError):
+    """Writing a checkpoint failed (no space, permission, I/O error); the message names the cause, the free space
+    and the last complete checkpoint, which is intact."""
+
+
+def _errno_of(error: BaseException) -> int | None:
+    """The errno of ``error`` or of an exception it was raised from (an ``OSError`` deep in torch or safetensors)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno:
+            return error.errno
+        match = re.search(r"\bcode: (\d+)", str(error))  # safetensors: IoError(Os { code: 28, kind: StorageFull })
+        if match:
+            return int(match.group(1))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _free_bytes(path: str) -> int | None:
+    """Free space (for this user) on the filesystem holding ``path`` or its nearest existing parent."""
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path or ".").free
+    except OSError:
+        return None
+
+
+def _size(count: int | None) -> str:
+    if count is None:
+        return "unknown"
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1024
+    return str(count)
+
+
+def save_failure_cause(error: BaseException | None, free_before_cleanup: int | None) -> tuple[str, str]:
+    """``(cause in words, what to do)`` for an error raised while writing a checkpoint."""
+    code = _errno_of(error) if error is not None else None
+    if code is None and free_before_cleanup is not None and free_before_cleanup < LOW_SPACE_BYTES:
+        code = errno.ENOSPC  # torch: "[enforce fail at inline_container.cc] . unexpected pos", no errno
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return os.strerror(code), "free space there (or lower save_total_limit, or set save_only_model)"
+    if code in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return os.strerror(code), "make output_dir writable (or choose another output_dir)"
+    if code is not None:
+        return os.strerror(code), "check the disk or filesystem holding output_dir"
+    if error is None:
+        return "another process failed to write its part (its error says why)", "see that process's error"
+    return f"{type(error).__name__}: {error}", "fix the cause"
 
 
 def _rows_digest(dataset: Any, count: int = 8) -> str | None:
@@ -201,6 +304,9 @@ class AtomicCheckpointMixin:
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
         output_dir = self.args.output_dir
+        if self.args.should_save:
+            recover_interrupted_publish(output_dir)  # before any process looks for the newest checkpoint
+        self.accelerator.wait_for_everyone()
         resume = self._resolve_resume(resume_from_checkpoint, output_dir)
         self._identity = self.run_identity()  # before the model is wrapped or sharded; stored in each checkpoint
         self._check_run_identity(resume, output_dir)
@@ -276,42 +382,99 @@ class AtomicCheckpointMixin:
             os.makedirs(staging_parent, exist_ok=True)
         self.accelerator.wait_for_everyone()
         self._staging_parent = staging_parent
+        error: Exception | None = None
         try:
             super()._save_checkpoint(model, trial)  # every file lands in output_dir/.incomplete/checkpoint-N
             os.makedirs(staging, exist_ok=True)
             self._save_extra_state(staging)
+        except Exception as raised:  # noqa: BLE001 - every process must reach the agreement below, then raise
+            error = raised
         finally:
             self._staging_parent = None
+        # all processes' files are in the staging folder, or some process failed: every process learns which
+        if any_process(self.accelerator, error is not None):
+            self._fail_save(error, staging, run_dir)
         best = self.state.best_model_checkpoint
         if best is not None and os.path.abspath(os.path.dirname(best)) == os.path.abspath(staging_parent):
             self.state.best_model_checkpoint = os.path.join(run_dir, os.path.basename(best))
             if self.args.should_save:
                 self.state.save_to_json(os.path.join(staging, TRAINER_STATE_NAME))
-        self.accelerator.wait_for_everyone()  # all processes' files are in the staging folder
         if self.args.should_save:
-            write_json_atomic(os.path.join(staging, RUN_FILE), self._identity or self.run_identity())
-            write_json_atomic(os.path.join(staging, MARKER_FILE), {"global_step": self.state.global_step})
-            _fsync_tree(staging)
-            self._publish(staging, final)
-            rotate_checkpoints(
-                output_dir=run_dir,
-                save_total_limit=self.args.save_total_limit,
-                best_model_checkpoint=self.state.best_model_checkpoint,
-                use_mtime=True,
-            )
+            try:
+                write_json_atomic(os.path.join(staging, RUN_FILE), self._identity or self.run_identity())
+                write_json_atomic(os.path.join(staging, MARKER_FILE), {"global_step": self.state.global_step})
+                _fsync_tree(staging)
+                self._publish(staging, final)
+            except Exception as raised:  # noqa: BLE001 - as above
+                error = raised
+        if any_process(self.accelerator, error is not None):
+            self._fail_save(error, staging, run_dir)
+        if self.args.should_save:
+            self._rotate(run_dir)
         self.accelerator.wait_for_everyone()
+
+    def _fail_save(self, error: Exception | None, staging: str, run_dir: str) -> None:
+        """Remove the unfinished staging folder and raise ``CheckpointSaveError`` (on every process)."""
+        free_before = _free_bytes(staging)
+        if self.args.should_save:
+            shutil.rmtree(staging, ignore_errors=True)
+            try:
+                os.rmdir(os.path.dirname(staging))  # only if empty
+            except OSError:
+                pass
+        cause, fix = save_failure_cause(error, free_before)
+        last = last_complete_checkpoint(run_dir)
+        kept = (
+            f"The last complete checkpoint, {last}, is intact: {fix}, then resume from it with "
+            "resume_from_checkpoint=True (recipes: --resume_from_checkpoint latest)."
+            if last
+            else f"No complete checkpoint exists yet: {fix}, then start the run again."
+        )
+        where = "" if error is not None else f" on another process than process {self.accelerator.process_index}"
+        message = (
+            f"Could not write checkpoint-{self.state.global_step}{where}: {cause}. {_size(_free_bytes(run_dir))} free "
+            f"on the filesystem of {run_dir}; the unfinished {staging} was removed. {kept}"
+        )
+        logger.error(message)
+        raise CheckpointSaveError(message) from error
+
+    def _rotate(self, run_dir: str) -> None:
+        """``save_total_limit`` as the Trainer applies it (the newest and the best checkpoint kept; oldest deleted
+        first), each folder renamed into the staging area before it is deleted (module docstring). Best effort: a
+        folder that cannot be removed stays, with a warning."""
+        limit = self.args.save_total_limit
+        if limit is None or limit <= 0:
+            return
+        checkpoints = sort_checkpoints(run_dir, PREFIX_CHECKPOINT_DIR, use_mtime=True)
+        best = self.state.best_model_checkpoint
+        protected = {checkpoints[-1], *([str(Path(best))] if best is not None else [])} if checkpoints else set()
+        excess = len(checkpoints) - max(limit, len(protected))
+        trash_dir = os.path.join(run_dir, STAGING_DIR)
+        for checkpoint in [c for c in checkpoints if c not in protected][: max(excess, 0)]:
+            trash = os.path.join(trash_dir, DELETING_PREFIX + os.path.basename(checkpoint))
+            try:
+                os.makedirs(trash_dir, exist_ok=True)
+                shutil.rmtree(trash, ignore_errors=True)
+                os.rename(checkpoint, trash)  # atomic: the checkpoint is whole or gone, never half-deleted
+                shutil.rmtree(trash)
+            except OSError as error:
+                logger.warning(f"save_total_limit: could not delete {checkpoint} ({error}); it stays.")
+        try:
+            os.rmdir(trash_dir)  # only if empty
+        except OSError:
+            pass
 
     @staticmethod
     def _publish(staging: str, final: str) -> None:
         """Move the finished checkpoint into place; an older folder of the same step (a run resumed from an earlier
-        checkpoint) is replaced. A kill in between leaves the older, complete checkpoints, never a partial one."""
+        checkpoint) is replaced. A kill in between leaves both copies in the staging area, complete, and
+        ``recover_interrupted_publish`` puts the new one in place at the next start: never a partial one."""
         parent = os.path.dirname(final)
         replaced = None
         if os.path.exists(final):
-            replaced = os.path.join(os.path.dirname(staging), f"replaced-{os.path.basename(final)}")
+            replaced = os.path.join(os.path.dirname(staging), REPLACED_PREFIX + os.path.basename(final))
             shutil.rmtree(replaced, ignore_errors=True)
-            # set the old copy aside first: a kill here leaves it, complete, for the next start to clean up
-            os.rename(final, replaced)
+            os.rename(final, replaced)  # set the old copy aside first
         os.rename(staging, final)  # the one atomic step: readers see no checkpoint-N or a complete one, never half
         _fsync_dir(parent)  # the rename is durable only once the parent directory's entry reaches the disk
         if replaced is not None:

@@ -10,7 +10,10 @@ a non-finite loss, atomic checkpoints and an exact resume.
   ``getattr`` so that configs without these fields keep the defaults ``"raise"`` / ``None``).
 - ``FiniteLossMixin`` (here): a NaN or infinite loss stops the run before the optimizer step, with the step, the
   batch's prompts, the inputs that are non-finite, the batch saved to ``output_dir`` and the last checkpoint kept.
-- ``trl_ext.reliability.checkpoints.AtomicCheckpointMixin``: checkpoints are complete or absent; resumes are checked.
+- ``trl_ext.reliability.checkpoints.AtomicCheckpointMixin``: checkpoints are complete or absent; resumes are checked;
+  a failed save says why, with the free space and the last complete checkpoint.
+- ``trl_ext.reliability.preemption.PreemptionMixin``: on SIGTERM / SIGUSR1 (``preemption_signals``) every process
+  finishes the optimizer step in progress, a checkpoint is written and the run exits with code 75.
 - Exact resume (here). TRL's ``GRPOTrainer`` generates once per ``steps_per_generation * num_iterations`` micro-steps
   and keeps the split generation batch in ``_buffered_inputs``; a resumed trainer starts with ``_step = 0`` and no
   buffer, so a checkpoint taken inside a generation block (GSPO's 4 minibatches per rollout) would regenerate with
@@ -39,7 +42,8 @@ import torch
 import trl
 
 from trl_ext.reliability import checks
-from trl_ext.reliability.checkpoints import AtomicCheckpointMixin, last_complete_checkpoint
+from trl_ext.reliability.checkpoints import AtomicCheckpointMixin, any_process, last_complete_checkpoint
+from trl_ext.reliability.preemption import PreemptionMixin
 from trl_ext.reliability.reward_guard import guard_reward_funcs
 
 logger = logging.getLogger(__name__)
@@ -81,10 +85,8 @@ class FiniteLossMixin:
         return result
 
     def _check_finite_loss(self, loss: torch.Tensor, inputs: dict[str, Any]) -> None:
-        bad = torch.tensor(float(not bool(torch.isfinite(loss.detach()).all())), device=loss.device)
-        if self.accelerator.num_processes > 1:  # every process stops, not only the one that saw it
-            bad = self.accelerator.reduce(bad, reduction="sum")
-        if bad.item() == 0:
+        # every process stops, not only the one that saw it
+        if not any_process(self.accelerator, not bool(torch.isfinite(loss.detach()).all())):
             return
         step = self.state.global_step + 1
         rank = self.accelerator.process_index
@@ -111,9 +113,9 @@ class FiniteLossMixin:
         )
 
 
-class GRPOReliabilityMixin(FiniteLossMixin, AtomicCheckpointMixin):
-    """Construction checks, guarded rewards, non-finite loss stop, atomic checkpoints and exact resume for TRL's
-    ``GRPOTrainer`` (module docstring). Takes exactly ``trl.GRPOTrainer``'s arguments."""
+class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMixin):
+    """Construction checks, guarded rewards, non-finite loss stop, graceful preemption, atomic checkpoints and exact
+    resume for TRL's ``GRPOTrainer`` (module docstring). Takes exactly ``trl.GRPOTrainer``'s arguments."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Bind against TRL's own signature: every argument, positional or keyword, is found by name (and a call TRL

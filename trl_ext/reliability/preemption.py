@@ -1,0 +1,205 @@
+"""Graceful preemption: on SIGTERM or SIGUSR1 the run finishes the optimizer step in progress, writes a checkpoint
+through the atomic path (``trl_ext.reliability.checkpoints``), says so and exits with ``PREEMPTED_EXIT_CODE`` (75).
+
+Schedulers send a signal and allow a grace period before SIGKILL: Kubernetes and spot / preemptible VMs send SIGTERM
+(30 s by default on Kubernetes), Slurm sends SIGTERM on preemption or cancellation and, with ``--signal=USR1@120``,
+SIGUSR1 120 s before the time limit. ``docs/PREEMPTION.md`` has the Slurm and torchrun recipes.
+
+How it works (``PreemptionMixin``, a base of every GRPO-family trainer; it composes with any ``transformers.Trainer``
+subclass that has ``AtomicCheckpointMixin``):
+
+- For the duration of ``train()`` the signals of ``args.preemption_signals`` (default ``["SIGTERM", "SIGUSR1"]``;
+  ``[]`` or ``["none"]`` turns the feature off) only set a flag (``SignalLatch``); the previous handlers come back when
+  ``train()`` ends. A second signal restores the default action and re-delivers itself: the process stops at once,
+  as it would have without trl-ext (exit status ``-signal``), a checkpoint being written then is never picked up.
+- At every step end (``TrainerCallback.on_step_end``, after the optimizer step) every process adds its flag through
+  one all-reduce, so that all ranks agree on the step at which they stop, even when only one rank was signalled. A
+  stop asks the Trainer for a checkpoint at that step (``control.should_save``); once it is complete (``on_save``, on
+  every process), the run raises ``Preempted``. A signal that arrives while a scheduled checkpoint is being written
+  stops the run right after it (the same agreement at ``on_save``), without another step.
+- ``Preempted`` is a ``SystemExit`` with code 75 (``EX_TEMPFAIL`` of ``sysexits.h``: "temporary failure, retry"): a
+  script that does not catch it exits with 75, without a traceback, after the main process logged the step, the
+  checkpoint and how to resume, and wrote ``output_dir/preempted.json`` (``{"step", "checkpoint", "signal",
+  "exit_code"}``; removed when a later ``train()`` starts) for launchers that do not pass the exit code on
+  (``torchrun`` exits 1 when a worker exits 75).
+- A signal that arrives after the last step's check (training has finished) is logged and otherwise ignored: the run
+  goes on to its end.
+
+Resuming from the preemption checkpoint (``resume_from_checkpoint=True``) reproduces the uninterrupted run exactly,
+as from any other checkpoint (``trl_ext.reliability.mixin``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from typing import Any
+
+from transformers import TrainerCallback
+
+from trl_ext.reliability.checkpoints import any_process, write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+PREEMPTED_EXIT_CODE = 75
+PREEMPTED_FILE = "preempted.json"
+DEFAULT_PREEMPTION_SIGNALS = ("SIGTERM", "SIGUSR1")
+_OFF = {"none", "off", "false", ""}
+_UNCATCHABLE = {"SIGKILL", "SIGSTOP"}
+
+
+def parse_signals(names: Any) -> list[signal.Signals]:
+    """``["SIGTERM", "usr1"]`` -> the signals; ``[]``, ``None`` or ``["none"]`` -> ``[]`` (off). A comma-separated
+    string is accepted too. Raises ``ValueError`` naming ``preemption_signals``, the bad name and the fix."""
+    if names is None:
+        return []
+    if isinstance(names, str):
+        names = names.split(",")
+    parsed: list[signal.Signals] = []
+    for raw in names:
+        name = str(raw).strip().upper()
+        if name.lower() in _OFF:
+            continue
+        full = name if name.startswith("SIG") else f"SIG{name}"
+        if full in _UNCATCHABLE:
+            raise ValueError(
+                f"preemption_signals: {raw!r} cannot be caught by any process. Use SIGTERM and/or SIGUSR1 (the "
+                "defaults), or [] to turn graceful preemption off."
+            )
+        member = getattr(signal.Signals, full, None) if full.isidentifier() else None
+        if member is None:
+            raise ValueError(
+                f"preemption_signals: unknown signal {raw!r}. Give signal names such as SIGTERM, SIGUSR1, SIGUSR2 or "
+                "SIGINT (default: SIGTERM SIGUSR1), or 'none' to turn graceful preemption off."
+            )
+        if member not in parsed:
+            parsed.append(member)
+    return parsed
+
+
+class Preempted(SystemExit):
+    """The run stopped on a preemption signal after writing a complete checkpoint; exit code ``PREEMPTED_EXIT_CODE``.
+    ``step``, ``checkpoint`` and ``signal_name`` say where it stopped and why."""
+
+    def __init__(self, message: str, step: int, checkpoint: str | None, signal_name: str) -> None:
+        super().__init__(PREEMPTED_EXIT_CODE)
+        self.message, self.step, self.checkpoint, self.signal_name = message, step, checkpoint, signal_name
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SignalLatch:
+    """Turns the first of ``signals`` into a flag (``received``, the signal's name) and a second into the default
+    action at once. ``install`` / ``restore`` bracket the region where it applies (main thread only: Python delivers
+    signals there)."""
+
+    def __init__(self, signals: list[signal.Signals]) -> None:
+        self.signals = signals
+        self.received: str | None = None
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def install(self) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning(
+                "train() runs outside the main thread: graceful preemption is off (signal handlers can only be set "
+                "in the main thread); a SIGTERM stops the process at once."
+            )
+            return False
+        for sig in self.signals:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return True
+
+    def restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.received is not None:
+            os.write(2, f"[trl-ext] second signal ({name}): stopping now, without a checkpoint.\n".encode())
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self.received = name
+        # os.write, not logging: a signal handler may run while the logging lock is held
+        os.write(
+            2,
+            f"[trl-ext] {name} received: finishing the optimizer step in progress, then writing a checkpoint and "
+            f"exiting with code {PREEMPTED_EXIT_CODE} (send it again to stop at once).\n".encode(),
+        )
+
+
+class PreemptionCallback(TrainerCallback):
+    """Agrees across processes, at each step end and after each checkpoint, on whether a preemption signal arrived
+    (module docstring); stops the run right after the checkpoint of that step."""
+
+    def __init__(self, latch: SignalLatch, accelerator: Any) -> None:
+        self.latch = latch
+        self.accelerator = accelerator
+        self.stopping = False
+
+    def _agreed(self) -> bool:
+        return any_process(self.accelerator, self.latch.received is not None)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if not self.stopping and self._agreed():
+            self.stopping = True
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        if not self.stopping and not self._agreed():
+            return control
+        self.stopping = True
+        checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        name = self.latch.received or "a preemption signal on another process"
+        message = (
+            f"Preempted ({name}) at step {state.global_step}: {checkpoint} is written and complete; exiting with code "
+            f"{PREEMPTED_EXIT_CODE}. Resume with resume_from_checkpoint=True (recipes: --resume_from_checkpoint "
+            "latest) to continue exactly where it stopped."
+        )
+        if args.should_save:
+            write_json_atomic(
+                os.path.join(args.output_dir, PREEMPTED_FILE),
+                {
+                    "step": state.global_step,
+                    "checkpoint": checkpoint,
+                    "signal": name,
+                    "exit_code": PREEMPTED_EXIT_CODE,
+                },
+            )
+            logger.warning(message)
+        raise Preempted(message, state.global_step, checkpoint, name)
+
+
+class PreemptionMixin:
+    """Graceful preemption for a ``transformers.Trainer`` subclass with ``AtomicCheckpointMixin`` (module docstring);
+    put it before that mixin in the bases. Reads ``args.preemption_signals`` (default SIGTERM, SIGUSR1)."""
+
+    def train(self, *args: Any, **kwargs: Any):
+        signals = parse_signals(getattr(self.args, "preemption_signals", DEFAULT_PREEMPTION_SIGNALS))
+        if self.args.should_save:
+            stale = os.path.join(self.args.output_dir, PREEMPTED_FILE)
+            if os.path.exists(stale):
+                os.remove(stale)  # a previous segment's stop; this one starts
+        if not signals:
+            return super().train(*args, **kwargs)
+        latch = SignalLatch(signals)
+        callback = PreemptionCallback(latch, self.accelerator)
+        self.add_callback(callback)
+        latch.install()
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            latch.restore()
+            self.remove_callback(callback)
+            if latch.received is not None and not callback.stopping:
+                logger.warning(
+                    f"{latch.received} arrived after the last optimizer step: training had finished, so no "
+                    "preemption checkpoint was written and the run goes on to its end."
+                )
