@@ -13,5 +13,20 @@ import sys
 from trl_ext.rewards import *  # noqa: F403  (the public names, re-exported unchanged)
 from trl_ext.rewards import __all__  # noqa: F401
 
-for _module in ("arithmetic", "code", "extract", "format", "length", "math", "registry", "sandbox", "text"):
+for _module in (
+    "arithmetic",
+    "checkers",
+    "code",
+    "code_format",
+    "extract",
+    "format",
+    "io_tests",
+    "length",
+    "length_scaled",
+    "math",
+    "registry",
+    "sandbox",
+    "tag_count",
+    "text",
+):
     sys.modules[f"{__name__}.{_module}"] = importlib.import_module(f"trl_ext.rewards.{_module}")

@@ -12,20 +12,27 @@ See ``rewards/README.md`` for the list, the options and the code sandbox's threa
 
 from trl_ext.rewards.arithmetic import arithmetic_reward
 from trl_ext.rewards.code import CodeReward
+from trl_ext.rewards.code_format import CodeFormat
 from trl_ext.rewards.format import ProcessReward, ThinkFormat
 from trl_ext.rewards.length import LengthBudget, Repetition, SoftOverlong
+from trl_ext.rewards.length_scaled import CosineLength, KimiLength
 from trl_ext.rewards.math import MathAccuracy
 from trl_ext.rewards.registry import available_rewards, get_reward, get_rewards, register_reward
 from trl_ext.rewards.sandbox import sandbox_report
+from trl_ext.rewards.tag_count import TagCount
 from trl_ext.rewards.text import completion_text
 
 __all__ = [
+    "CodeFormat",
     "CodeReward",
+    "CosineLength",
+    "KimiLength",
     "LengthBudget",
     "MathAccuracy",
     "ProcessReward",
     "Repetition",
     "SoftOverlong",
+    "TagCount",
     "ThinkFormat",
     "arithmetic_reward",
     "available_rewards",

@@ -59,8 +59,8 @@ from trl_ext.rewards.text import column, completion_texts
 __all__ = ["CodeReward", "extract_code", "normalize_tests", "read_tests", "sandbox_report"]
 TESTS_FORMATS = ("auto", "asserts", *LAYOUTS)
 
-_FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-_PYTHON_LABELS = {"", "python", "py", "python3", "py3"}
+FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+PYTHON_LABELS = {"", "python", "py", "python3", "py3"}
 
 
 def extract_code(text: str, code_block: str = "last") -> str | None:
@@ -73,7 +73,7 @@ def extract_code(text: str, code_block: str = "last") -> str | None:
     region = answer_region(text)
     if region is None:
         return None
-    blocks = [body for label, body in _FENCE.findall(region) if label.lower() in _PYTHON_LABELS]
+    blocks = [body for label, body in FENCE.findall(region) if label.lower() in PYTHON_LABELS]
     if blocks:
         code = blocks[-1] if code_block == "last" else "\n\n".join(blocks)
     elif "```" in region:

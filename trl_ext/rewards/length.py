@@ -24,7 +24,7 @@ from trl.rewards import get_repetition_penalty_reward, get_soft_overlong_punishm
 from trl_ext.rewards.text import completion_texts
 
 
-def _units(completions: list | None, completion_ids: list | None) -> tuple[list[list[Any]], str]:
+def completion_units(completions: list | None, completion_ids: list | None) -> tuple[list[list[Any]], str]:
     if completion_ids is not None:
         return [list(ids) for ids in completion_ids], "tokens"
     return [text.split() for text in completion_texts(completions or [])], "words"
@@ -40,7 +40,7 @@ class _TRLLengthReward:
         completion_ids: list | None = None,
         **kw: Any,
     ) -> list[float]:
-        units, self.last_unit = _units(completions, completion_ids)
+        units, self.last_unit = completion_units(completions, completion_ids)
         return [float(r) for r in self._trl(completion_ids=units)]
 
 
@@ -107,7 +107,7 @@ class LengthBudget:
         completion_ids: list | None = None,
         **kw: Any,
     ) -> list[float | None]:
-        units, self.last_unit = _units(completions, completion_ids)
+        units, self.last_unit = completion_units(completions, completion_ids)
         per_example = kw.get(self.budget_column)
         if per_example is None and self.budget is None:
             raise ValueError(

@@ -15,7 +15,11 @@ name               builds                                     options
 ``soft_overlong``  :class:`rewards.length.SoftOverlong`       max_completion_len, soft_punish_cache
 ``length_budget``  :class:`rewards.length.LengthBudget`       budget, budget_column, mode, alpha, clip
 ``repetition``     :class:`rewards.length.Repetition`         ngram_size, max_penalty
-``code``           :class:`rewards.code.CodeReward`           tests_column, timeout, memory_mb, num_workers, ...
+``code``           :class:`rewards.code.CodeReward`           tests_column, tests_format, timeout, case_timeout, ...
+``code_format``    :class:`rewards.code_format.CodeFormat`    language, think_format
+``tag_count``      :class:`rewards.tag_count.TagCount`        answer_tags
+``len_reward``     :class:`rewards.length_scaled.KimiLength`  solution_column, extraction
+``cosine``         :class:`rewards.length_scaled.CosineLength`  min/max_value_correct/wrong, max_len, exceed_penalty
 ``arithmetic``     :func:`rewards.arithmetic.arithmetic_reward`  (none); alias ``arithmetic_reward``
 =================  =========================================  ==============================================
 
@@ -32,9 +36,12 @@ from typing import Any
 
 from trl_ext.rewards.arithmetic import arithmetic_reward
 from trl_ext.rewards.code import CodeReward
+from trl_ext.rewards.code_format import CodeFormat
 from trl_ext.rewards.format import ProcessReward, ThinkFormat
 from trl_ext.rewards.length import LengthBudget, Repetition, SoftOverlong
+from trl_ext.rewards.length_scaled import CosineLength, KimiLength
 from trl_ext.rewards.math import MathAccuracy
+from trl_ext.rewards.tag_count import TagCount
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,10 @@ _REGISTRY: dict[str, _Entry] = {
     "length_budget": _Entry(LengthBudget),
     "repetition": _Entry(Repetition),
     "code": _Entry(CodeReward),
+    "code_format": _Entry(CodeFormat),
+    "tag_count": _Entry(TagCount),
+    "len_reward": _Entry(KimiLength),
+    "cosine": _Entry(CosineLength),
     "arithmetic": _Entry(arithmetic_reward),
     "arithmetic_reward": _Entry(arithmetic_reward),  # alias: the demo reward's logged __name__
 }

@@ -1,0 +1,52 @@
+"""Code-format reward: the answer holds a fenced block in the expected language, and (Python) that block parses.
+
+open-r1's ``get_code_format_reward(language)`` checks with a regular expression that the answer has a
+```` ```<language> ```` fence inside the ``<think>``/``<answer>`` format. This one checks what the code reward will
+run: the answer region (after ``</think>``; a ``<think>`` never closed scores 0) must hold a block fenced with the
+language's label (``python``: ``python``, ``py``, ``python3``, ``py3``), and for Python the last such block must be
+valid syntax (``ast.parse``); for other languages only the fence is checked (no parser here). 1.0 or 0.0.
+With ``think_format=True`` the completion must also pass the strict think format (:class:`ThinkFormat`), as
+open-r1's pattern requires.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from trl_ext.rewards.code import FENCE, PYTHON_LABELS
+from trl_ext.rewards.extract import answer_region
+from trl_ext.rewards.format import ThinkFormat
+from trl_ext.rewards.text import completion_texts
+
+
+class CodeFormat:
+    """1.0 when the answer's last block fenced in ``language`` is there (and, for Python, parses); else 0.0."""
+
+    def __init__(self, language: str = "python", think_format: bool = False, name: str = "code_format"):
+        if not language or not language.replace("+", "").replace("#", "").isalnum():
+            raise ValueError(f"language must be a fence label such as 'python' or 'cpp', got {language!r}")
+        self.language = language.lower()
+        self.labels = PYTHON_LABELS - {""} if self.language in PYTHON_LABELS else {self.language}
+        self.think_format = ThinkFormat(strict=True) if think_format else None
+        self.__name__ = name
+
+    def score(self, text: str) -> float:
+        """The reward of one completion text."""
+        region = answer_region(text)
+        if region is None:
+            return 0.0
+        if self.think_format is not None and self.think_format(completions=[text])[0] != 1.0:
+            return 0.0
+        blocks = [body for label, body in FENCE.findall(region) if label.lower() in self.labels]
+        if not blocks or not blocks[-1].strip():
+            return 0.0
+        if self.labels & PYTHON_LABELS:
+            try:
+                ast.parse(blocks[-1])
+            except (SyntaxError, ValueError):
+                return 0.0
+        return 1.0
+
+    def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list[float]:
+        return [self.score(text) for text in completion_texts(completions or [])]

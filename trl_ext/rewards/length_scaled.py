@@ -1,0 +1,118 @@
+"""Length rewards that depend on correctness: Kimi k1.5's group length reward and the cosine-scaled length reward.
+
+* :class:`KimiLength` (``len_reward``), Kimi k1.5 (arXiv 2501.12599, section 2.3.3, "Length Penalty"): among the
+  responses sampled for one question, with ``min_len`` and ``max_len`` the shortest and longest,
+  ``lambda_i = 0.5 - (len_i - min_len) / (max_len - min_len)``; the reward is ``lambda_i`` for a correct response
+  and ``min(0, lambda_i)`` for a wrong one (short right answers are rewarded, long ones penalized; wrong answers
+  are only ever penalized). All responses of equal length score 0 (open-r1's convention; the formula divides by
+  zero). The group is the responses to the same prompt (open-r1's ``len_reward`` takes the whole batch, which
+  mixes questions under TRL's grouping). Kimi also warms the penalty up over training; that schedule is not here.
+* :class:`CosineLength` (``cosine``), Yeo et al., "Demystifying Long Chain-of-Thought Reasoning in LLMs" (arXiv
+  2502.03373, section 4, Eq. 1): ``CosFn(t, T, r_0, r_T) = r_T + 0.5 (r_0 - r_T) (1 + cos(t pi / T))`` of the
+  completion length ``t`` (clipped at ``T = max_len``), with ``(r_0, r_T) = (max_value_correct, min_value_correct)``
+  for a correct answer (shorter is better) and ``(min_value_wrong, max_value_wrong)`` for a wrong one (longer is
+  penalized less, so the model keeps thinking when unsure); ``exceed_penalty`` (the paper's ``r_e``), when set, is
+  the reward of a completion that reaches ``max_len``. Defaults are open-r1's ``get_cosine_scaled_reward``: 1.0 to
+  0.5 when correct, -1.0 to -0.5 when wrong, ``max_len`` 1000.
+
+Correctness is the accuracy reward (:class:`trl_ext.rewards.math.MathAccuracy`, the ``accuracy`` options
+``solution_column`` and ``extraction``) scoring 1.0, or any reward callable passed as ``accuracy``; an
+unscorable completion (accuracy ``None``) gets ``None``. Lengths are completion tokens (``completion_ids``), or
+whitespace-separated words when called without them (``last_unit`` says which).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from trl_ext.rewards.length import completion_units
+from trl_ext.rewards.math import MathAccuracy
+
+
+class _Correctness:
+    """Shared by both rewards: correctness from an accuracy reward, lengths from the completion tokens."""
+
+    def __init__(self, accuracy: Callable | None, solution_column: str | None, extraction: str):
+        self.accuracy = accuracy or MathAccuracy(extraction=extraction, solution_column=solution_column)
+        self.last_unit = "tokens"
+
+    def judged(self, prompts: list | None, completions: list, completion_ids: list | None, kwargs: dict) -> tuple:
+        columns = {k: v for k, v in kwargs.items() if k not in ("log_metric", "log_extra")}  # logged by accuracy
+        scores = self.accuracy(prompts=prompts, completions=completions, **columns)
+        units, self.last_unit = completion_units(completions, completion_ids)
+        correct = [None if score is None else score >= 1.0 for score in scores]
+        return correct, [len(u) for u in units]
+
+
+class KimiLength(_Correctness):
+    """Kimi k1.5's length reward within each prompt's group (module doc)."""
+
+    def __init__(
+        self,
+        accuracy: Callable | None = None,
+        solution_column: str | None = None,
+        extraction: str = "auto",
+        name: str = "len_reward",
+    ):
+        super().__init__(accuracy, solution_column, extraction)
+        self.__name__ = name
+
+    def __call__(
+        self, prompts: list | None = None, completions: list | None = None, completion_ids: list | None = None, **kw
+    ) -> list[float | None]:
+        completions = list(completions or [])
+        correct, lengths = self.judged(prompts, completions, completion_ids, kw)
+        groups: dict[str, list[int]] = {}
+        for index in range(len(completions)):
+            key = repr(prompts[index]) if prompts is not None and index < len(prompts) else ""
+            groups.setdefault(key, []).append(index)
+        rewards: list[float | None] = [None] * len(completions)
+        for members in groups.values():
+            shortest, longest = min(lengths[i] for i in members), max(lengths[i] for i in members)
+            for i in members:
+                if correct[i] is None:
+                    continue
+                lam = 0.0 if longest == shortest else 0.5 - (lengths[i] - shortest) / (longest - shortest)
+                rewards[i] = lam if correct[i] else min(0.0, lam)
+        return rewards
+
+
+class CosineLength(_Correctness):
+    """Cosine-scaled length reward (module doc)."""
+
+    def __init__(
+        self,
+        min_value_wrong: float = -1.0,
+        max_value_wrong: float = -0.5,
+        min_value_correct: float = 0.5,
+        max_value_correct: float = 1.0,
+        max_len: int = 1000,
+        exceed_penalty: float | None = None,
+        accuracy: Callable | None = None,
+        solution_column: str | None = None,
+        extraction: str = "auto",
+        name: str = "cosine",
+    ):
+        if max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {max_len}")
+        super().__init__(accuracy, solution_column, extraction)
+        self.correct_range = (max_value_correct, min_value_correct)  # (r_0, r_T)
+        self.wrong_range = (min_value_wrong, max_value_wrong)
+        self.max_len = max_len
+        self.exceed_penalty = exceed_penalty
+        self.__name__ = name
+
+    def value(self, length: int, correct: bool) -> float:
+        """``CosFn(length, max_len, r_0, r_T)`` for a correct or wrong answer (module doc)."""
+        if self.exceed_penalty is not None and length >= self.max_len:
+            return float(self.exceed_penalty)
+        r_0, r_t = self.correct_range if correct else self.wrong_range
+        t = min(length, self.max_len)
+        return r_t + 0.5 * (r_0 - r_t) * (1.0 + math.cos(t * math.pi / self.max_len))
+
+    def __call__(
+        self, prompts: list | None = None, completions: list | None = None, completion_ids: list | None = None, **kw
+    ) -> list[float | None]:
+        correct, lengths = self.judged(prompts, list(completions or []), completion_ids, kw)
+        return [None if ok is None else self.value(n, ok) for ok, n in zip(correct, lengths, strict=True)]

@@ -1,0 +1,33 @@
+"""Tag-count reward: partial credit for each well-formed ``<think>`` / ``<answer>`` tag (open-r1's ``tag_count_reward``).
+
+open-r1 (``src/open_r1/rewards.py``, adapted there from willccbb's GRPO demo gist) gives 0.25 for each of four
+markers that appears **exactly once** in the completion: ``"<think>\\n"``, ``"\\n</think>\\n"``, ``"\\n<answer>\\n"``
+and ``"\\n</answer>"``. It is a dense shaping signal toward the strict format (:class:`trl_ext.rewards.format.ThinkFormat`
+with ``answer_tags=True``): a completion that has every marker once scores 1.0, a repeated marker earns nothing.
+``answer_tags=False`` counts only the two think markers, 0.5 each, for the R1 format without answer tags.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trl_ext.rewards.text import completion_texts
+
+THINK_MARKERS = ("<think>\n", "\n</think>\n")
+ANSWER_MARKERS = ("\n<answer>\n", "\n</answer>")
+
+
+class TagCount:
+    """``(markers present exactly once) / (markers counted)``: quarters with answer tags, halves without."""
+
+    def __init__(self, answer_tags: bool = True, name: str = "tag_count"):
+        self.answer_tags = answer_tags
+        self.markers = THINK_MARKERS + (ANSWER_MARKERS if answer_tags else ())
+        self.__name__ = name
+
+    def score(self, text: str) -> float:
+        """The reward of one completion text."""
+        return sum(text.count(marker) == 1 for marker in self.markers) / len(self.markers)
+
+    def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list[float]:
+        return [self.score(text) for text in completion_texts(completions or [])]
