@@ -22,7 +22,7 @@ from trl_ext.diagnostics import probe
 from trl_ext.grpo.presets import PRESETS, preset_names
 from trl_ext.recipe.common import RECIPES_DIR
 
-RECIPES = ("grpo", "dapo", "gspo", "dr_grpo", "sft", "dpo", "ppo", "pipeline")
+RECIPES = ("grpo", "dapo", "gspo", "dr_grpo", "sft", "dpo", "ppo", "pipeline", "eval")
 
 
 def usage() -> str:

@@ -26,7 +26,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, 
 from trl import SFTConfig, SFTTrainer
 
 from trl_ext.console import use_console
-from trl_ext.diagnostics.held_out import greedy_reward_accuracy
+from trl_ext.diagnostics import evaluation
 from trl_ext.rewards.arithmetic import arithmetic_reward
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
@@ -128,8 +128,8 @@ def greedy_accuracy(
 ) -> float:
     """Held-out greedy accuracy: the fraction of prompts whose greedy completion (4 new tokens) has the answer as its
     first integer, i.e. the ``arithmetic`` reward of the greedy completion (``progress``: a tqdm bar's title)."""
-    return greedy_reward_accuracy(
-        model, tokenizer, dataset, arithmetic_reward, max_new_tokens=4, batch_size=batch_size, progress=progress
+    return evaluation.greedy_accuracy(
+        model, tokenizer, dataset, arithmetic_reward, max_new_tokens=4, prompts_per_call=batch_size, progress=progress
     )
 
 

@@ -8,7 +8,7 @@ maps columns, used by every recipe, the probe and held-out evaluation.
 """
 
 from trl_ext.data.layouts import Layout, apply_layout, detect_layout, reference_answer
-from trl_ext.data.loading import DEMO_LAYOUT, TaskData, cap_held_out, load_data, load_task_data
+from trl_ext.data.loading import DEMO_LAYOUT, TaskData, cap_held_out, is_data_file, load_data, load_task_data
 from trl_ext.data.prompts import format_prompts, has_chat_template
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "detect_layout",
     "format_prompts",
     "has_chat_template",
+    "is_data_file",
     "load_data",
     "load_task_data",
     "reference_answer",

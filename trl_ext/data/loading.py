@@ -36,6 +36,11 @@ class TaskData:
         return self.layout.describe()
 
 
+def is_data_file(name: str | None) -> bool:
+    """Whether ``name`` names a local data file by its extension (``.json/.jsonl/.csv/.parquet``)."""
+    return os.path.splitext(name or "")[1].lower() in FILE_FORMATS
+
+
 def _load_file(path: str, field_name: str) -> Dataset:
     extension = os.path.splitext(path)[1].lower()
     if not os.path.exists(path):
@@ -52,9 +57,9 @@ def load_data(
     eval set when it exists. ``test_split`` may also be a local file of held-out problems."""
     if dataset_name is None:
         return make_problems(DemoTaskConfig())
-    test_file = os.path.splitext(test_split or "")[1].lower() in FILE_FORMATS
+    test_file = is_data_file(test_split)
     held_out = _load_file(test_split, "dataset_test_split") if test_file else None
-    if os.path.splitext(dataset_name)[1].lower() in FILE_FORMATS:
+    if is_data_file(dataset_name):
         return _load_file(dataset_name, "dataset_name"), held_out
     data = load_dataset(dataset_name, dataset_config)
     if train_split not in data:

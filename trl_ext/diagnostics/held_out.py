@@ -1,9 +1,11 @@
 """Held-out greedy accuracy before, during and after training, and the callback that logs it as ``held_out/accuracy``.
 
-The metric: the policy's greedy completion of each held-out prompt, scored by the run's task reward (the first of
-``reward_funcs``, e.g. ``accuracy`` against the ``solution`` column), averaged; a reward of None counts as wrong. On
-the demo task (``prompt`` and ``answer`` columns, no task reward given) it is ``trl_ext.demo.greedy_accuracy``, the
-demo's own metric, which equals the ``arithmetic`` reward of the greedy completion.
+The metric: the fraction of held-out prompts whose greedy completion the run's task reward (the first of
+``reward_funcs``, e.g. ``accuracy`` against the ``answer`` column) scores correct, i.e. 1.0 (full marks: a code
+completion with partial credit is wrong); a reward of None counts as wrong. It is ``trl-ext eval``'s
+``pass@1 (greedy)``, computed by the same function (``trl_ext.diagnostics.evaluation.greedy_accuracy``). On the demo
+task (``prompt`` and ``answer`` columns, no task reward given) it is ``trl_ext.demo.greedy_accuracy``, the demo's own
+metric: the ``arithmetic`` reward of the greedy completion of 4 tokens.
 
 :class:`HeldOutEvaluation` evaluates every ``every`` optimizer steps and at the last step and adds the value to the
 log of that step, so that it reaches ``state.log_history``, ``metrics.jsonl`` and every tracker like any other
@@ -21,60 +23,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from datasets import Dataset
-from tqdm import tqdm
 from transformers import TrainerCallback
 
+from trl_ext.diagnostics.evaluation import greedy_accuracy
 from trl_ext.rewards.arithmetic import arithmetic_reward
-from trl_ext.scoring import is_conversational, prompt_text
 
 HELD_OUT_KEY = "held_out/accuracy"
-
-
-@torch.no_grad()
-def greedy_reward_accuracy(
-    model: Any,
-    tokenizer: Any,
-    dataset: Dataset,
-    reward_func: Callable,
-    max_new_tokens: int,
-    batch_size: int = 64,
-    progress: bool | str = False,
-) -> float:
-    """Mean task reward of the greedy completions of ``dataset['prompt']`` (strings or conversations); the other
-    columns are passed to ``reward_func`` as TRL passes them (``solution=[...]``, ...). None counts as 0."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    total = 0.0
-    bar = tqdm(total=len(dataset), desc=progress, unit="problem", leave=False) if progress else None
-    try:
-        for start in range(0, len(dataset), batch_size):
-            batch = dataset[start : start + batch_size]
-            prompts = batch["prompt"]
-            conversational = is_conversational(prompts[0])
-            texts = [prompt_text(p, tokenizer) for p in prompts]
-            inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not conversational)
-            inputs = inputs.to(device)
-            output = model.generate(
-                **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
-            )
-            completion_ids = output[:, inputs["input_ids"].shape[1] :]
-            decoded = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-            completions = [[{"role": "assistant", "content": t}] for t in decoded] if conversational else decoded
-            columns = {key: value for key, value in batch.items() if key != "prompt"}
-            rewards = reward_func(prompts=prompts, completions=completions, **columns)
-            total += sum(float(r) for r in rewards if r is not None)
-            if bar is not None:
-                bar.update(len(prompts))
-    finally:
-        tokenizer.padding_side = padding_side
-        model.train(was_training)
-        if bar is not None:
-            bar.close()
-    return total / max(len(dataset), 1)
 
 
 def held_out_accuracy(
@@ -98,10 +53,8 @@ def held_out_accuracy(
 
     def evaluate() -> float:
         if demo:  # the demo's own check (trl_ext.demo.greedy_accuracy): the answer is the first integer in 4 tokens
-            return greedy_reward_accuracy(
-                model, tokenizer, eval_dataset, arithmetic_reward, max_new_tokens=4, progress=progress
-            )
-        return greedy_reward_accuracy(model, tokenizer, eval_dataset, reward_func, max_new_tokens, progress=progress)
+            return greedy_accuracy(model, tokenizer, eval_dataset, arithmetic_reward, 4, progress=progress)
+        return greedy_accuracy(model, tokenizer, eval_dataset, reward_func, max_new_tokens, progress=progress)
 
     if is_deepspeed_zero3_enabled():  # sharded weights must be gathered (on every rank) before generate
         import deepspeed

@@ -131,6 +131,50 @@ class PPOScriptArguments(DPOScriptArguments):
 
 
 @dataclass
+class EvalArguments(DataArguments):
+    """``trl-ext eval`` (``recipes/eval.py``): the models, the held-out split (the recipes' data fields and layouts),
+    the task reward, and the sampling of ``trl_ext.diagnostics.evaluation.EvalSettings``."""
+
+    models: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Models to evaluate side by side: Hub ids, local model folders, a run's output_dir or one of its "
+            "checkpoint-N folders (LoRA adapters too). None: the demo's SFT warm start and, if trained, "
+            "outputs/dapo-demo."
+        },
+    )
+    reward_funcs: list[str] | None = reward_funcs_field()
+    reward_options: str | None = field(
+        default=None, metadata={"help": 'JSON options per reward, e.g. \'{"accuracy": {"extraction": "boxed"}}\'.'}
+    )
+    num_samples: int = field(
+        default=32, metadata={"help": "Samples per problem K (avg@K, pass@k, maj@K); DAPO reports avg@32."}
+    )
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (DAPO's evaluation: 1.0)."})
+    top_p: float = field(default=0.7, metadata={"help": "Top-p of the samples (DAPO's evaluation: 0.7)."})
+    greedy: bool = field(default=True, metadata={"help": "Also one greedy completion per problem: pass@1 (greedy)."})
+    pass_ks: list[int] | None = field(
+        default=None, metadata={"help": "The k of pass@k, each at most --num_samples. None: 1, 2, 4, ..., K."}
+    )
+    max_new_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Completion length limit (cut to the model's context after the longest prompt). None: 1024; "
+            "the demo: its own check's 4 tokens."
+        },
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the sampling, the same for every model."})
+    batch_size: int = field(default=512, metadata={"help": "Completions per generation call (transformers)."})
+    use_vllm: bool = field(
+        default=False, metadata={"help": "Generate with vLLM (installed, CUDA GPU); transformers otherwise."}
+    )
+    dtype: str | None = field(default="auto", metadata={"help": "Weights' dtype: auto, bfloat16, float32, ..."})
+    output_dir: str = field(
+        default="outputs/eval", metadata={"help": "Where eval.json and per_problem.jsonl are written."}
+    )
+
+
+@dataclass
 class PipelineArguments:
     """Settings of ``run_pipeline``. Each stage runs its recipe's code path with its YAML; ``*_overrides`` are
     ``key=value`` settings applied on top (like CLI flags of that recipe)."""

@@ -24,12 +24,13 @@ import torch
 import yaml
 from accelerate import PartialState
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, set_seed
+from peft import AutoPeftModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, set_seed
 from transformers.utils import is_torch_bf16_gpu_available
 from trl import TrlParser, get_quantization_config
 
 from trl_ext.console import format_duration, opening_line, precision_label, quiet_libraries, summary_table
-from trl_ext.data import Layout, TaskData, cap_held_out, load_data, load_task_data
+from trl_ext.data import Layout, TaskData, cap_held_out, is_data_file, load_data, load_task_data
 from trl_ext.demo import (
     WarmStartConfig,
     build_model,
@@ -49,8 +50,9 @@ from trl_ext.reliability.checks import (
 from trl_ext.reliability.reward_guard import reward_columns
 from trl_ext.reliability.zero_reward import ZeroRewardWatch
 from trl_ext.rewards import get_rewards
+from trl_ext.rewards.arithmetic import arithmetic_reward
 
-__all__ = ["cap_held_out", "load_data"]  # re-exported from trl_ext.data, their home
+__all__ = ["cap_held_out", "is_data_file", "load_data"]  # re-exported from trl_ext.data, their home
 
 logger = logging.getLogger(__name__)
 SUMMARY_FILE = "summary.json"
@@ -124,26 +126,28 @@ def given_fields(argv: Sequence[str]) -> set[str]:
     return given | set(config_yaml(argv))
 
 
-def parse(dataclass_types: Sequence[type], recipe: str, argv: list[str] | None = None) -> tuple:
+def parse(dataclass_types: Sequence[type], recipe: str | None, argv: list[str] | None = None) -> tuple:
     """The one recipe parser: ``TrlParser`` over ``dataclass_types`` (``make_parser``: no abbreviations, unknown
     flags named with the closest one). With neither ``--config`` nor ``--model_name_or_path`` the demo's YAML
     (``demo_config_path(recipe)``) supplies the values; CLI flags override it either way. Every YAML file is checked
     first: an unknown key fails, naming the key and the closest field (``check_config_keys``), where ``TrlParser``
     would silently ignore a typo. ``bf16`` / ``use_cpu`` are fitted to the hardware unless set
     (``supported_precision``); ``report_to`` trackers must be installed (``check_report_to``). The first dataclass
-    (the script arguments) gets ``given_fields``: the fields set by flag or YAML."""
+    (the script arguments) gets ``given_fields``: the fields set by flag or YAML. ``recipe=None``: no demo YAML
+    (``trl-ext eval``, whose defaults are its dataclass's)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = make_parser(dataclass_types)
     if "-h" in argv or "--help" in argv:
         parser.print_help()
         raise SystemExit(0)
     check_flags(parser, argv)
-    if "--config" not in argv and not any(a.startswith("--model_name_or_path") for a in argv):
+    if recipe and "--config" not in argv and not any(a.startswith("--model_name_or_path") for a in argv):
         argv = ["--config", demo_config_path(recipe), *argv]
     if "--config" in argv:
         check_config_keys(argv[argv.index("--config") + 1], list(dataclass_types))
     given = given_fields(argv)
-    parsed = parser.parse_args_and_config(args=supported_precision(argv))
+    trains = any("bf16" in getattr(t, "__dataclass_fields__", {}) for t in dataclass_types)
+    parsed = parser.parse_args_and_config(args=supported_precision(argv) if trains else argv)
     for values in parsed:
         if hasattr(values, "report_to"):
             check_report_to(values.report_to)
@@ -256,9 +260,21 @@ def load_policy(
             "device_map": {"": PartialState().local_process_index},
         }
     path = model_name_or_path or warm_start()
+    check_model_folder(path)
     torch_dtype = "auto" if dtype in (None, "auto") else getattr(torch, dtype)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **(quantization or {}))
-    tokenizer = build_tokenizer() if model_name_or_path is None else AutoTokenizer.from_pretrained(path)
+    if os.path.exists(os.path.join(path, "adapter_config.json")):  # a LoRA run's output: base model + adapter, merged
+        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **(quantization or {}))
+        model = model.merge_and_unload() if quantization is None else model
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **(quantization or {}))
+    tokenizer = build_tokenizer() if model_name_or_path is None else load_tokenizer(path, chat_template)
+    return model, tokenizer, path
+
+
+def load_tokenizer(path: str, chat_template: str | None = None) -> Any:
+    """The tokenizer saved with a model, set up for generation: a pad token (EOS when it has none), left padding,
+    and ``chat_template`` (a ``.jinja`` file or the template text) when given."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # generation (GRPO family, PPO, DPO mining) needs left padding
@@ -267,7 +283,33 @@ def load_policy(
             with open(chat_template) as f:
                 chat_template = f.read()
         tokenizer.chat_template = chat_template
-    return model, tokenizer, path
+    return tokenizer
+
+
+def load_for_vllm(path: str, chat_template: str | None = None) -> tuple[Any, Any]:
+    """``(model stand-in, tokenizer)`` for generation by vLLM, which loads the weights itself: the stand-in carries
+    the model's ``config`` (its context length) and ``name_or_path``, so no second copy of the weights is loaded."""
+    check_model_folder(path)
+    config = AutoConfig.from_pretrained(path)
+    return types.SimpleNamespace(config=config, name_or_path=path), load_tokenizer(path, chat_template)
+
+
+def check_model_folder(path: str) -> None:
+    """A local folder given as a model must hold one (``config.json``, or a LoRA ``adapter_config.json``): a run's
+    output_dir whose training stopped before the final save holds only checkpoints, so name the newest of them."""
+    if not os.path.isdir(path) or any(
+        os.path.exists(os.path.join(path, name)) for name in ("config.json", "adapter_config.json")
+    ):
+        return
+    checkpoints = sorted(
+        (n for n in os.listdir(path) if re.fullmatch(r"checkpoint-\d+", n)), key=lambda n: int(n.split("-")[1])
+    )
+    hint = (
+        f"It holds checkpoints only (the run stopped before its final save): give {os.path.join(path, checkpoints[-1])}"
+        if checkpoints
+        else "Give a folder written by save_pretrained (a run's output_dir or checkpoint-N folder) or a Hub id"
+    )
+    raise ValueError(f"{path} holds no model (no config.json or adapter_config.json). {hint}.")
 
 
 def written_files(output_dir: str) -> list[str]:
@@ -330,10 +372,11 @@ def warm_start_sft_config(output_dir: str, sft: WarmStartConfig | None = None) -
     return warm_start_sft_kwargs(output_dir, sft)
 
 
-def demo_threads(model_args: Any) -> None:
-    """One intra-op thread for the demo model (as ``trl_ext.recipe.grpo``): at 0.6M parameters threads gain nothing and
-    thrash on a busy machine. Set ``OMP_NUM_THREADS`` to choose yourself."""
-    if model_args.model_name_or_path is None and "OMP_NUM_THREADS" not in os.environ:
+def demo_threads(model_args: Any = None, demo: bool | None = None) -> None:
+    """One intra-op thread for the demo model (no ``model_name_or_path``, or ``demo=True``): at 0.6M parameters
+    threads gain nothing and thrash on a busy machine. Set ``OMP_NUM_THREADS`` to choose yourself."""
+    demo = model_args.model_name_or_path is None if demo is None else demo
+    if demo and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
 
 
@@ -349,6 +392,28 @@ def start(
     return started, data.train, data.held_out, data.layout
 
 
+def evaluation_reward(script_args: Any, layout: Layout, reward: Callable | None = None) -> Callable | None:
+    """The reward that held-out evaluation and ``trl-ext eval`` score with: on the demo its own answer check
+    (``arithmetic_reward``, whatever ``reward``); on user data ``reward`` (the run's task reward, built once by the
+    recipe) or, when None, the task reward of ``reward_funcs`` / the layout (``task_rewards``); None when nothing
+    names a reward and the data has no reference column."""
+    if script_args.dataset_name is None:
+        return arithmetic_reward
+    if reward is not None:
+        return reward
+    if not getattr(script_args, "reward_funcs", None) and layout.reference_column is None:
+        return None
+    return task_rewards(script_args, layout)[0][0]
+
+
+def completion_budget(model: Any, longest: tuple[int, Any] | None, max_new_tokens: int) -> int:
+    """``max_new_tokens``, cut so that the longest prompt (``longest_prompt``) plus the completion fits the model's
+    context; at least 1."""
+    context = context_length(getattr(model, "config", None))
+    room = context - longest[0] if context is not None and longest is not None else max_new_tokens
+    return max(1, min(max_new_tokens, room))
+
+
 def held_out_evaluator(
     script_args: Any,
     layout: Layout,
@@ -358,24 +423,19 @@ def held_out_evaluator(
     reward: Callable | None = None,
     is_main: bool = True,
 ) -> Callable[..., float | None]:
-    """``evaluate(model, phase=False)``: held-out greedy accuracy of every recipe (``phase``, e.g. ``"before RL"``,
-    titles a progress bar on the main process). The demo: its own answer check, whatever ``reward``; user data:
-    ``reward`` (the run's task reward, built once by the recipe) or, when None, the one that fits the layout, on
-    completions of up to ``max_new_tokens`` and never past the model's context after the longest prompt of the first
-    rows (measured once, here); None without a held-out split or a reference to score against."""
-    if script_args.dataset_name is None:
-        reward = None  # the demo's own check
-    elif reward is None:
-        if not getattr(script_args, "reward_funcs", None) and layout.reference_column is None:
-            return lambda model, phase=False: None
-        reward = task_rewards(script_args, layout)[0][0]
+    """``evaluate(model, phase=False)``: held-out greedy accuracy of every recipe, i.e. ``trl-ext eval``'s
+    ``pass@1 (greedy)`` (``phase``, e.g. ``"before RL"``, titles a progress bar on the main process), scored by
+    ``evaluation_reward`` on completions of up to ``max_new_tokens`` (the demo: 4), never past the model's context
+    after the longest prompt of the first rows (measured once, here); None without a held-out split or a reference
+    to score against."""
+    reward = evaluation_reward(script_args, layout, reward)
+    if reward is None:
+        return lambda model, phase=False: None
     longest = longest_prompt(eval_dataset, tokenizer)
 
     def evaluate(model: Any, phase: str | bool = False) -> float | None:
-        context = context_length(getattr(model, "config", None))
-        room = context - longest[0] if context is not None and longest is not None else max_new_tokens
-        length = max(1, min(max_new_tokens, room))
         label = f"evaluation ({phase})" if is_main and isinstance(phase, str) else False
+        length = completion_budget(model, longest, max_new_tokens)
         return held_out_accuracy(model, tokenizer, eval_dataset, reward, length, progress=label)
 
     return evaluate
@@ -446,3 +506,33 @@ def announce(
         f"outputs in {training_args.output_dir}",
     ]
     print(opening_line(recipe, parts), flush=True)
+
+
+DEMO_TRAINED = "outputs/dapo-demo"  # where `trl-ext dapo` (recipes/configs/demo/dapo/config_demo.yaml) saves its model
+
+
+def demo_models() -> list[tuple[str, str]]:
+    """``(name, path)`` of what ``trl-ext eval`` evaluates with no ``--models``: the demo's SFT warm start (trained
+    and cached on first use) and, when ``trl-ext dapo`` has saved it, the demo's trained model."""
+    models = [("demo warm start", warm_start())]
+    if os.path.exists(os.path.join(DEMO_TRAINED, "config.json")):
+        models.append((DEMO_TRAINED, DEMO_TRAINED))
+    return models
+
+
+def announce_eval(args: Any, data: TaskData, split: str, problems: int, models: Sequence[str], settings: Any) -> None:
+    """The opening line of ``trl-ext eval``: the models, the data and its layout, the reward, the sampling."""
+    quiet_libraries()
+    name = "built-in arithmetic demo" if args.dataset_name is None else args.dataset_name
+    sampling = f"K={settings.num_samples} samples at temperature {settings.temperature}, top-p {settings.top_p}"
+    parts = [
+        f"{len(models)} model{'s' if len(models) > 1 else ''}: {', '.join(models)}",
+        f"data {name} ({problems} problems of {split})",
+        data.describe() if args.dataset_name is not None else None,
+        f"reward {', '.join(args.reward_funcs) if args.reward_funcs else ', '.join(data.layout.task_rewards)}",
+        sampling + (" + greedy" if settings.greedy else ""),
+        f"up to {settings.max_new_tokens} new tokens",
+        "vLLM" if settings.use_vllm else "transformers",
+        f"outputs in {args.output_dir}",
+    ]
+    print(opening_line("eval", parts), flush=True)

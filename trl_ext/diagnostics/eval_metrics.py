@@ -1,0 +1,112 @@
+"""The figures papers report from k samples per problem: pass@k, avg@k and maj@k, from per-sample verdicts.
+
+* **pass@k**, the unbiased estimator of Chen et al. 2021 (arXiv 2107.03374, Eq. 1): with ``n`` samples of which
+  ``c`` are correct, ``pass@k = 1 - C(n - c, k) / C(n, k)``, the probability that at least one of ``k`` samples drawn
+  without replacement from the ``n`` is correct; computed as ``1 - prod_{i=n-c+1}^{n} (1 - k / i)`` (the paper's
+  numerically stable form), and 1.0 when ``n - c < k``. ``pass@1`` is then ``c / n``.
+* **avg@k** (DAPO's AIME avg@32, DeepSeek-R1's "pass@1 averaged over k samples"): the mean correctness of the k
+  samples of a problem, i.e. ``c / k``: the same number as the estimator's pass@1 from k samples.
+* **maj@k** (DeepSeek-R1's cons@64, self-consistency of Wang et al. 2022, arXiv 2203.11171): the problem counts as
+  solved when the answer most samples agree on is correct. Answers are the reward's own extraction of each
+  completion (``trl_ext.diagnostics.evaluation.answer_extractor``), compared as text; a sample without an answer does
+  not vote. **Tie rule:** among the answers with the most votes, the one whose first vote came earliest (in sample
+  order, which is the sampling order, so ties break at random but reproducibly).
+
+Each problem's figure is averaged over problems. A sample is correct when its reward is at least the threshold (1.0:
+full marks, so a code completion with partial credit counts as wrong); a reward of None (unscorable) is wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+CORRECT_AT = 1.0  # a sample is correct when its reward is at least this (the rule-based rewards give 1.0 when right)
+
+
+def check_k(k: int, n: int) -> None:
+    """``k`` must be a whole number from 1 to ``n`` (the samples drawn per problem)."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"pass@k needs k >= 1 (a whole number of samples), got k={k!r}.")
+    if k > n:
+        raise ValueError(
+            f"pass@{k} needs at least {k} samples per problem, but only {n} were drawn: raise --num_samples to {k} "
+            f"or more, or ask for k <= {n}."
+        )
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one problem from ``n`` samples with ``c`` correct (Chen et al. 2021, Eq. 1)."""
+    check_k(k, n)
+    if not 0 <= c <= n:
+        raise ValueError(f"pass@k: the number of correct samples must be between 0 and n={n}, got c={c}.")
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product
+
+
+def default_ks(num_samples: int) -> list[int]:
+    """The k of the report: 1, 2, 4, ... up to ``num_samples``, and ``num_samples`` itself."""
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
+    ks = [1]
+    while ks[-1] * 2 <= num_samples:
+        ks.append(ks[-1] * 2)
+    if ks[-1] != num_samples:
+        ks.append(num_samples)
+    return ks
+
+
+def majority_vote(answers: Sequence[str | None]) -> int | None:
+    """Index of the first sample carrying the winning answer (module docstring: most votes, ties to the answer voted
+    first); None when no sample has an answer."""
+    counts: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for index, answer in enumerate(answers):
+        if answer is None:
+            continue
+        counts[answer] = counts.get(answer, 0) + 1
+        first.setdefault(answer, index)
+    if not counts:
+        return None
+    winner = max(counts, key=lambda answer: (counts[answer], -first[answer]))
+    return first[winner]
+
+
+def is_correct(reward: float | None, threshold: float = CORRECT_AT) -> bool:
+    """A sample's verdict: its reward reached ``threshold`` (None, unscorable, is wrong)."""
+    return reward is not None and reward >= threshold
+
+
+def problem_figures(
+    rewards: Sequence[float | None],
+    answers: Sequence[str | None] | None,
+    ks: Sequence[int],
+    threshold: float = CORRECT_AT,
+) -> dict[str, float | None]:
+    """One problem's ``avg@K``, ``pass@k`` for each k and ``maj@K`` (None when ``answers`` is None: a reward with no
+    answer to vote on, e.g. code) from the rewards of its K samples."""
+    n = len(rewards)
+    verdicts = [is_correct(r, threshold) for r in rewards]
+    figures: dict[str, float | None] = {f"avg@{n}": sum(verdicts) / n if n else 0.0}
+    for k in ks:
+        figures[f"pass@{k}"] = pass_at_k(n, sum(verdicts), k)
+    if answers is None:
+        figures[f"maj@{n}"] = None
+    else:
+        winner = majority_vote(answers)
+        figures[f"maj@{n}"] = float(winner is not None and verdicts[winner])
+    return figures
+
+
+def mean_figures(per_problem: Sequence[dict[str, float | None]]) -> dict[str, float | None]:
+    """The mean over problems of each figure (None stays None: a figure the reward cannot give)."""
+    if not per_problem:
+        return {}
+    means: dict[str, float | None] = {}
+    for key in per_problem[0]:
+        values = [figures[key] for figures in per_problem]
+        means[key] = None if any(v is None for v in values) else sum(values) / len(values)
+    return means

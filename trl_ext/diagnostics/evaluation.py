@@ -1,0 +1,405 @@
+"""Evaluation of a model on held-out problems as the papers report it: a greedy completion and K samples per problem,
+each scored by the task reward, and the figures of ``trl_ext.diagnostics.eval_metrics`` computed from them.
+
+One code path for every figure of the package: the recipes' held-out accuracy (``held_out.held_out_accuracy``,
+before, during and after training) is :func:`greedy_accuracy`, which is this module's greedy mode, and
+``trl-ext eval`` (``recipes/eval.py``) reports the same number as its ``pass@1 (greedy)`` on the same model, split
+and completion length.
+
+* Generation: ``model.generate`` batched with left padding (``transformers``), greedy or sampled (temperature,
+  top-p), K samples per prompt as ``num_return_sequences``, contiguous per prompt; or vLLM (:func:`generate_vllm`)
+  when it is installed and a GPU is present. A completion ends at its first EOS; one that reaches
+  ``max_new_tokens`` without it is truncated.
+* Scoring: the task reward called as TRL calls it (``prompts=, completions=, **columns``), each column repeated for
+  the K samples of its problem; conversational prompts get ``[{"role": "assistant", "content": ...}]`` completions.
+* Answers for the majority vote: the reward's own extraction (:func:`answer_extractor`): the math reward's
+  ``extraction`` strategies, the demo's first integer; none for rewards without an answer (code), whose maj@K is
+  then not reported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from datasets import Dataset
+from tqdm import tqdm
+from transformers import set_seed
+
+from trl_ext.diagnostics.eval_metrics import CORRECT_AT, default_ks, is_correct, mean_figures, problem_figures
+from trl_ext.rewards.arithmetic import arithmetic_reward, parse_first_int
+from trl_ext.rewards.extract import extract_answer
+from trl_ext.rewards.math import MathAccuracy
+from trl_ext.scoring import is_conversational, prompt_text
+
+
+@dataclass
+class Completion:
+    """One generated completion: its text, its number of tokens (up to and including the first EOS) and whether it
+    ran into the length limit without an EOS."""
+
+    text: str
+    length: int
+    truncated: bool
+
+
+@dataclass
+class Sample:
+    """One scored completion as ``per_problem.jsonl`` stores it."""
+
+    text: str
+    answer: str | None
+    reward: float | None
+    length: int
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How completions are drawn: one greedy completion, or ``num_samples`` at ``temperature`` and ``top_p``."""
+
+    num_samples: int = 1
+    greedy: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    @property
+    def per_prompt(self) -> int:
+        return 1 if self.greedy else self.num_samples
+
+
+GREEDY = Sampling()
+
+
+@dataclass
+class EvalSettings:
+    """How a model is evaluated. Sampling defaults are DAPO's evaluation (arXiv 2503.14476, section 4.1: avg@32 at
+    temperature 1.0, top-p 0.7). ``batch_size``: completions per generation call (prompts per call = batch_size // K,
+    at least 1); the greedy pass uses ``greedy_batch_size`` prompts per call, as the recipes' held-out figure does."""
+
+    num_samples: int = 32
+    temperature: float = 1.0
+    top_p: float = 0.7
+    max_new_tokens: int = 1024
+    greedy: bool = True
+    seed: int = 0
+    batch_size: int = 512
+    greedy_batch_size: int = 64
+    pass_ks: list[int] | None = None
+    correct_at: float = CORRECT_AT
+    use_vllm: bool = False
+
+    def ks(self) -> list[int]:
+        """The k of pass@k: ``pass_ks`` checked against K, or 1, 2, 4, ..., K."""
+        if not isinstance(self.num_samples, int) or self.num_samples < 1:
+            raise ValueError(
+                f"--num_samples must be a whole number >= 1 (samples per problem), got {self.num_samples}."
+            )
+        if not self.pass_ks:
+            return default_ks(self.num_samples)
+        too_large = [k for k in self.pass_ks if k > self.num_samples]
+        if too_large or any(k < 1 for k in self.pass_ks):
+            raise ValueError(
+                f"--pass_ks {self.pass_ks}: every k must be between 1 and --num_samples ({self.num_samples}) since "
+                f"pass@k needs k samples per problem; drop {too_large or [k for k in self.pass_ks if k < 1]} or raise "
+                "--num_samples."
+            )
+        return sorted(set(self.pass_ks))
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"pass_ks": self.ks()}
+
+    def sampling(self) -> Sampling:
+        return Sampling(self.num_samples, False, self.temperature, self.top_p)
+
+
+@dataclass
+class ModelEvaluation:
+    """A model's figures (means over problems), its per-problem records and the wall time of its evaluation."""
+
+    name: str
+    figures: dict[str, float | None]
+    records: list[dict[str, Any]] = field(repr=False)
+    seconds: float
+
+
+def answer_extractor(reward: Callable) -> Callable[[str], str | None] | None:
+    """The answer a reward reads from a completion's text, for the majority vote; None for a reward without one.
+
+    A reward may define its own as ``reward.extract_answer(text)``; the package's math reward uses its
+    ``extraction`` strategies (``"math_verify"``: the ``auto`` strategies), the demo's check its first integer."""
+    func = getattr(reward, "func", reward)  # trl_ext.reliability.zero_reward.ZeroRewardWatch wraps the task reward
+    own = getattr(func, "extract_answer", None)
+    if callable(own):
+        return own
+    if isinstance(func, MathAccuracy):
+        strategies = "auto" if func.extraction == "math_verify" else func.extraction
+        return lambda text: extract_answer(text, strategies, func.multiple_boxed)[0]
+    if func is arithmetic_reward:
+        return lambda text: None if (value := parse_first_int(text.strip())) is None else str(value)
+    return None
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [] if configured is None else [configured])
+    return ids
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Any],
+    max_new_tokens: int,
+    sampling: Sampling = GREEDY,
+    prompts_per_call: int = 64,
+) -> list[list[Completion]]:
+    """``sampling.per_prompt`` completions of each prompt with ``model.generate``, batched with left padding; the
+    model is in eval mode and the tokenizer pads left during the call, both restored afterwards."""
+    was_training, padding_side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"
+    device = next(model.parameters()).device
+    eos = _eos_ids(model, tokenizer)
+    n = sampling.per_prompt
+    options = (
+        {"do_sample": False}
+        if sampling.greedy
+        else {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p}
+    )
+    results: list[list[Completion]] = []
+    try:
+        for start in range(0, len(prompts), prompts_per_call):
+            batch = list(prompts[start : start + prompts_per_call])
+            conversational = is_conversational(batch[0])
+            texts = [prompt_text(p, tokenizer) for p in batch]
+            inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not conversational)
+            inputs = inputs.to(device)
+            output = model.generate(
+                **inputs,
+                max_new_tokens=max_new_tokens,
+                num_return_sequences=n,
+                pad_token_id=tokenizer.pad_token_id,
+                **options,
+            )
+            ids = output[:, inputs["input_ids"].shape[1] :]
+            decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
+            for row, (token_ids, text) in enumerate(zip(ids.tolist(), decoded, strict=True)):
+                end = next((i for i, token in enumerate(token_ids) if token in eos), None)
+                completion = Completion(text, len(token_ids) if end is None else end + 1, end is None)
+                if row % n == 0:
+                    results.append([])
+                results[-1].append(completion)
+    finally:
+        tokenizer.padding_side = padding_side
+        model.train(was_training)
+    return results
+
+
+def vllm_engine(model_path: str, seed: int = 0, max_model_len: int | None = None) -> Any:
+    """A vLLM engine on ``model_path`` (a Hub id or a folder written by ``save_pretrained``), one per model."""
+    from vllm import LLM  # optional dependency: check_vllm has said what is missing before this is called
+
+    return LLM(model=model_path, seed=seed, dtype="auto", max_model_len=max_model_len)
+
+
+def generate_vllm(
+    engine: Any,
+    tokenizer: Any,
+    prompts: Sequence[Any],
+    max_new_tokens: int,
+    sampling: Sampling = GREEDY,
+    seed: int = 0,
+) -> list[list[Completion]]:
+    """The same as :func:`generate` with a vLLM engine (``vllm_engine``): K samples per prompt as
+    ``SamplingParams(n=K)``, greedy as temperature 0; ``finish_reason == "length"`` is a truncation."""
+    from vllm import SamplingParams  # optional dependency, as in vllm_engine
+
+    params = SamplingParams(
+        n=sampling.per_prompt,
+        temperature=0.0 if sampling.greedy else sampling.temperature,
+        top_p=1.0 if sampling.greedy else sampling.top_p,
+        max_tokens=max_new_tokens,
+        seed=seed,
+    )
+    texts = [prompt_text(p, tokenizer) for p in prompts]
+    outputs = engine.generate(texts, params, use_tqdm=True)
+    return [
+        [Completion(o.text, len(o.token_ids), o.finish_reason == "length") for o in output.outputs]
+        for output in outputs
+    ]
+
+
+def check_vllm() -> None:
+    """``--use_vllm`` needs vLLM installed and a CUDA GPU; say which is missing and what to do."""
+    if importlib.util.find_spec("vllm") is None:
+        raise ValueError('--use_vllm: vLLM is not installed. pip install "trl-ext[vllm]", or drop --use_vllm.')
+    if not torch.cuda.is_available():
+        raise ValueError("--use_vllm: vLLM needs a CUDA GPU and none is visible here; drop --use_vllm (transformers).")
+
+
+def score(
+    reward: Callable, dataset: Dataset, generations: Sequence[Sequence[Completion]], extract: Callable | None
+) -> list[list[Sample]]:
+    """Each completion of each problem of ``dataset`` scored by ``reward`` (the other columns passed as TRL passes
+    them, repeated for every completion of their problem), with the answer ``extract`` reads from it."""
+    counts = [len(group) for group in generations]
+    prompts = [p for p, k in zip(dataset["prompt"], counts, strict=True) for _ in range(k)]
+    flat = [completion for group in generations for completion in group]
+    if not flat:
+        return [[] for _ in generations]
+    conversational = is_conversational(prompts[0])
+    completions = [[{"role": "assistant", "content": c.text}] if conversational else c.text for c in flat]
+    columns = {
+        name: [value for value, k in zip(dataset[name], counts, strict=True) for _ in range(k)]
+        for name in dataset.column_names
+        if name != "prompt"
+    }
+    rewards = reward(prompts=prompts, completions=completions, **columns)
+    samples = [
+        Sample(c.text, extract(c.text) if extract else None, None if r is None else float(r), c.length, c.truncated)
+        for c, r in zip(flat, rewards, strict=True)
+    ]
+    grouped, start = [], 0
+    for k in counts:
+        grouped.append(samples[start : start + k])
+        start += k
+    return grouped
+
+
+def greedy_accuracy(
+    model: Any,
+    tokenizer: Any,
+    dataset: Dataset,
+    reward: Callable,
+    max_new_tokens: int,
+    prompts_per_call: int = 64,
+    progress: bool | str = False,
+    correct_at: float = CORRECT_AT,
+) -> float:
+    """The held-out accuracy of the recipes: the fraction of problems whose greedy completion the task reward scores
+    correct (``eval_metrics.is_correct``); ``trl-ext eval``'s ``pass@1 (greedy)``."""
+    bar = tqdm(total=len(dataset), desc=progress, unit="problem", leave=False) if progress else None
+    try:
+        scored = scored_completions(model, tokenizer, dataset, reward, max_new_tokens, GREEDY, prompts_per_call, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    return sum(is_correct(group[0].reward, correct_at) for group in scored) / max(len(dataset), 1)
+
+
+def scored_completions(
+    model: Any,
+    tokenizer: Any,
+    dataset: Dataset,
+    reward: Callable,
+    max_new_tokens: int,
+    sampling: Sampling = GREEDY,
+    prompts_per_call: int = 64,
+    bar: tqdm | None = None,
+    engine: Any = None,
+    seed: int = 0,
+) -> list[list[Sample]]:
+    """The scored completions of each problem, generated and scored in chunks of ``prompts_per_call`` prompts
+    (transformers), or all at once by a vLLM ``engine``."""
+    extract = answer_extractor(reward)
+    if engine is not None:
+        generations = generate_vllm(engine, tokenizer, dataset["prompt"], max_new_tokens, sampling, seed)
+        if bar is not None:
+            bar.update(len(dataset))
+        return score(reward, dataset, generations, extract)
+    scored: list[list[Sample]] = []
+    for start in range(0, len(dataset), prompts_per_call):
+        chunk = dataset.select(range(start, min(start + prompts_per_call, len(dataset))))
+        generations = generate(model, tokenizer, chunk["prompt"], max_new_tokens, sampling, prompts_per_call)
+        scored.extend(score(reward, chunk, generations, extract))
+        if bar is not None:
+            bar.update(len(chunk))
+    return scored
+
+
+def summarize(records: Sequence[dict[str, Any]], settings: EvalSettings) -> dict[str, float | None]:
+    """A model's figures from its per-problem records (what ``per_problem.jsonl`` holds, so that every figure can be
+    recomputed from the file): pass@1 (greedy), avg@K, pass@k, maj@K (None without answers), the mean reward, mean
+    completion length and truncation rate of the samples, and the fraction of unscorable samples."""
+    ks = settings.ks()
+    has_answers = any(s["answer"] is not None for r in records for s in r["samples"])
+    per_problem = [
+        problem_figures(
+            [s["reward"] for s in r["samples"]],
+            [s["answer"] for s in r["samples"]] if has_answers else None,
+            ks,
+            settings.correct_at,
+        )
+        for r in records
+    ]
+    samples = [s for r in records for s in r["samples"]]
+    figures: dict[str, float | None] = {}
+    if records and all(r.get("greedy") for r in records):
+        figures["pass@1 (greedy)"] = sum(
+            is_correct(r["greedy"]["reward"], settings.correct_at) for r in records
+        ) / len(records)
+    figures.update(mean_figures(per_problem))
+    scored = [s["reward"] for s in samples if s["reward"] is not None]
+    count = max(len(samples), 1)
+    figures["mean reward"] = sum(scored) / len(scored) if scored else None
+    figures["mean length"] = sum(s["length"] for s in samples) / count
+    figures["truncated"] = sum(s["truncated"] for s in samples) / count
+    figures["unscorable"] = (len(samples) - len(scored)) / count
+    return figures
+
+
+def reference_of(row: dict[str, Any]) -> Any:
+    """What a problem is scored against, for the record: ``answer``, else ``solution``, else ``tests``."""
+    return next((row[c] for c in ("answer", "solution", "tests") if c in row), None)
+
+
+def evaluate_model(
+    name: str,
+    model: Any,
+    tokenizer: Any,
+    dataset: Dataset,
+    reward: Callable,
+    settings: EvalSettings,
+    model_path: str | None = None,
+    progress: bool = True,
+) -> ModelEvaluation:
+    """Greedy pass (``settings.greedy``) and K samples of every problem, scored, recorded and summarized; the
+    sampling is seeded with ``settings.seed`` (the same for every model, so models are compared on equal draws)."""
+    settings.ks()  # bad k fails before any generation
+    started = time.time()
+    engine = vllm_engine(model_path or model.name_or_path, settings.seed) if settings.use_vllm else None
+    greedy = None
+    if settings.greedy:
+        with tqdm(total=len(dataset), desc=f"eval {name}: greedy", unit="problem", disable=not progress) as bar:
+            greedy = scored_completions(
+                model, tokenizer, dataset, reward, settings.max_new_tokens, GREEDY, settings.greedy_batch_size, bar,
+                engine, settings.seed,
+            )  # fmt: skip
+    set_seed(settings.seed)
+    k = settings.num_samples
+    with tqdm(total=len(dataset), desc=f"eval {name}: {k} samples", unit="problem", disable=not progress) as bar:
+        per_call = max(1, settings.batch_size // k)
+        samples = scored_completions(
+            model, tokenizer, dataset, reward, settings.max_new_tokens, settings.sampling(), per_call, bar,
+            engine, settings.seed,
+        )  # fmt: skip
+    records = []
+    for index, row in enumerate(dataset):
+        records.append(
+            {
+                "model": name,
+                "problem": index,
+                "prompt": row["prompt"],
+                "reference": reference_of(row),
+                "greedy": asdict(greedy[index][0]) if greedy else None,
+                "samples": [asdict(s) for s in samples[index]],
+            }
+        )
+    return ModelEvaluation(name, summarize(records, settings), records, time.time() - started)
