@@ -78,6 +78,54 @@ def _humaneval(prompt: str, answer: int) -> dict[str, Any]:
     }
 
 
+def _apps(prompt: str, answer: int) -> dict[str, Any]:
+    # stdin/stdout: the program reads nothing and must print the sum (input_output is JSON text, as on the Hub)
+    tests = {"inputs": [f"{prompt}\n"], "outputs": [f"{answer}\n"]}
+    return {
+        "problem_id": answer,
+        "question": prompt,
+        "solutions": json.dumps([f"print({answer})"]),
+        "input_output": json.dumps(tests),
+        "difficulty": "introductory",
+        "url": "",
+        "starter_code": "",
+    }
+
+
+def _taco(prompt: str, answer: int) -> dict[str, Any]:
+    row = _apps(prompt, answer)
+    del row["problem_id"], row["url"]
+    return {**row, "tags": "['Math']", "source": "codeforces", "time_limit": "1 second", "memory_limit": "256 MB"}
+
+
+def _livecodebench(prompt: str, answer: int) -> dict[str, Any]:
+    return {
+        "question_title": prompt,
+        "question_content": prompt,
+        "platform": "atcoder",
+        "question_id": str(answer),
+        "contest_date": "2024-01-01T00:00:00",
+        "starter_code": "",
+        "difficulty": "easy",
+        "public_test_cases": json.dumps([{"input": f"{prompt}\n", "output": f"{answer}\n", "testtype": "stdin"}]),
+        "private_test_cases": "",
+        "metadata": "{}",
+    }
+
+
+def _deepcoder(prompt: str, answer: int) -> dict[str, Any]:
+    return {"problem": prompt, "tests": json.dumps([{"input": "", "output": str(answer), "testtype": "stdin"}])}
+
+
+def _open_r1_code(prompt: str, answer: int) -> dict[str, Any]:
+    case = {"input": "", "output": f"{answer}\n", "type": "stdin_stdout"}
+    return {
+        "problem": prompt,
+        "verification_info": {"language": "python", "test_cases": [case]},
+        "gold_standard_solution": f"```python\nprint({answer})\n```",
+    }
+
+
 LAYOUTS: dict[str, Callable[[str, int], dict[str, Any]]] = {
     "gsm8k": _gsm8k,
     "math": _math,
@@ -87,6 +135,18 @@ LAYOUTS: dict[str, Callable[[str, int], dict[str, Any]]] = {
     "conversational": _conversational,
     "mbpp": _mbpp,
     "humaneval": _humaneval,
+    "apps": _apps,
+    "taco": _taco,
+    "livecodebench": _livecodebench,
+    "deepcoder": _deepcoder,
+    "open_r1_code": _open_r1_code,
+}
+IO_CODE_LAYOUTS = {  # layout file -> (recognized layout, the reward's layout of its tests)
+    "apps": ("APPS / TACO", "apps"),
+    "taco": ("APPS / TACO", "apps"),
+    "livecodebench": ("LiveCodeBench", "livecodebench"),
+    "deepcoder": ("DeepCoder", "livecodebench"),
+    "open_r1_code": ("open-r1 verifiable coding", "open-r1"),
 }
 CHAT_LAYOUTS = {"dapo_math", "conversational"}  # prompts are chat messages: they need a chat template
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from datasets import Dataset
-from layout_files import CHAT_LAYOUTS, DEMO_CHAT_TEMPLATE, LAYOUTS, write_layout
+from layout_files import CHAT_LAYOUTS, DEMO_CHAT_TEMPLATE, IO_CODE_LAYOUTS, LAYOUTS, write_layout
 
 from trl_ext.data import apply_layout, detect_layout, format_prompts, load_task_data, reference_answer
 from trl_ext.recipe import common
@@ -20,6 +20,7 @@ from trl_ext.recipe.grpo import fit_to_model, parse, steps_line
 from trl_ext.reliability.checks import check_context_length, check_quantization, check_report_to
 from trl_ext.reliability.zero_reward import ZeroRewardWatch
 from trl_ext.rewards import MathAccuracy
+from trl_ext.rewards.code import read_tests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,6 +65,40 @@ def test_each_layout_is_recognized_and_mapped(layout_dir, layout):
     text = prompt if isinstance(prompt, str) else prompt[-1]["content"]
     assert text.startswith("26+18=")
     assert len(data.held_out) == 24 and data.layout.target_column in data.held_out.column_names
+
+
+@pytest.mark.parametrize("layout", sorted(IO_CODE_LAYOUTS))
+def test_input_output_code_layouts_pick_the_code_reward_with_their_checker(layout_dir, layout):
+    """APPS, TACO, LiveCodeBench, DeepCoder and open-r1 files: recognized, mapped to JSON tests in their own layout
+    (so the code reward reads them with that layout's rule, no option needed), and the task reward is ``code``."""
+    data = load_task_data(_namespace(dataset_name=str(layout_dir / layout / "train.jsonl")))
+    name, tests_layout = IO_CODE_LAYOUTS[layout]
+    assert data.layout.name == name and data.layout.task_rewards == ("code",)
+    assert data.describe().endswith("checker) -> tests")
+    row = next(r for r in data.train if "26+18=" in str(r["prompt"]))
+    assert read_tests(row["tests"]).layout == tests_layout
+    funcs, names = common.task_rewards(_namespace(reward_funcs=None, reward_options=None), data.layout)
+    assert names == ["code"]
+    right, wrong = "```python\nprint(44)\n```", "```python\nprint(45)\n```"
+    assert funcs[0](prompts=[row["prompt"]] * 2, completions=[right, wrong], tests=[row["tests"]] * 2) == [1.0, 0.0]
+
+
+def test_livecodebench_function_name_and_starter_code_reach_the_tests_and_prompt():
+    row = {
+        "question_content": "Add two numbers.",
+        "starter_code": "class Solution:\n    def add(self, a: int, b: int) -> int:\n        ",
+        "public_test_cases": json.dumps([{"input": "1\n2", "output": "3", "testtype": "functional"}]),
+        "metadata": json.dumps({"func_name": "add"}),
+    }
+    data = Dataset.from_list([row])
+    layout = detect_layout(data)
+    mapped = apply_layout(data, layout)[0]
+    assert layout.name == "LiveCodeBench"
+    assert mapped["prompt"].endswith("```python\nclass Solution:\n    def add(self, a: int, b: int) -> int:\n```")
+    tests = read_tests(mapped["tests"])
+    assert (tests.fn_name, tests.inputs, tests.outputs) == ("add", ("[1, 2]",), (3,))
+    unreadable = apply_layout(Dataset.from_list([{**row, "public_test_cases": "not json"}]), layout)[0]
+    assert unreadable["tests"] is None
 
 
 def test_opening_line_names_the_mapping():

@@ -8,6 +8,11 @@ dataset has); a recognized layout trains with no extra flag, any other maps with
 =====================================  ==================================  =============================================
 layout (datasets)                      prompt                              reference
 =====================================  ==================================  =============================================
+APPS / TACO                            ``question`` (+ ``starter_code``)   ``input_output`` -> tests (APPS checker)
+LiveCodeBench                          ``question_content`` (+ starter)    ``public_test_cases`` (+ ``metadata``'s
+                                                                           ``func_name``) -> tests (LiveCodeBench)
+DeepCoder                              ``problem``                         ``tests`` -> tests (LiveCodeBench or APPS)
+open-r1 verifiable coding              ``problem`` or ``prompt``           ``verification_info`` -> tests (open-r1)
 DAPO-Math-17k                          ``prompt`` (chat messages)          ``reward_model.ground_truth``
 GSM8K                                  ``question``                        ``answer`` after the last ``####``
 problem + answer (MATH-500,            ``problem``                         ``answer`` (the final answer wins over a
@@ -18,6 +23,13 @@ HumanEval                              ``prompt``                          ``tes
 prompt + answer / solution             ``prompt`` (text or chat messages)  ``answer`` (else ``solution``), final answer
 prompt + tests                         ``prompt``                          ``tests`` (asserts)
 =====================================  ==================================  =============================================
+
+Input/output tests are written to ``tests`` as JSON text in the dataset's own layout, which the ``code`` reward
+recognizes from the content (``trl_ext.rewards.io_tests``) and judges by that dataset's checker rule
+(``trl_ext.rewards.checkers``: APPS line/token-wise with a numeric tolerance, LiveCodeBench stripped lines or equal
+``Decimal`` tokens, open-r1 stripped lines): no reward option is needed. LiveCodeBench's function name for functional
+problems (``metadata.func_name``) is copied into each case; its ``private_test_cases`` (pickled, compressed) are
+not read: the public cases are the tests. A test value that is empty or not JSON becomes ``None`` (unscorable).
 
 A math reference becomes the final answer as text (``"72"``, ``"\\frac{14}{3}"``); one that cannot be read as an
 answer (a dict, a list, empty) becomes ``None``, which the accuracy reward scores ``None`` (unscorable, counted in
@@ -85,7 +97,33 @@ class Layout:
 
 
 # The recognized layouts, tried in order: the first whose required columns the dataset has.
+IO_CODE_LAYOUTS = ("APPS / TACO", "LiveCodeBench", "DeepCoder", "open-r1 verifiable coding")
 _KNOWN: list[Layout] = [
+    Layout("APPS / TACO", "question", "input_output", "(stdin/stdout or call-based, APPS checker)", task="code"),
+    Layout(
+        "LiveCodeBench",
+        "question_content",
+        "public_test_cases",
+        "(stdin or functional, LiveCodeBench checker)",
+        task="code",
+    ),
+    Layout("DeepCoder", "problem", "tests", "(LiveCodeBench or APPS checker)", task="code"),
+    Layout(
+        "open-r1 verifiable coding",
+        "problem",
+        "verification_info",
+        "(stdin/stdout, open-r1 checker)",
+        task="code",
+        solution_column="gold_standard_solution",
+    ),
+    Layout(
+        "open-r1 verifiable coding",
+        "prompt",
+        "verification_info",
+        "(stdin/stdout, open-r1 checker)",
+        task="code",
+        solution_column="gold_standard_solution",
+    ),
     Layout("DAPO-Math-17k", "prompt", "reward_model.ground_truth", "final answer"),
     Layout("GSM8K", "question", "answer", "after '####'", solution_column="answer"),
     Layout(
@@ -196,10 +234,34 @@ def reference_answer(value: Any) -> str | None:
     return text
 
 
+def _io_tests_text(value: Any, row: dict[str, Any]) -> str | None:
+    """Input/output tests as JSON text in their own layout; a row-level ``metadata.func_name`` (LiveCodeBench) is
+    copied into each functional case that lacks one. ``None`` for an empty value or text that is not JSON."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    if not value:
+        return None
+    name = get_path(row, "metadata.func_name")  # the metadata dict, or its JSON text (LiveCodeBench)
+    if name and isinstance(value, list):
+        value = [
+            {**case, "fn_name": case.get("fn_name") or name}
+            if isinstance(case, Mapping) and case.get("testtype") == "functional"
+            else case
+            for case in value
+        ]
+    return json.dumps(value)
+
+
 def _code_tests(layout: Layout, row: dict[str, Any]) -> Any:
     """The ``tests`` value the code reward reads: MBPP's asserts after its set-up code, HumanEval's test program
-    followed by ``check(<entry_point>)``, else the column as it is (a list of asserts or a test program)."""
+    followed by ``check(<entry_point>)``, input/output tests as JSON text (``_io_tests_text``), else the column as it
+    is (a list of asserts or a test program)."""
     tests = get_path(row, layout.reference_column)
+    if layout.name in IO_CODE_LAYOUTS:
+        return _io_tests_text(tests, row)
     if layout.name == "MBPP" and isinstance(tests, list):
         setup = row.get("test_setup_code") or ""
         return [f"{setup}\n{t}" if setup else t for t in tests]
@@ -212,6 +274,9 @@ def _prompt_value(layout: Layout, row: dict[str, Any]) -> Any:
     prompt = get_path(row, layout.prompt_column)
     if layout.name == "MBPP" and isinstance(prompt, str):  # MBPP's own prompt: the task, then the tests to pass
         return prompt + "\nYour code should pass these tests:\n" + "\n".join(row.get("test_list") or [])
+    starter = row.get("starter_code")
+    if layout.name in IO_CODE_LAYOUTS and isinstance(prompt, str) and isinstance(starter, str) and starter.strip():
+        return f"{prompt}\n\nUse this starter code:\n```python\n{starter.rstrip()}\n```"  # names the function
     return prompt
 
 
