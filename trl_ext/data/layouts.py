@@ -42,7 +42,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from datasets import Dataset
@@ -97,6 +97,14 @@ class Layout:
 
 
 # The recognized layouts, tried in order: the first whose required columns the dataset has.
+_OPEN_R1_CODE = Layout(
+    "open-r1 verifiable coding",
+    "problem",
+    "verification_info",
+    "(stdin/stdout, open-r1 checker)",
+    task="code",
+    solution_column="gold_standard_solution",
+)
 IO_CODE_LAYOUTS = ("APPS / TACO", "LiveCodeBench", "DeepCoder", "open-r1 verifiable coding")
 _KNOWN: list[Layout] = [
     Layout("APPS / TACO", "question", "input_output", "(stdin/stdout or call-based, APPS checker)", task="code"),
@@ -108,22 +116,8 @@ _KNOWN: list[Layout] = [
         task="code",
     ),
     Layout("DeepCoder", "problem", "tests", "(LiveCodeBench or APPS checker)", task="code"),
-    Layout(
-        "open-r1 verifiable coding",
-        "problem",
-        "verification_info",
-        "(stdin/stdout, open-r1 checker)",
-        task="code",
-        solution_column="gold_standard_solution",
-    ),
-    Layout(
-        "open-r1 verifiable coding",
-        "prompt",
-        "verification_info",
-        "(stdin/stdout, open-r1 checker)",
-        task="code",
-        solution_column="gold_standard_solution",
-    ),
+    _OPEN_R1_CODE,
+    replace(_OPEN_R1_CODE, prompt_column="prompt"),
     Layout("DAPO-Math-17k", "prompt", "reward_model.ground_truth", "final answer"),
     Layout("GSM8K", "question", "answer", "after '####'", solution_column="answer"),
     Layout(
