@@ -10,6 +10,13 @@ Math: ``rewards.math.MathAccuracy`` in the trainer's main thread (math-verify's 
 Code: ``rewards.code.CodeReward`` on a GRPO-shaped batch, 8 prompts x 16 completions: per prompt 10 correct, 2 wrong,
 2 partially right, 1 syntax error and 1 infinite loop (cut at the time limit), with ``--workers`` sandbox workers
 and with one. The table goes to ``benchmarks/results/rewards.md`` with machine, versions, date and command.
+
+Code, input/output cases (where code RL spends its reward time): programs that each run ``--io-cases`` stdin cases
+(an APPS-layout problem: sum the numbers of a line; per 16 programs 12 right, 2 wrong, 2 right on half the cases),
+scored by ``CodeReward`` (every case a sandboxed process on its own stdin) with ``--workers`` workers and one, and by
+the naive anchor in the same run: ``subprocess.run([python, "-c", code], input=...)`` per case, no sandbox, as
+open-r1's evaluation script does, sequential and with ``--workers`` threads. Programs/s, cases/s and our rate over
+the anchor's at the same number of workers, side by side.
 """
 
 from __future__ import annotations
@@ -19,8 +26,10 @@ import datetime
 import os
 import platform
 import shlex
+import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -28,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from trl_ext.rewards.checkers import apps_stdout  # noqa: E402
 from trl_ext.rewards.code import CodeReward  # noqa: E402
 from trl_ext.rewards.math import MathAccuracy  # noqa: E402
 from trl_ext.rewards.sandbox import probe_isolation  # noqa: E402
@@ -175,6 +185,64 @@ def bench_code(n: int, workers: int, timeout: float, serial: bool) -> list[dict]
     return rows
 
 
+IO_RIGHT = "import sys\nfor line in sys.stdin:\n    print(sum(map(int, line.split())))\n"
+IO_WRONG = "import sys\nfor line in sys.stdin:\n    print(sum(map(int, line.split())) + 1)\n"
+IO_HALF = "import sys\nfor line in sys.stdin:\n    xs = list(map(int, line.split()))\n    print(sum(xs) if xs[0] % 2 else 0)\n"
+
+
+def io_batch(n: int, cases: int) -> tuple[list[str], list[dict]]:
+    """``n`` programs (per 16: 12 right, 2 wrong, 2 right on the odd-first cases) and their APPS ``input_output``."""
+    inputs = [f"{i} {2 * i + 1} {i % 7}\n" for i in range(cases)]
+    tests = {"inputs": inputs, "outputs": [f"{sum(map(int, x.split()))}\n" for x in inputs]}
+    codes = [IO_RIGHT if k % 16 < 12 else IO_WRONG if k % 16 < 14 else IO_HALF for k in range(n)]
+    return codes, [tests] * n
+
+
+def naive_program(code: str, tests: dict, timeout: float) -> float:
+    """The anchor: one ``subprocess.run`` per case, no sandbox (open-r1's evaluation script), APPS's rule."""
+    passed = 0
+    for case_input, expected in zip(tests["inputs"], tests["outputs"], strict=True):
+        try:
+            run = subprocess.run([sys.executable, "-c", code], input=case_input, capture_output=True, text=True,
+                                 timeout=timeout)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            continue
+        passed += run.returncode == 0 and apps_stdout(run.stdout, expected)
+    return passed / len(tests["inputs"])
+
+
+def bench_io(n: int, cases: int, workers: int, timeout: float) -> list[dict]:
+    codes, tests = io_batch(n, cases)
+    rows = []
+    for count in sorted({workers, 1}, reverse=True):
+        reward = CodeReward(timeout=timeout, num_workers=count)
+        seconds, out = timed(reward, completions=[fence(c) for c in codes], tests=tests)
+        rows.append({"path": "CodeReward (sandbox, a process per case)", "workers": count, "s": seconds, "out": out})
+        with ThreadPoolExecutor(count) as pool:
+            seconds, out = timed(lambda: list(pool.map(naive_program, codes, tests, [timeout] * n)))
+        rows.append(
+            {"path": "anchor: subprocess.run per case, no sandbox", "workers": count, "s": seconds, "out": out}
+        )
+    for row in rows:
+        row.update(n=n, cases=n * cases, mean=mean(row["out"]))
+        anchor = next(r for r in rows if r["workers"] == row["workers"] and r["path"].startswith("anchor"))
+        row["ratio"] = anchor["s"] / row["s"]
+    return rows
+
+
+def io_table(rows: list[dict]) -> str:
+    lines = [
+        "| path | workers | programs | cases | seconds | programs/s | cases/s | mean reward | x anchor |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['path']} | {row['workers']} | {row['n']} | {row['cases']} | {row['s']:.2f} | "
+            f"{row['n'] / row['s']:.1f} | {row['cases'] / row['s']:.1f} | {row['mean']:.3f} | {row['ratio']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def mean(values) -> float:
     scored = [v for v in values if v is not None]
     return sum(scored) / len(scored) if scored else float("nan")
@@ -227,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="helpers/sandbox workers (default: usable cores)")
     parser.add_argument("--timeout", type=float, default=1.0, help="code time limit per program, seconds")
     parser.add_argument("--no-serial", action="store_true", help="skip the one-worker code run")
+    parser.add_argument("--io-n", type=int, default=None, help="input/output programs (default 64, quick 16)")
+    parser.add_argument("--io-cases", type=int, default=None, help="cases per program (default 20, quick 10)")
     parser.add_argument(
         "--out",
         type=Path,
@@ -245,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     math_rows = bench_math(math_n, workers)
     code_rows = bench_code(code_n, workers, args.timeout, serial=not args.no_serial)
+    io_n, io_cases = args.io_n or (16 if args.quick else 64), args.io_cases or (10 if args.quick else 20)
+    io_rows = bench_io(io_n, io_cases, workers, args.timeout)
     total = time.perf_counter() - start
 
     command = "python " + " ".join(shlex.quote(a) for a in ["benchmarks/rewards_bench.py", *(argv or sys.argv[1:])])
@@ -266,6 +338,17 @@ def main(argv: list[str] | None = None) -> int:
             "of a GRPO group; all-distinct answers parse more slowly. Code: 8 prompts x 16 completions per prompt (10 right, 2 wrong, 2 partial, "
             "1 syntax error, 1 endless loop that runs into the time limit); every program is a separate sandboxed "
             "process.",
+            "",
+            f"## Input/output cases: {io_n} programs x {io_cases} stdin cases",
+            "",
+            io_table(io_rows),
+            "",
+            "Per 16 programs 12 right, 2 wrong, 2 right on half the cases (mean reward (12 + 2 x 0.5) / 16 = "
+            "0.8125 with an even number of cases). Our path: one sandbox launch per program (namespaces, limits), "
+            "then a forked process per case "
+            "on its own stdin, outputs judged on the host. The anchor starts a fresh interpreter per case with no "
+            "isolation and no limits but the timeout; `x anchor` is the anchor's time over ours at the same number "
+            "of workers, measured in this run.",
             "",
         ]
     )

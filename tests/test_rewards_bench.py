@@ -16,7 +16,8 @@ def test_quick_benchmark_writes_its_table(tmp_path):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "rewards.md"
-    assert bench.main(["--quick", "--math-n", "12", "--code-n", "16", "--workers", "2", "--out", str(out)]) == 0
+    argv = ["--quick", "--math-n", "12", "--code-n", "16", "--io-n", "16", "--io-cases", "4", "--workers", "2"]
+    assert bench.main([*argv, "--out", str(out)]) == 0
     text = out.read_text()
     for field in ("command:", "date:", "machine:", "versions:", "sandbox:", "completions/s"):
         assert field in text
@@ -29,3 +30,9 @@ def test_quick_benchmark_writes_its_table(tmp_path):
     assert means[("code", "2 workers")] == pytest.approx((10 + 2 * 0.25 + 2 * 0.75) / 16, abs=1e-3)
     assert means[("code", "1 worker")] == pytest.approx(0.75, abs=1e-3)
     assert all(float(row[5]) > 0 for row in rows)  # completions per second
+    # input/output: per 16 programs 12 right, 2 wrong, 2 right on half of the 4 cases -> (12 + 1) / 16, both paths
+    io_rows = [line.split("|") for line in text.splitlines() if line.startswith(("| CodeReward", "| anchor"))]
+    assert len(io_rows) == 4  # ours and the anchor, with 2 workers and with 1
+    for row in io_rows:
+        assert (int(row[3]), int(row[4])) == (16, 64) and float(row[8]) == pytest.approx(13 / 16, abs=1e-3)
+    assert {float(row[9]) for row in io_rows if row[1].startswith(" anchor")} == {1.0}
