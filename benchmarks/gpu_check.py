@@ -3,6 +3,7 @@
     python benchmarks/gpu_check.py env                                  # GPU, versions; exit 2 without GPU or vLLM
     python benchmarks/gpu_check.py build --out outputs/gpu_check/model  # random-weight Qwen2 (~26M), saved locally
     python benchmarks/gpu_check.py run --mode transformers|vllm --model <dir> --out <dir> [--steps 8]
+    python benchmarks/gpu_check.py gsm8k [--model <id or dir>] [--data <id or dir>]  # where the reproduction's are
     python benchmarks/gpu_check.py report --out <dir> [--markdown benchmarks/results/gpu_check.md]
 
 ``run`` trains DAPO (dynamic sampling on) for a few steps and measures, by wrapping TRL's ``_generate``: generation
@@ -72,6 +73,39 @@ def cmd_build(args: argparse.Namespace) -> int:
     tokenizer.save_pretrained(args.out)
     print(f"saved a random-weight Qwen2 model ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters) "
           f"and the demo tokenizer to {args.out}")  # fmt: skip
+    return 0
+
+
+def cmd_gsm8k(args: argparse.Namespace) -> int:
+    """Where the GSM8K reproduction finds its model and data: print ``MODEL=<path or id>`` and ``DATA=<folder>`` for
+    the shell, from ``--model`` / ``--data`` (a snapshot of ``openai/gsm8k``, whose ``main`` configuration the recipe
+    names) or the local Hugging Face cache (nothing is downloaded); exit 3 naming
+    what is missing. ``--write_demo <folder>``: a GSM8K-layout folder of the demo's arithmetic (the CPU dry run)."""
+    if args.write_demo:
+        from trl_ext.demo import DemoTaskConfig, make_problems
+
+        train, test = make_problems(DemoTaskConfig(num_train=256, num_eval=32))
+        os.makedirs(args.write_demo, exist_ok=True)
+        for split, rows in (("train", train), ("test", test)):
+            with open(os.path.join(args.write_demo, f"{split}.jsonl"), "w") as f:
+                for prompt, answer in zip(rows["prompt"], rows["answer"], strict=True):
+                    f.write(json.dumps({"question": prompt, "answer": f"{prompt}{answer}\n#### {answer}"}) + "\n")
+        print(f"DATA={args.write_demo}")
+        return 0
+    from huggingface_hub import snapshot_download
+
+    found = {}
+    for key, given, repo_type in (("MODEL", args.model, "model"), ("DATA", args.data, "dataset")):
+        if os.path.isdir(given):
+            found[key] = given
+            continue
+        try:
+            found[key] = snapshot_download(given, repo_type=repo_type, local_files_only=True)
+        except Exception:
+            print(f"SKIPPED: {given} ({repo_type}) is neither a local folder nor in the Hugging Face cache, and this "
+                  "check downloads nothing. Copy it to the machine and set GPU_CHECK_QWEN / GPU_CHECK_GSM8K.")  # fmt: skip
+            return 3
+    print("\n".join(f"{key}={value}" for key, value in found.items()))
     return 0
 
 
@@ -253,12 +287,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--batch_size", type=int, default=128, help="completions per step (16 prompts x 8)")
     run.add_argument("--max_completion_length", type=int, default=128)
     run.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: dry run, transformers only")
+    gsm8k = sub.add_parser("gsm8k")
+    gsm8k.add_argument("--model", default="Qwen/Qwen2.5-0.5B-Instruct")
+    gsm8k.add_argument("--data", default="openai/gsm8k")
+    gsm8k.add_argument("--write_demo", default=None, help="write a GSM8K-layout demo folder here (dry run)")
     report = sub.add_parser("report")
     report.add_argument("--out", required=True)
     report.add_argument("--markdown", default=None)
     args = parser.parse_args(argv)
     os.makedirs(getattr(args, "out", None) or ".", exist_ok=True)
-    return {"env": cmd_env, "build": cmd_build, "run": cmd_run, "report": cmd_report}[args.command](args)
+    commands = {"env": cmd_env, "build": cmd_build, "run": cmd_run, "gsm8k": cmd_gsm8k, "report": cmd_report}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 # GPU check of the vLLM wiring: on one GPU, offline, build a random-weight Qwen2 model locally, train DAPO (dynamic
 # sampling on) for a few steps with transformers generation and with vLLM colocated, check that every generation
 # round (refills included) went through TRL's generation path and, with vLLM, reached the vLLM engine, and print
-# generation throughput and step time side by side. About 3-6 minutes; each phase has a hard time limit.
+# generation throughput and step time side by side; then, when Qwen2.5-0.5B-Instruct and GSM8K are on the machine,
+# a few minutes of the GSM8K GRPO recipe with `trl-ext eval` before and after. About 3-6 minutes for the first part,
+# up to 20 more for the second; each phase has a hard time limit.
 #
 #   bash benchmarks/gpu_check.sh                 # GPU_CHECK_STEPS=8 GPU_CHECK_OUT=outputs/gpu_check by default
 #   GPU_CHECK_DRY_RUN=1 bash benchmarks/gpu_check.sh   # CPU dry run of the script (tiny model, transformers only)
@@ -60,6 +62,49 @@ run_mode transformers 180
 if [ "$DRY_RUN" != 1 ]; then
     phase "DAPO, $STEPS steps, vLLM colocate (limit 300 s)"
     run_mode vllm 300
+fi
+
+# GSM8K reproduction (recipes/configs/qwen2.5-0.5b-instruct/grpo/config_gsm8k.yaml): a few minutes of GRPO, with
+# trl-ext eval of the base and the trained model side by side. Needs Qwen2.5-0.5B-Instruct and GSM8K on the machine
+# (GPU_CHECK_QWEN / GPU_CHECK_GSM8K: a folder or a Hub id in the local cache; nothing is downloaded), else skipped.
+# The dry run trains the tiny model on a GSM8K-layout file of the demo's arithmetic with the same config.
+REPRO_STEPS="${GPU_CHECK_REPRO_STEPS:-30}"
+REPRO_CONFIG=recipes/configs/qwen2.5-0.5b-instruct/grpo/config_gsm8k.yaml
+if [ "$DRY_RUN" = 1 ]; then
+    located=$(python benchmarks/gpu_check.py gsm8k --write_demo "$OUT/gsm8k-data") && located="MODEL=$OUT/model
+$located"
+    REPRO_ARGS=(--use_vllm false --bf16 false --use_cpu true --gradient_checkpointing false --num_generations 4
+                --per_device_train_batch_size 8 --gradient_accumulation_steps 1 --steps_per_generation 1
+                --max_completion_length 8 --dataset_test_split "$OUT/gsm8k-data/test.jsonl")
+    EVAL_ARGS=(--num_samples 2 --max_new_tokens 8 --dataset_test_split "$OUT/gsm8k-data/test.jsonl")
+    DATA_FILE_ARGS=(--dataset_name "$OUT/gsm8k-data/train.jsonl")
+else
+    located=$(python benchmarks/gpu_check.py gsm8k --model "${GPU_CHECK_QWEN:-Qwen/Qwen2.5-0.5B-Instruct}" \
+        --data "${GPU_CHECK_GSM8K:-openai/gsm8k}") || located=""
+    REPRO_ARGS=(--held_out_max_problems 200)
+    EVAL_ARGS=(--num_samples 4 --max_new_tokens 512 --held_out_max_problems 200)
+    python -c "import vllm" 2>/dev/null && EVAL_ARGS+=(--use_vllm true) || REPRO_ARGS+=(--use_vllm false)
+    DATA_FILE_ARGS=()
+fi
+if [ -z "$located" ] || ! grep -q '^MODEL=' <<< "$located"; then
+    phase "GSM8K reproduction: skipped"
+    echo "${located:-SKIPPED: Qwen2.5-0.5B-Instruct or GSM8K is not on this machine}"
+else
+    MODEL=$(sed -n 's/^MODEL=//p' <<< "$located")
+    DATA=$(sed -n 's/^DATA=//p' <<< "$located")
+    [ ${#DATA_FILE_ARGS[@]} -eq 0 ] && DATA_FILE_ARGS=(--dataset_name "$DATA")
+    SYSTEM="Let's think step by step and output the final answer after \"####\"."
+    phase "GSM8K reproduction: GRPO $REPRO_STEPS steps from $REPRO_CONFIG (limit 600 s)"
+    timeout 600 python recipes/grpo.py --config "$REPRO_CONFIG" --model_name_or_path "$MODEL" "${DATA_FILE_ARGS[@]}" \
+        --max_steps "$REPRO_STEPS" --held_out_eval_steps 0 --save_strategy no --output_dir "$OUT/gsm8k-grpo" \
+        "${REPRO_ARGS[@]}" > "$OUT/run-gsm8k.log" 2>&1 || { tail -n 40 "$OUT/run-gsm8k.log"; echo "FAILED: the GSM8K run"; exit 1; }
+    grep -A2 -E '== grpo' "$OUT/run-gsm8k.log" | sed 's/.*== grpo/== grpo/' || true
+    phase "GSM8K reproduction: trl-ext eval, base and trained side by side (limit 600 s)"
+    timeout 600 python recipes/eval.py --models "$MODEL" "$OUT/gsm8k-grpo" "${DATA_FILE_ARGS[@]}" \
+        --system_prompt "$SYSTEM" --output_dir "$OUT/gsm8k-eval" "${EVAL_ARGS[@]}" > "$OUT/eval-gsm8k.log" 2>&1 \
+        || { tail -n 40 "$OUT/eval-gsm8k.log"; echo "FAILED: trl-ext eval"; exit 1; }
+    sed -n '/^== eval/,$p' "$OUT/eval-gsm8k.log"
+    echo "CHECK OK gsm8k reproduction: eval.json in $OUT/gsm8k-eval"
 fi
 
 phase "results"

@@ -42,10 +42,14 @@ from trl_ext.recipe.grpo import RLScriptArguments
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACCELERATE_DIR = os.path.join(REPO, "recipes", "accelerate_configs")
-GPU_RECIPES = sorted(
+GPU_RECIPES = sorted(  # the papers' recipes, one per generation mode
     os.path.relpath(p, REPO)
     for p in glob.glob(os.path.join(REPO, "recipes", "configs", "*", "*", "config_*.yaml"))
-    if os.sep + "demo" + os.sep not in p
+    if os.sep + "demo" + os.sep not in p and os.path.basename(p) in ("config_colocate.yaml", "config_server.yaml")
+)
+REPRODUCTION_RECIPES = sorted(  # single-GPU baselines with a published band (trl-ext eval before and after)
+    os.path.relpath(p, REPO)
+    for p in glob.glob(os.path.join(REPO, "recipes", "configs", "*", "*", "config_gsm8k.yaml"))
 )
 CONFIG_CLASS = {"dapo": DAPOConfig, "gspo": GSPOConfig, "grpo": GRPOPaperConfig}
 
@@ -94,7 +98,7 @@ def header_commands(path: str) -> list[str]:
                 break
             text.append(line[1:].strip())
     joined = "\n".join(text).replace("\\\n", " ")
-    return [" ".join(line.split()) for line in joined.split("\n") if line.startswith(("accelerate launch", "trl "))]
+    return [" ".join(line.split()) for line in joined.split("\n") if line.startswith(("accelerate launch", "trl ", "trl-ext "))]
 
 
 def launch_environment(config_path: str, extra: list[str] | None = None):
@@ -254,6 +258,32 @@ def test_gpu_recipe_parses_into_the_preset(path):
     headers = [i for i, line in enumerate(lines) if re.match(r"# --- .+ ---$", line)]
     first_key = next(i for i, line in enumerate(lines) if re.match(r"[a-z_]+:", line))
     assert len(headers) >= 6 and headers[0] < first_key
+
+
+def test_gsm8k_reproduction_recipes_parse_and_name_the_band():
+    """GRPO and DAPO on Qwen2.5-0.5B-Instruct + GSM8K: the preset's algorithm, vLLM colocated, the whole test split
+    as the held-out set, verl's prompt instruction, and the published band and eval line in the header."""
+    assert {p.split(os.sep)[-2] for p in REPRODUCTION_RECIPES} == {"grpo", "dapo"}
+    for path in REPRODUCTION_RECIPES:
+        script_args, training_args, model_args = parse_recipe(path)
+        algo = path.split(os.sep)[-2]
+        assert (
+            type(training_args) is CONFIG_CLASS[algo] and model_args.model_name_or_path == "Qwen/Qwen2.5-0.5B-Instruct"
+        )
+        assert (script_args.dataset_name, script_args.dataset_config) == ("openai/gsm8k", "main")
+        assert script_args.held_out_max_problems == 0 and '"####"' in script_args.system_prompt
+        assert training_args.use_vllm and training_args.vllm_mode == "colocate"
+        assert training_args.vllm_max_model_length > training_args.max_completion_length
+        if algo == "dapo":
+            assert training_args.dynamic_sampling and training_args.epsilon_high == 0.28
+            assert training_args.overlong_buffer_len == int(0.2 * training_args.max_completion_length)
+        commands = header_commands(path)
+        assert any(c.startswith("accelerate launch") and f"recipes/{algo}.py" in c and path in c for c in commands)
+        evaluation = next(c for c in commands if c.startswith("trl-ext eval"))
+        assert training_args.output_dir in evaluation and "--use_vllm" in evaluation
+        with open(os.path.join(REPO, path)) as f:
+            header = f.read().split("# --- Model ---")[0]
+        assert all(band in header for band in ("49.6", "56.7", "54.3"))
 
 
 @pytest.mark.parametrize("path", GPU_RECIPES)
@@ -490,3 +520,8 @@ def test_gpu_check_script_dry_run_on_cpu(tmp_path):
     # completions, no longer a whole generation batch each
     assert summary["generated_tokens"] % (8 * 8) == 0
     assert (tmp_path / "gpu_check.md").exists()
+    # the GSM8K reproduction ran its recipe and trl-ext eval of the base and the trained model side by side
+    assert "CHECK OK gsm8k reproduction" in result.stdout
+    evaluation = json.loads((tmp_path / "gsm8k-eval" / "eval.json").read_text())
+    assert [m["name"] for m in evaluation["models"]] == [str(tmp_path / "model"), str(tmp_path / "gsm8k-grpo")]
+    assert evaluation["reward"] == "accuracy" and evaluation["data"]["problems"] == 32
