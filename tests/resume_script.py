@@ -107,7 +107,7 @@ def inject_kill(trainer, moment: str, step: int) -> None:
         rmtree = shutil.rmtree
 
         def half_rmtree(path, *args, **kwargs):
-            if os.path.basename(str(path)).startswith("deleting-") and at_step():
+            if os.path.basename(str(path)).startswith("deleting-") and os.path.isdir(path) and at_step():
                 os.remove(os.path.join(path, "model.safetensors"))
                 _die()
             rmtree(path, *args, **kwargs)
