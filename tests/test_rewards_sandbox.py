@@ -1,7 +1,9 @@
 """Attack suite for the code sandbox: each case checks the parent survives, the call returns within its limit, and
 nothing leaks (no process left behind, no file touched, no secret read, no connection made, no faked pass).
 
-Checks that rely on a mechanism skip, saying so, when the probed plan on this host does not have it.
+Checks that rely on a mechanism skip, saying so, when the probed plan on this host does not have it. Every attack runs
+twice (the ``path`` fixture): through assert tests, and through the stdin/stdout path, where each test becomes a case
+whose input selects it and the program must print ``pass`` (each case a separate process, judged on the host).
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
 
 from trl_ext.rewards import sandbox
-from trl_ext.rewards.sandbox import Limits, run_program
+from trl_ext.rewards.sandbox import Cases, Limits, ProgramResult, run_program
 
 TIMEOUT = 1.0
 # A run ends at the wall-clock limit; launch, kill and namespace teardown add well under a second even on two busy
@@ -61,10 +64,30 @@ def sandbox_processes(isolation) -> list[int]:
     return found
 
 
-def attack(isolation, code: str, tests: list[str], limits: Limits | None = None):
+@pytest.fixture(params=["asserts", "stdio"])
+def path(request):
+    return request.param
+
+
+def run_stdio(code: str, tests: list[str], limits: Limits, isolation) -> ProgramResult:
+    """``code`` as a stdin program: case ``i`` reads ``i``, runs test ``i``, prints ``pass``; judged here."""
+    dispatch = "".join(f"if _case == {i}:\n{textwrap.indent(test, '    ')}\n" for i, test in enumerate(tests))
+    program = f"{code}\n_case = int(input())\n{dispatch}print('pass')\n"
+    cases = Cases(tuple(str(i) for i in range(len(tests))), case_timeout=limits.timeout)
+    result = run_program(program, [], limits, isolation=isolation, cases=cases)
+    result.passed = tuple(
+        s == "ok" and (o or "").strip() == "pass" for s, o in zip(result.errors, result.outputs, strict=True)
+    )
+    return result
+
+
+def attack(isolation, code: str, tests: list[str], limits: Limits | None = None, path: str = "asserts"):
     limits = limits or Limits(timeout=TIMEOUT)
     start = time.monotonic()
-    result = run_program(code, tests, limits, isolation=isolation)
+    if path == "stdio":
+        result = run_stdio(code, tests, limits, isolation)
+    else:
+        result = run_program(code, tests, limits, isolation=isolation)
     elapsed = time.monotonic() - start
     assert elapsed < limits.timeout + SLACK, f"returned after {elapsed:.2f}s"
     assert sandbox_processes(isolation) == [], "a sandboxed process outlived its run"
@@ -80,14 +103,14 @@ def test_report_names_mechanisms(isolation):
         assert isolation.checks["not_root"] and isolation.plan.uid != "self"
 
 
-def test_fork_bomb(isolation):
+def test_fork_bomb(isolation, path):
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
-    result = attack(isolation, code, ["assert True"], Limits(timeout=TIMEOUT, max_processes=16))
+    result = attack(isolation, code, ["assert True"], Limits(timeout=TIMEOUT, max_processes=16), path=path)
     assert result.status == "timeout" and result.pass_fraction == 0.0
     assert subprocess.run(["true"], timeout=10).returncode == 0  # the host can still fork
 
 
-def test_process_limit_is_enforced(isolation):
+def test_process_limit_is_enforced(isolation, path):
     code = (
         "import os, time\n"
         "def spawn():\n"
@@ -103,25 +126,30 @@ def test_process_limit_is_enforced(isolation):
         "    return n\n"
         "N = spawn()\n"
     )
-    result = attack(isolation, code, ["assert N < 16", "assert N >= 4"], Limits(timeout=TIMEOUT, max_processes=16))
+    limits = Limits(timeout=TIMEOUT, max_processes=16)
+    result = attack(isolation, code, ["assert N < 16", "assert N >= 4"], limits, path=path)
     assert result.passed == (True, True)
 
 
-def test_memory_bomb(isolation):
+def test_memory_bomb(isolation, path):
     code = "chunks = []\nwhile True:\n    chunks.append(bytearray(50 * 2**20))\n"
-    result = attack(isolation, code, ["assert True"], Limits(timeout=5.0, memory_mb=256))
-    assert result.status == "solution_error" and result.detail == "MemoryError"
-    result = attack(isolation, "x = bytearray(2**40)", ["assert True"], Limits(timeout=5.0, memory_mb=256))
-    assert result.status == "solution_error" and result.pass_fraction == 0.0
+    limits = Limits(timeout=5.0, memory_mb=256)
+    result = attack(isolation, code, ["assert True"], limits, path=path)
+    if path == "stdio":  # the case process raised MemoryError: that case failed, nothing else happened
+        assert result.errors == ("error",) and result.pass_fraction == 0.0
+    else:
+        assert result.status == "solution_error" and result.detail == "MemoryError"
+    result = attack(isolation, "x = bytearray(2**40)", ["assert True"], limits, path=path)
+    assert result.status == ("ok" if path == "stdio" else "solution_error") and result.pass_fraction == 0.0
 
 
-def test_infinite_loop(isolation):
-    result = attack(isolation, "def f():\n    while True:\n        pass\n", ["assert f() is None"])
+def test_infinite_loop(isolation, path):
+    result = attack(isolation, "def f():\n    while True:\n        pass\n", ["assert f() is None"], path=path)
     assert result.status == "timeout" and result.pass_fraction == 0.0
     assert result.wall_s >= TIMEOUT
 
 
-def test_children_that_outlive_the_program(isolation):
+def test_children_that_outlive_the_program(isolation, path):
     """Daemons (setsid + double fork, inherited fds closed), busy or asleep, must die with the run, although the
     program itself finishes at once."""
     code = (
@@ -138,13 +166,13 @@ def test_children_that_outlive_the_program(isolation):
         "def f():\n"
         "    return 1\n"
     )
-    result = attack(isolation, code, ["assert f() == 1"])
+    result = attack(isolation, code, ["assert f() == 1"], path=path)
     assert result.status == "ok" and result.pass_fraction == 1.0
     time.sleep(0.2)
     assert sandbox_processes(isolation) == []
 
 
-def test_files_outside_the_working_directory(isolation, tmp_path):
+def test_files_outside_the_working_directory(isolation, path, tmp_path):
     """Writing, overwriting and deleting files outside the sandbox's own directory must change nothing."""
     shared = f"/tmp/rewards-attack-{secrets.token_hex(4)}"
     os.mkdir(shared, 0o777)
@@ -175,7 +203,7 @@ def test_files_outside_the_working_directory(isolation, tmp_path):
         "open('own-file.txt', 'w').write('fine')\n"
     )
     try:
-        result = attack(isolation, code, ["assert os.path.exists('own-file.txt')"])
+        result = attack(isolation, code, ["assert os.path.exists('own-file.txt')"], path=path)
         assert result.passed == (True,)
         for path in victims:
             with open(path) as f:
@@ -189,7 +217,7 @@ def test_files_outside_the_working_directory(isolation, tmp_path):
         os.rmdir(shared)
 
 
-def test_environment_secrets(isolation, monkeypatch, request):
+def test_environment_secrets(isolation, path, monkeypatch, request):
     """Secrets in our environment and in the start-up environment of a trainer-like process (``/proc/<pid>/environ``)."""
     if isolation.plan.uid == "self" and not isolation.plan.pid_ns:
         pytest.skip(f"plan {isolation.plan.name}: same uid and host /proc, /proc/<pid>/environ is readable")
@@ -213,11 +241,11 @@ def test_environment_secrets(isolation, monkeypatch, request):
         "    return found\n"
         "os.environ['CONTROL'] = SECRET\n"  # control: the scan does find what is really there
     )
-    result = attack(isolation, code, ["assert leaks() == ['CONTROL']"])
+    result = attack(isolation, code, ["assert leaks() == ['CONTROL']"], path=path)
     assert result.passed == (True,)
 
 
-def test_connection_to_a_local_listener(isolation):
+def test_connection_to_a_local_listener(isolation, path):
     needs(isolation, "net_ns")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
         server.bind(("127.0.0.1", 0))
@@ -234,13 +262,13 @@ def test_connection_to_a_local_listener(isolation):
             "    except OSError:\n"
             "        return False\n"
         )
-        result = attack(isolation, code, ["assert connect() is False"])
+        result = attack(isolation, code, ["assert connect() is False"], path=path)
         assert result.passed == (True,)
         with pytest.raises(TimeoutError):
             server.accept()
 
 
-def test_killing_the_parent_by_pid(isolation):
+def test_killing_the_parent_by_pid(isolation, path):
     victim = subprocess.Popen(["sleep", "60"])
     try:
         code = (
@@ -255,7 +283,7 @@ def test_killing_the_parent_by_pid(isolation):
             "except OSError:\n"
             "    pass\n"
         )
-        attack(isolation, code, ["assert True"])
+        attack(isolation, code, ["assert True"], path=path)
         assert victim.poll() is None, "the victim process was killed"
         os.kill(os.getpid(), 0)  # and so are we
     finally:
@@ -263,15 +291,16 @@ def test_killing_the_parent_by_pid(isolation):
         victim.wait()
 
 
-def test_printing_gigabytes(isolation):
+def test_printing_gigabytes(isolation, path):
     def rss_mb() -> float:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
     before = rss_mb()
     to_stdout = "import sys\nchunk = 'x' * 2**20\nwhile True:\n    sys.stdout.write(chunk)\n"
-    result = attack(isolation, to_stdout, ["assert True"])
-    assert result.status == "timeout"
+    result = attack(isolation, to_stdout, ["assert True"], path=path)
+    # asserts: stdout is discarded, the program runs into the time limit; stdio: cut at the output cap at once
+    assert result.status == "timeout" if path == "asserts" else result.errors == ("output_limit",)
     to_every_fd = (
         "import os\n"
         "chunk = b'y' * 2**20\n"
@@ -282,8 +311,9 @@ def test_printing_gigabytes(isolation):
         "        except OSError:\n"
         "            pass\n"
     )
-    result = attack(isolation, to_every_fd, ["assert True"])
-    assert result.status == "timeout" and result.pass_fraction == 0.0
+    result = attack(isolation, to_every_fd, ["assert True"], path=path)
+    assert result.pass_fraction == 0.0
+    assert result.status == "timeout" if path == "asserts" else result.errors == ("output_limit",)
     assert rss_mb() - before < 100
 
 
@@ -297,9 +327,10 @@ def test_printing_gigabytes(isolation):
         "for fd in (1, 2, 3)]",  # fake verdicts without the nonce
     ],
 )
-def test_closing_or_hijacking_stdout(isolation, trick):
+def test_closing_or_hijacking_stdout(isolation, path, trick):
     code = f"import os, sys\ndef add(a, b):\n    return a - b\ntry:\n    {trick}\nexcept OSError:\n    pass\n"
-    result = attack(isolation, code, ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 0"])
+    tests = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 0"]
+    result = attack(isolation, code, tests, path=path)
     expected = (False, False, True)  # add(0, 0) really passes; the verdict is lost only if the channel is
     assert result.passed in (expected, (False, False, False))
     assert result.pass_fraction <= 1 / 3
@@ -322,10 +353,12 @@ def test_closing_or_hijacking_stdout(isolation, trick):
         ),
     ],
 )
-def test_exit_tricks_do_not_fake_a_pass(isolation, code, expected):
-    result = attack(isolation, code, ["assert f(1) == 1", "assert f(2) == 2", "assert f(3) == 3"])
+def test_exit_tricks_do_not_fake_a_pass(isolation, path, code, expected):
+    result = attack(isolation, code, ["assert f(1) == 1", "assert f(2) == 2", "assert f(3) == 3"], path=path)
     if expected is None:  # SIGKILL to itself: ignored when it is PID 1 of a namespace, fatal otherwise
-        expected = (True, True, True) if isolation.plan.pid_ns else (True, True, False)
+        expected = (True, True, True) if isolation.plan.pid_ns and path == "asserts" else (True, True, False)
+    if path == "stdio" and expected == (True, False, False):
+        expected = (True, False, True)  # each case is its own process: os._exit in case 2 does not end case 3
     assert result.passed == expected
     if expected != (True, True, True):
         assert result.status != "ok" or not all(result.passed)

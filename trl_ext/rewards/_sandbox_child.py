@@ -385,12 +385,27 @@ def _run_case(compiled, case_input, io, verdict_fd):
         os.killpg(pid, signal.SIGKILL)  # what the case process left in its group
     except OSError:
         pass
+    _reap_orphans()
     if status is None:
         if timed_out or code in (-signal.SIGXCPU, -signal.SIGKILL):
             status = "timeout"
         else:
             status = "ok" if code == 0 else "error" if code > 0 else "crashed"
     return status, b"".join(chunks)
+
+
+def _reap_orphans(tries=20):
+    """Reap the case's orphans, reparented to the runner (PID 1 of its namespace): unreaped zombies would count
+    against the next case's process limit. Waits a few milliseconds at most for killed ones to die."""
+    for _ in range(tries):
+        try:
+            while True:
+                done, _ = os.waitpid(-1, os.WNOHANG)
+                if done == 0:
+                    break
+        except ChildProcessError:
+            return
+        time.sleep(0.001)
 
 
 def _case_main(compiled, fn_name, case_input):
