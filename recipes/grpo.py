@@ -26,7 +26,14 @@ from trl_ext import GRPOFamilyConfig, trainer_class_for
 from trl_ext.console import quiet_libraries
 from trl_ext.data import format_prompts
 from trl_ext.recipe.args import RLScriptArguments
-from trl_ext.recipe.common import demo_threads, held_out_evaluator, load_policy, load_script_data, task_rewards
+from trl_ext.recipe.common import (
+    demo_threads,
+    gold_reward,
+    held_out_evaluator,
+    load_policy,
+    load_script_data,
+    task_rewards,
+)
 from trl_ext.recipe.grpo import (
     MetricsFileCallback,
     accuracy_after,
@@ -38,6 +45,7 @@ from trl_ext.recipe.grpo import (
     resolve_checkpoint,
     summarize,
 )
+from trl_ext.reward_model import reward_processing_classes
 
 
 def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_args: ModelConfig) -> dict:
@@ -76,7 +84,8 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     if model_args.model_name_or_path is not None:
         fit_to_model(recipe, training_args, model, tokenizer, train_dataset, script_args)
 
-    # Held-out greedy accuracy before RL: the first reward is the task reward (the demo: its own answer check)
+    # Held-out greedy accuracy before RL, by the first rule reward (the demo: its own answer check; with only a
+    # reward model: the data's task reward, the gold figure the learned reward stands in for)
     is_main = training_args.process_index == 0
     evaluate = held_out_evaluator(
         script_args,
@@ -84,7 +93,7 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
         tokenizer,
         eval_dataset,
         training_args.max_completion_length,
-        reward_funcs[0],
+        gold_reward(reward_funcs, script_args, data.layout),
         is_main,
     )
     before = evaluate(model, "before RL")
@@ -100,10 +109,11 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
         args=training_args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
+        reward_processing_classes=reward_processing_classes(reward_funcs),  # a reward model's own tokenizer
         peft_config=get_peft_config(model_args),
         callbacks=[MetricsFileCallback(metrics_path)],
     )
-    held_out = attach_monitors(trainer, recipe, script_args, evaluate, before)
+    held_out = attach_monitors(trainer, recipe, script_args, evaluate, before, reward_funcs)
 
     # Train and save
     train_started = time.time()

@@ -98,7 +98,11 @@ def header_commands(path: str) -> list[str]:
                 break
             text.append(line[1:].strip())
     joined = "\n".join(text).replace("\\\n", " ")
-    return [" ".join(line.split()) for line in joined.split("\n") if line.startswith(("accelerate launch", "trl ", "trl-ext "))]
+    return [
+        " ".join(line.split())
+        for line in joined.split("\n")
+        if line.startswith(("accelerate launch", "trl ", "trl-ext "))
+    ]
 
 
 def launch_environment(config_path: str, extra: list[str] | None = None):

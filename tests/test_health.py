@@ -54,7 +54,8 @@ def test_healthy_run_stays_quiet(caplog):
         metrics = run(monitor, healthy_stream())
     assert monitor.events == [] and caplog.records == []
     # Every condition was evaluated (its flag logged, 0.0) once the warm-up / window allowed it.
-    assert {f"health/{name}" for name in CONDITIONS} <= set(metrics[-1])
+    # every check ran (the over-optimization check needs a learned reward: off here)
+    assert {f"health/{name}" for name in CONDITIONS if name != "reward_overoptimized"} <= set(metrics[-1])
     assert all(value == 0.0 for m in metrics for key, value in m.items() if not key.endswith("_ratio"))
 
 

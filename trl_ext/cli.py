@@ -3,7 +3,8 @@
     trl-ext dapo                                   # == python recipes/dapo.py (the demo on CPU)
     trl-ext grpo --preset dr_grpo --max_steps 50   # any preset of the table by name
     trl-ext gspo_token                             # a preset name alone runs recipes/grpo.py with that preset
-    trl-ext sft | dpo | ppo | pipeline             # the other recipes, same flags as their files
+    trl-ext sft | dpo | ppo | reward | pipeline    # the other recipes, same flags as their files
+    trl-ext eval --models <model> <model> ...      # pass@1, avg@k, pass@k, maj@k side by side (recipes/eval.py)
     trl-ext probe --model_name_or_path <model>     # the pre-flight probe (trl_ext.diagnostics.probe)
 
 A command runs ``recipes/<command>.py`` exactly as ``python recipes/<command>.py`` would (``__main__``, same
@@ -22,7 +23,7 @@ from trl_ext.diagnostics import probe
 from trl_ext.grpo.presets import PRESETS, preset_names
 from trl_ext.recipe.common import RECIPES_DIR
 
-RECIPES = ("grpo", "dapo", "gspo", "dr_grpo", "sft", "dpo", "ppo", "pipeline", "eval")
+RECIPES = ("grpo", "dapo", "gspo", "dr_grpo", "sft", "dpo", "ppo", "reward", "pipeline", "eval")
 
 
 def usage() -> str:

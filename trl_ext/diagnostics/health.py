@@ -19,6 +19,12 @@ and reads only the metrics the trainer logs. At every log it checks:
   ``reward_stall_delta`` while ``loss`` spanned more than ``loss_move_delta``. Action: check the rewards against
   sampled completions, the data's difficulty, the learning rate and the group size.
 
+- ``reward_overoptimized``: a learned reward (``proxy_metrics``, e.g. ``rewards/<reward model>/mean``) rises while a
+  gold figure (``gold_metrics``: ``held_out/accuracy``, or a rule reward's ``rewards/<name>/mean``) falls by more
+  than ``overopt_gold_drop`` over its last ``overopt_window`` values (least-squares rise; the proxy over the same
+  steps): the policy games the reward model (Gao et al. 2022, arXiv 2210.10760). Action: stop at the best
+  checkpoint, raise ``beta``, retrain the reward model on the policy's own samples, or mix in a rule reward.
+
 A check whose metric is absent from a log (e.g. ``kl`` with ``beta=0``) is skipped for that log.
 
 **Once per episode.** A condition warns when it becomes active and then stays quiet until it has cleared and comes
@@ -71,6 +77,7 @@ CONDITIONS = (
     "kept_groups_low",
     "truncation_high",
     "reward_stall",
+    "reward_overoptimized",
 )
 
 
@@ -99,6 +106,14 @@ class HealthThresholds:
             over the last ``max(stall_window, stall_steps / logging_steps)`` logs, the least-squares rise of ``reward`` is below ``reward_stall_delta`` while
             ``loss`` spanned more than ``loss_move_delta``; never when the mean reward is at or above
             ``reward_ceiling`` (``None``: no ceiling).
+    Reward over-optimization:
+        proxy_metrics, gold_metrics, overopt_window, overopt_gold_drop: ``reward_overoptimized`` when the first
+            present ``proxy_metrics`` key rises while the first present ``gold_metrics`` key falls by more than
+            ``overopt_gold_drop`` over its last ``overopt_window`` values. ``proxy_metrics=None``: off (the recipes
+            set it when a reward function is a reward model). The defaults (6 values, a fall of 0.05) are above the
+            noise of greedy accuracy on a few hundred problems (standard error about 0.03): watched as if its rule
+            reward were learned, the demo's 1000-step DAPO run never triggers them, while 4 values and 0.02 fire
+            five times on it.
     Fatal:
         non_finite_keys, stop_on_non_finite: which metrics must stay finite, and whether a non-finite one stops
             training with a checkpoint (otherwise it only warns).
@@ -134,6 +149,17 @@ class HealthThresholds:
     reward_ceiling: float | None = field(
         default=None, metadata={"help": "No stall warning when the mean reward is at or above this."}
     )
+    proxy_metrics: list[str] | None = field(
+        default=None, metadata={"help": "Logged keys of learned rewards (over-optimization check); None = off."}
+    )
+    gold_metrics: list[str] = field(
+        default_factory=lambda: ["held_out/accuracy"],
+        metadata={"help": "Logged keys of the gold figure a learned reward stands in for."},
+    )
+    overopt_window: int = field(default=6, metadata={"help": "Gold values over which the trends are measured."})
+    overopt_gold_drop: float = field(
+        default=0.05, metadata={"help": "Fall of the gold figure over the window that counts as falling."}
+    )
     non_finite_keys: list[str] = field(
         default_factory=lambda: ["loss", "grad_norm", "kl", "entropy", "reward"],
         metadata={"help": "Metrics that must stay finite."},
@@ -168,6 +194,8 @@ class HealthThresholds:
         need(self.stall_steps >= 0, "stall_steps", "pass 0 or more steps (e.g. 200)")
         need(self.reward_stall_delta >= 0, "reward_stall_delta", "pass 0 or more")
         need(self.loss_move_delta >= 0, "loss_move_delta", "pass 0 or more")
+        need(self.overopt_window >= 3, "overopt_window", "pass 3 or more values (e.g. 6)")
+        need(self.overopt_gold_drop >= 0, "overopt_gold_drop", "pass 0 or more")
 
 
 @dataclass
@@ -189,6 +217,16 @@ def _value(logs: dict[str, Any], key: str) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def _rise(values: list[float]) -> float:
+    """The least-squares slope of ``values`` (evenly spaced) times their span: how much they rose, robust to noise."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    x_mean, mean = (n - 1) / 2, sum(values) / n
+    slope = sum((i - x_mean) * (v - mean) for i, v in enumerate(values)) / sum((i - x_mean) ** 2 for i in range(n))
+    return slope * (n - 1)
 
 
 def _hint(args: Any, name: str) -> str:
@@ -219,8 +257,10 @@ class HealthMonitor(TrainerCallback, ExportableState):
         self._kl_count = 0
         self._entropy_start: list[float] = []
         self._window: deque[tuple[float, float]] = deque()
+        self._proxy: list[list[float]] = []  # [step, value] of the learned reward, one per log
+        self._gold: list[list[float]] = []  # [step, value] of the gold figure, one per log that has it
 
-    _LEVELS = ("_streak", "_kl_level", "_kl_count", "_entropy_start")
+    _LEVELS = ("_streak", "_kl_level", "_kl_count", "_entropy_start", "_proxy", "_gold")
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps (``transformers.trainer_callback.ExportableState``): the thresholds as ``args`` and
@@ -433,11 +473,8 @@ class HealthMonitor(TrainerCallback, ExportableState):
         rewards = [r for r, _ in self._window]
         losses = [x for _, x in self._window]
         n = len(rewards)
-        x_mean, r_mean = (n - 1) / 2, sum(rewards) / n
-        slope = sum((i - x_mean) * (r - r_mean) for i, r in enumerate(rewards)) / sum(
-            (i - x_mean) ** 2 for i in range(n)
-        )
-        rise, loss_range = slope * (n - 1), max(losses) - min(losses)
+        r_mean = sum(rewards) / n
+        rise, loss_range = _rise(rewards), max(losses) - min(losses)
         at_ceiling = th.reward_ceiling is not None and r_mean >= th.reward_ceiling
         active = rise < th.reward_stall_delta and loss_range > th.loss_move_delta and not at_ceiling
         return active, (
@@ -445,6 +482,33 @@ class HealthMonitor(TrainerCallback, ExportableState):
             f"{th.reward_stall_delta:g}) while the loss moved over a range of {loss_range:.4g}. Check a sample of "
             "completions against the reward functions, the dataset's difficulty (run trl_ext.diagnostics.probe), "
             f"learning_rate{_hint(args, 'learning_rate')} and num_generations{_hint(args, 'num_generations')}."
+        )
+
+    def _reward_overoptimized(self, logs: dict[str, Any], step: int) -> tuple[bool | None, str]:
+        """A learned reward that keeps rising while the gold figure falls is being gamed (Gao et al. 2022)."""
+        th = self.thresholds
+        if not th.proxy_metrics:
+            return None, ""
+        proxy_key = next((k for k in th.proxy_metrics if _value(logs, k) is not None), None)
+        gold_key = next((k for k in th.gold_metrics if _value(logs, k) is not None), None)
+        if proxy_key is not None:
+            self._proxy.append([step, _value(logs, proxy_key)])
+        if gold_key is not None:
+            self._gold.append([step, _value(logs, gold_key)])
+        del self._gold[: -th.overopt_window]
+        if gold_key is None or len(self._gold) < th.overopt_window:
+            return None, ""
+        first = self._gold[0][0]
+        self._proxy = [item for item in self._proxy if item[0] >= first]
+        proxy = [value for _, value in self._proxy]
+        gold = [value for _, value in self._gold]
+        proxy_rise, gold_rise = _rise(proxy), _rise(gold)
+        active = len(proxy) >= 2 and proxy_rise > 0 and gold_rise < -th.overopt_gold_drop
+        return active, (
+            f"reward over-optimization: the learned reward {proxy_key} rose by {proxy_rise:+.4f} while the gold figure "
+            f"{gold_key} fell by {gold_rise:+.4f} over steps {first:g}-{step} (Gao et al. 2022, arXiv 2210.10760): "
+            "the policy is gaming the reward model. Keep the checkpoint with the best gold figure, raise beta "
+            "(the KL penalty), retrain the reward model on the policy's own samples, or add a rule reward."
         )
 
     # ------------------------------------------------------------------------------------------------ episodes
@@ -461,6 +525,7 @@ class HealthMonitor(TrainerCallback, ExportableState):
             "kept_groups_low": self._kept_groups_low(logs, args),
             "truncation_high": self._truncation_high(logs, args),
             "reward_stall": self._reward_stall(logs, args),
+            "reward_overoptimized": self._reward_overoptimized(logs, step),
         }
         for name, (active, message) in results.items():
             if active is None:

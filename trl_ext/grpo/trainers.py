@@ -120,6 +120,8 @@ class DAPOTrainer(GRPOTrainer):
         if getattr(args, "soft_overlong_punishment", False) and reward_funcs is not None:
             # (reward_funcs None and no environment: no reward source, TRL raises its own error)
             reward_funcs, args = self._with_overlong_reward(reward_funcs, args)
+            if kw.get("reward_processing_classes") is not None:  # one per function: none for the overlong rule
+                kw["reward_processing_classes"] = [*kw["reward_processing_classes"], None]
         super().__init__(model, reward_funcs, args, *rest, **kw)
 
     @staticmethod

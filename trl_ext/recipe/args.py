@@ -131,6 +131,23 @@ class PPOScriptArguments(DPOScriptArguments):
 
 
 @dataclass
+class RewardScriptArguments(DataArguments):
+    """``recipes/reward.py``: a preference dataset (``chosen`` / ``rejected``, maybe ``prompt``), or on the demo the
+    pairs mined from the warm start's groups with the rule reward (``reward_funcs``)."""
+
+    reward_funcs: list[str] | None = reward_funcs_field()
+    reward_options: dict | str | None = field(
+        default=None, metadata={"help": "Options per reward name: a mapping (YAML) or JSON text."}
+    )
+    num_generations: int = field(default=8, metadata={"help": "Demo: completions per prompt mined into pairs."})
+    mining_max_new_tokens: int = field(default=4, metadata={"help": "Demo: length of the mined completions."})
+    held_out_fraction: float = field(
+        default=0.1,
+        metadata={"help": "Share of the pairs held out for pairwise accuracy when the data has no held-out split."},
+    )
+
+
+@dataclass
 class EvalArguments(DataArguments):
     """``trl-ext eval`` (``recipes/eval.py``): the models, the held-out split (the recipes' data fields and layouts),
     the task reward, and the sampling of ``trl_ext.diagnostics.evaluation.EvalSettings``."""

@@ -49,7 +49,8 @@ from trl_ext.reliability.checks import (
 )
 from trl_ext.reliability.reward_guard import reward_columns
 from trl_ext.reliability.zero_reward import ZeroRewardWatch
-from trl_ext.rewards import get_rewards
+from trl_ext.reward_model import is_reward_model, load_reward_model, looks_like_model
+from trl_ext.rewards import available_rewards, get_rewards
 from trl_ext.rewards.arithmetic import arithmetic_reward
 
 __all__ = ["cap_held_out", "is_data_file", "load_data"]  # re-exported from trl_ext.data, their home
@@ -204,7 +205,9 @@ def supported_precision(argv: list[str]) -> list[str]:
 
 
 def reward_functions(names: list[str], options: dict | str | None = None) -> list:
-    """Reward callables by name from the ``rewards`` registry (``options``: a mapping or its JSON text)."""
+    """Reward callables by name from the ``rewards`` registry (``options``: a mapping or its JSON text); a name the
+    registry does not know that is a folder or a Hub id is loaded as a reward model (``trl_ext.reward_model``), and
+    one that is neither fails naming both."""
     if isinstance(options, str):
         try:
             options = json.loads(options)
@@ -213,14 +216,44 @@ def reward_functions(names: list[str], options: dict | str | None = None) -> lis
                 f"reward_options={options!r} is not valid JSON; write e.g. "
                 '\'{"length_budget": {"budget": 3}}\' or set it as a mapping in the YAML config.'
             ) from error
-    return get_rewards(list(names), options)
+    known = set(available_rewards())
+    rules = [n for n in names if n in known]
+    built = iter(get_rewards(rules, {k: v for k, v in (options or {}).items() if k in rules}) if rules else [])
+    funcs = []
+    for name in names:
+        if name in known:
+            funcs.append(next(built))
+            continue
+        if not looks_like_model(name):
+            get_rewards([name])  # raises: unknown reward, with the known names and the closest one
+        try:
+            funcs.append(load_reward_model(name))
+        except ValueError as error:
+            raise ValueError(
+                f"reward {name!r} is neither a registry name ({', '.join(sorted(known))}) nor a loadable reward "
+                f"model: {error} Give a registry name, or a folder written by `trl-ext reward` (or any "
+                "AutoModelForSequenceClassification checkpoint)."
+            ) from error
+    return funcs
+
+
+def gold_reward(funcs: Sequence[Callable], script_args: Any, layout: Layout) -> Callable | None:
+    """The rule reward that scores held-out accuracy: the first rule among ``funcs``; with only reward models, the
+    task reward of the data (the gold a learned reward stands in for); None when there is none."""
+    rule = next((f for f in funcs if not is_reward_model(f)), None)
+    if rule is not None or script_args.dataset_name is None:
+        return rule
+    if layout.reference_column is None:
+        return None
+    return reward_functions([layout.task_rewards[0]])[0]
 
 
 def task_rewards(script_args: Any, layout: Layout | None) -> tuple[list, list[str]]:
     """``(reward functions, names)`` of a run: ``reward_funcs`` when given, else the task reward that fits the data's
     layout (``Layout.task_rewards``: ``accuracy`` for math, ``code`` for code tests, ``arithmetic`` on the demo),
-    never the demo's reward on user data. The first function is the task reward: it is wrapped in
-    ``ZeroRewardWatch`` (one warning when it scores 0 or unscorable on every completion of the first steps).
+    never the demo's reward on user data. A name that is a folder or a Hub id is a reward model
+    (``reward_functions``). The first rule function is the task reward: it is wrapped in ``ZeroRewardWatch`` (one
+    warning when it scores 0 or unscorable on every completion of the first steps).
     ``layout`` may be None when ``reward_funcs`` names the rewards (built before the data is loaded)."""
     names = list(getattr(script_args, "reward_funcs", None) or [])
     if not names:
@@ -234,9 +267,11 @@ def task_rewards(script_args: Any, layout: Layout | None) -> tuple[list, list[st
             )
         names = list(layout.task_rewards)
     funcs = reward_functions(names, getattr(script_args, "reward_options", None))
-    first = funcs[0]
-    column = getattr(first, "solution_column", None) or getattr(first, "tests_column", None)
-    funcs[0] = ZeroRewardWatch(first, column or next(iter(reward_columns(first) or []), None))
+    index = next((i for i, f in enumerate(funcs) if not is_reward_model(f)), None)
+    if index is not None:  # the first rule reward (a reward model's scores are never all zero)
+        first = funcs[index]
+        column = getattr(first, "solution_column", None) or getattr(first, "tests_column", None)
+        funcs[index] = ZeroRewardWatch(first, column or next(iter(reward_columns(first) or []), None))
     return funcs, names
 
 
@@ -334,10 +369,12 @@ def report(
     after: float | None,
     steps: int | None = None,
     started: float | None = None,
+    metric: str = "held-out greedy accuracy",
     **extra: Any,
 ) -> dict:
     """Print the summary table (held-out accuracy before / after / gain, steps, wall time since ``started``,
-    outputs) and write the same to ``output_dir/summary.json`` (``write_summary``)."""
+    outputs) and write the same to ``output_dir/summary.json`` (``write_summary``). ``metric`` names the figure
+    (the reward recipe's is pairwise accuracy on held-out pairs)."""
     wall = round(time.time() - started, 1) if started is not None else None
     result = {"recipe": recipe, "accuracy_before": before, "accuracy_after": after, **extra}
     if steps is not None:
@@ -346,7 +383,7 @@ def report(
         result["wall_time_s"] = wall
     measured = before is not None and after is not None
     rows = [
-        ("held-out greedy accuracy", f"{before:.3f} -> {after:.3f}" if measured else None),
+        (metric, f"{before:.3f} -> {after:.3f}" if measured else None),
         ("gain", f"{100 * (after - before):+.1f} points" if measured else None),
         ("optimizer steps", steps),
         ("wall time", format_duration(wall) if wall is not None else None),
@@ -395,15 +432,15 @@ def start(
 def evaluation_reward(script_args: Any, layout: Layout, reward: Callable | None = None) -> Callable | None:
     """The reward that held-out evaluation and ``trl-ext eval`` score with: on the demo its own answer check
     (``arithmetic_reward``, whatever ``reward``); on user data ``reward`` (the run's task reward, built once by the
-    recipe) or, when None, the task reward of ``reward_funcs`` / the layout (``task_rewards``); None when nothing
-    names a reward and the data has no reference column."""
+    recipe) or, when None, the rule reward of ``reward_funcs`` / the layout (``gold_reward``: never a reward model);
+    None when nothing names a reward and the data has no reference column."""
     if script_args.dataset_name is None:
         return arithmetic_reward
     if reward is not None:
         return reward
     if not getattr(script_args, "reward_funcs", None) and layout.reference_column is None:
         return None
-    return task_rewards(script_args, layout)[0][0]
+    return gold_reward(task_rewards(script_args, layout)[0], script_args, layout)
 
 
 def completion_budget(model: Any, longest: tuple[int, Any] | None, max_new_tokens: int) -> int:

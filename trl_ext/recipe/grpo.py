@@ -22,17 +22,18 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from datasets import Dataset
 from transformers import TrainerCallback
 from trl import ModelConfig
+from trl.trainer.utils import get_callable_name
 
 from trl_ext.console import format_duration, precision_label, summary_table, use_console
 from trl_ext.data import TaskData
-from trl_ext.diagnostics.health import HealthMonitor
-from trl_ext.diagnostics.held_out import HeldOutEvaluation
+from trl_ext.diagnostics.health import HealthMonitor, HealthThresholds
+from trl_ext.diagnostics.held_out import HELD_OUT_KEY, HeldOutEvaluation
 from trl_ext.grpo.configs import GRPOFamilyConfig
 from trl_ext.grpo.presets import PRESETS, lookup
 from trl_ext.recipe import common
@@ -43,6 +44,7 @@ from trl_ext.reliability.checkpoints import (
     last_complete_checkpoint,
     recover_interrupted_publish,
 )
+from trl_ext.reward_model import is_reward_model, reward_model_name
 
 logger = logging.getLogger(__name__)
 
@@ -327,15 +329,25 @@ def fit_to_model(
 
 
 def attach_monitors(
-    trainer: Any, recipe: str, script_args: RLScriptArguments, evaluate: Callable, before: float | None
+    trainer: Any,
+    recipe: str,
+    script_args: RLScriptArguments,
+    evaluate: Callable,
+    before: float | None,
+    reward_funcs: Sequence[Any] = (),
 ) -> HeldOutEvaluation | None:
-    """The console (progress bar, one line per log), held-out evaluation during RL and the health monitor."""
+    """The console (progress bar, one line per log), held-out evaluation during RL and the health monitor; with a
+    reward model among ``reward_funcs``, the monitor watches it against the gold figures (held-out accuracy, the
+    first rule reward) for over-optimization."""
     use_console(trainer, f"{recipe} (RL)")
     held_out = None
     if before is not None and script_args.held_out_eval_steps != 0:
         held_out = HeldOutEvaluation(evaluate, every=script_args.held_out_eval_steps, start=before).attach(trainer)
     if script_args.health_monitor:
-        HealthMonitor().attach(trainer)
+        models = [f"rewards/{reward_model_name(f)}/mean" for f in reward_funcs if is_reward_model(f)]
+        rules = [f"rewards/{get_callable_name(f)}/mean" for f in reward_funcs if not is_reward_model(f)]
+        thresholds = HealthThresholds(proxy_metrics=models or None, gold_metrics=[HELD_OUT_KEY, *rules[:1]])
+        HealthMonitor(thresholds).attach(trainer)
     return held_out
 
 

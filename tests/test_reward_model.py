@@ -1,0 +1,135 @@
+"""Learned rewards: the reward-model recipe on hand-made pairs, a reward model as an RL reward, bad reward names, and
+the health monitor's over-optimization check."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from trl import ModelConfig, RewardConfig
+
+from trl_ext.demo import DemoTaskConfig, make_problems
+from trl_ext.diagnostics.health import HealthMonitor, HealthThresholds
+from trl_ext.recipe.args import RewardScriptArguments
+from trl_ext.recipe.common import load_recipe, parse, reward_functions
+from trl_ext.recipe.grpo import parse as parse_grpo
+from trl_ext.reward_model import is_reward_model, preference_splits, reward_model_name
+
+
+def _write_pairs(folder, num_train=96, num_test=48):
+    """Pairs the demo model can learn to rank: the chosen completion is the answer, the rejected one the answer
+    followed by junk (``"42"`` over ``"42+7"``)."""
+    rng = random.Random(0)
+    train, test = make_problems(DemoTaskConfig(num_train=num_train, num_eval=num_test))
+    for name, data in (("train", train), ("test", test)):
+        with open(folder / f"{name}.jsonl", "w") as f:
+            for prompt, answer in zip(data["prompt"], data["answer"], strict=True):
+                row = {"prompt": prompt, "chosen": str(answer), "rejected": f"{answer}+{rng.randint(0, 9)}"}
+                f.write(json.dumps(row) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reward_model_dir(tmp_path_factory):
+    folder = _write_pairs(tmp_path_factory.mktemp("pairs"))
+    out = folder / "rm"
+    argv = [
+        *("--dataset_name", str(folder / "train.jsonl"), "--dataset_test_split", str(folder / "test.jsonl")),
+        *("--max_steps", "40", "--logging_steps", "20", "--output_dir", str(out)),
+    ]
+    summary = _reward_recipe(argv)
+    return out, summary
+
+
+def _reward_recipe(argv):
+    return load_recipe("reward").main(*parse((RewardScriptArguments, RewardConfig, ModelConfig), "reward", argv=argv))
+
+
+@pytest.mark.slow
+def test_reward_recipe_learns_held_out_pairs_above_chance(reward_model_dir):
+    out, summary = reward_model_dir
+    assert summary["held_out_pairs"] == 48 and summary["train_pairs"] == 96
+    assert summary["accuracy_after"] > 0.9 and summary["accuracy_after"] > summary["accuracy_before"]
+    assert json.load(open(out / "summary.json"))["accuracy_after"] == summary["accuracy_after"]
+    (model,) = reward_functions([str(out)])  # what `--reward_funcs <folder>` builds
+    assert is_reward_model(model) and model.config.num_labels == 1 and reward_model_name(model) == "rm"
+
+
+@pytest.mark.slow
+def test_dapo_trains_against_a_reward_model_and_scores_held_out_by_the_rule(reward_model_dir, tmp_path):
+    out, _ = reward_model_dir
+    argv = [
+        *("--reward_funcs", str(out), "--max_steps", "2", "--logging_steps", "1", "--held_out_eval_steps", "0"),
+        *("--output_dir", str(tmp_path / "dapo")),
+    ]
+    summary = load_recipe("grpo").main(*parse_grpo("dapo", argv=argv))
+    rows = [json.loads(line) for line in open(tmp_path / "dapo" / "metrics.jsonl")]
+    assert "rewards/rm/mean" in rows[0]  # the model's scores are the training reward
+    assert summary["accuracy_before"] > 0.05  # held-out accuracy is the demo's rule check, not the model's scores
+
+
+def test_a_reward_that_is_neither_a_name_nor_a_model_says_both(tmp_path):
+    with pytest.raises(ValueError, match="unknown reward 'accuracyy'.*Did you mean 'accuracy'"):
+        reward_functions(["accuracyy"])
+    (tmp_path / "not_a_model").mkdir()
+    with pytest.raises(ValueError, match=r"neither a registry name \(.*accuracy.*\) nor a loadable reward model"):
+        reward_functions([str(tmp_path / "not_a_model")])
+
+
+def test_preference_splits_hold_out_a_seeded_share_when_there_is_no_split():
+    from datasets import Dataset
+
+    pairs = Dataset.from_dict({"chosen": [str(i) for i in range(20)], "rejected": ["x"] * 20})
+    train, held_out = preference_splits(pairs, None, 0.25, seed=0)
+    assert (len(train), len(held_out)) == (15, 5)
+    assert not set(train["chosen"]) & set(held_out["chosen"])
+    with pytest.raises(ValueError, match="no \\['rejected'\\]"):
+        preference_splits(Dataset.from_dict({"chosen": ["a"]}), None, 0.5)
+
+
+# -- over-optimization ------------------------------------------------------------------------------------------------
+
+
+def _monitor():
+    return HealthMonitor(HealthThresholds(proxy_metrics=["rewards/rm/mean"], warmup_logs=1, print_warnings=False))
+
+
+def test_overoptimization_warns_when_the_proxy_rises_and_the_gold_falls():
+    monitor = _monitor()
+    gold = {20: 0.40, 40: 0.42, 60: 0.41, 80: 0.36, 100: 0.30, 120: 0.25}  # held-out accuracy every 20 steps
+    for step in range(10, 121, 10):
+        logs = {"rewards/rm/mean": 0.1 * step / 10}  # the learned reward keeps rising
+        if step in gold:
+            logs["held_out/accuracy"] = gold[step]
+        monitor.check(logs, step)
+    events = [e for e in monitor.events if e.condition == "reward_overoptimized"]
+    # at step 120 the 6 gold values have a least-squares fall of 0.1657 > 0.05 (by hand: sum of (x - 2.5)(v - mean)
+    # = -0.58 over sum (x - 2.5)^2 = 17.5, times 5 intervals) while the proxy rose: one warning
+    assert len(events) == 1 and events[0].step == 120 and "-0.1657" in events[0].message
+    assert "rewards/rm/mean" in events[0].message and "held_out/accuracy" in events[0].message
+
+
+def test_overoptimization_stays_quiet_when_gold_rises_with_the_proxy_or_without_a_reward_model():
+    monitor = _monitor()
+    for step in range(10, 121, 10):
+        logs = {"rewards/rm/mean": 0.1 * step / 10}
+        if step % 20 == 0:
+            logs["held_out/accuracy"] = 0.3 + step / 1000  # a healthy run: both rise
+        metrics = monitor.check(logs, step)
+    assert not monitor.events and metrics.get("health/reward_overoptimized") == 0.0
+    plain = HealthMonitor(HealthThresholds(print_warnings=False))  # no reward model: the check is off
+    assert "health/reward_overoptimized" not in plain.check({"reward": 1.0, "held_out/accuracy": 0.1}, 1)
+
+
+@pytest.mark.slow
+def test_overoptimization_is_quiet_on_the_healthy_demo_run(tmp_path):
+    """The demo's DAPO run (rising held-out accuracy), watched as if its rule reward were a learned one."""
+    argv = ["--max_steps", "160", "--held_out_eval_steps", "20", "--output_dir", str(tmp_path / "demo")]
+    load_recipe("grpo").main(*parse_grpo("dapo", argv=argv))
+    rows = [json.loads(line) for line in open(tmp_path / "demo" / "metrics.jsonl")]
+    monitor = HealthMonitor(HealthThresholds(proxy_metrics=["reward"], print_warnings=False))
+    for row in rows:
+        monitor.check(row, row.get("step", 0))
+    assert sum("held_out/accuracy" in row for row in rows) >= 7  # the gold figure was there to compare with
+    assert not [e for e in monitor.events if e.condition == "reward_overoptimized"]

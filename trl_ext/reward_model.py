@@ -1,0 +1,95 @@
+"""Learned rewards: a reward model (RM) as a reward function of the RL recipes, and the preference data it learns from.
+
+RLHF's second stage (Ouyang et al. 2022, arXiv 2203.02155, section 3.5): a model with a scalar head trained on ranked
+pairs with the Bradley-Terry loss ``-log sigmoid(r(x, y_chosen) - r(x, y_rejected))``, which TRL's ``RewardTrainer``
+implements (``recipes/reward.py`` runs it). What this module adds:
+
+* :func:`load_reward_model`: a folder or Hub id as TRL's trainers use a model reward
+  (``AutoModelForSequenceClassification`` with ``num_labels=1``, its own tokenizer as ``reward_processing_classes``),
+  failing at construction with what it tried.
+* :func:`reward_model_name`: the name TRL logs it under (``rewards/<name>/mean``), for the health monitor's
+  over-optimization check (``trl_ext.diagnostics.health``).
+* :func:`preference_splits`: training and held-out pairs: the data's own held-out split, or a seeded cut of the
+  training pairs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from datasets import Dataset
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel
+
+PREFERENCE_COLUMNS = ("chosen", "rejected")
+
+
+def looks_like_model(spec: str) -> bool:
+    """Whether a reward name could be a model: a local folder, or a Hub id (``owner/name``)."""
+    return os.path.isdir(spec) or (spec.count("/") == 1 and not spec.startswith((".", "/")))
+
+
+def load_reward_model(spec: str, dtype: Any = "auto") -> PreTrainedModel:
+    """``spec`` (a folder written by ``recipes/reward.py`` or ``save_pretrained``, or a Hub id) as a reward model with
+    one output. Raises ``ValueError`` saying what was tried when it is not one."""
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(spec, num_labels=1, dtype=dtype)
+    except Exception as error:  # OSError (not found), ValueError (not a classification architecture), ...
+        raise ValueError(
+            f"{spec!r} could not be loaded as a reward model ({type(error).__name__}: {error})."
+        ) from error
+    return model
+
+
+def reward_tokenizer(model: PreTrainedModel) -> Any:
+    """The tokenizer saved with a reward model, with a pad token (TRL pads reward inputs), for
+    ``reward_processing_classes``."""
+    tokenizer = AutoTokenizer.from_pretrained(model.config._name_or_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def is_reward_model(func: Any) -> bool:
+    """A reward function that is a model (TRL scores it with a forward pass), not a rule."""
+    return isinstance(func, PreTrainedModel)
+
+
+def reward_model_name(model: PreTrainedModel) -> str:
+    """The name TRL's GRPO trainer logs a model reward under: the last part of its ``_name_or_path``."""
+    return model.config._name_or_path.rstrip("/").split("/")[-1]
+
+
+def reward_processing_classes(funcs: Sequence[Callable]) -> list[Any] | None:
+    """One entry per reward function: the reward model's tokenizer, None for a rule; None when there is no model."""
+    if not any(is_reward_model(f) for f in funcs):
+        return None
+    return [reward_tokenizer(f) if is_reward_model(f) else None for f in funcs]
+
+
+def check_preferences(dataset: Dataset, name: str) -> None:
+    """A preference dataset has ``chosen`` and ``rejected`` (and maybe ``prompt``): TRL's layouts for rewards."""
+    missing = [c for c in PREFERENCE_COLUMNS if c not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"{name} has columns {dataset.column_names} but no {missing}: a reward model learns from pairs, "
+            "'chosen' and 'rejected' (and optionally 'prompt'; text or chat messages, TRL's preference layouts)."
+        )
+
+
+def preference_splits(
+    train: Dataset, held_out: Dataset | None, held_out_fraction: float, seed: int = 0
+) -> tuple[Dataset, Dataset]:
+    """``(train, held_out)`` pairs: the given held-out split, else a seeded ``held_out_fraction`` of the training
+    pairs (at least one), so that pairwise accuracy is always measured on pairs the model did not train on."""
+    check_preferences(train, "the training split")
+    if held_out is not None and all(c in held_out.column_names for c in PREFERENCE_COLUMNS):
+        return train, held_out
+    if not 0 < held_out_fraction < 1:
+        raise ValueError(f"held_out_fraction must be in (0, 1), got {held_out_fraction}.")
+    count = max(1, round(held_out_fraction * len(train)))
+    if count >= len(train):
+        raise ValueError(f"{len(train)} preference pairs are too few to hold {count} out; give more pairs.")
+    shuffled = train.shuffle(seed=seed)
+    return shuffled.select(range(count, len(shuffled))), shuffled.select(range(count))
