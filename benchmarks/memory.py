@@ -7,7 +7,8 @@ Each method runs in its own subprocess (so that one method's allocations cannot 
 trainers the recipes use: TRL's ``PPOTrainer`` (policy + value model + reference, rule-based reward through
 ``trl_ext.ppo.RuleRewardModel``, and once more with a trained-reward-model-sized ``AutoModelForSequenceClassification``),
 ``trl_ext.grpo.trainers.GRPOTrainer`` / ``DAPOTrainer`` / ``GSPOTrainer`` with their presets (GRPO keeps a reference for
-its KL term, beta 0.04; DAPO and GSPO have none, beta 0), and ``trl_ext.dpo.DPOTrainer`` (policy + reference). Every
+its KL term, beta 0.04; DAPO and GSPO have none, beta 0; GRPO once more with a reward model of the policy's size in
+place of the rule reward, as ``--reward_funcs <folder>`` runs it), and ``trl_ext.dpo.DPOTrainer`` (policy + reference). Every
 method sees the same checkpoint (random weights, saved once), the demo's arithmetic prompts and reward, 16 sequences
 per step, fp32 weights and AdamW. The peak is the process's ``ru_maxrss`` (all of it: weights, gradients, optimizer
 state, activations, generation), and "training memory" subtracts the RSS measured after the imports and before any
@@ -40,11 +41,12 @@ SIZES = {  # Qwen2-style decoder over the demo's character vocabulary
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
     ),
 }
-METHODS = ["ppo", "ppo_reward_model", "grpo", "dapo", "gspo", "dpo"]
+METHODS = ["ppo", "ppo_reward_model", "grpo", "grpo_reward_model", "dapo", "gspo", "dpo"]
 LABELS = {
     "ppo": "PPO (rule reward)",
     "ppo_reward_model": "PPO (reward model)",
     "grpo": "GRPO (beta 0.04)",
+    "grpo_reward_model": "GRPO (beta 0.04, reward model)",
     "dapo": "DAPO",
     "gspo": "GSPO",
     "dpo": "DPO",
@@ -135,7 +137,9 @@ def _run_ppo(path: str, output_dir: str, with_reward_model: bool) -> None:
     trainer.train()
 
 
-def _run_group(method: str, path: str, output_dir: str) -> None:
+def _run_group(method: str, path: str, output_dir: str, with_reward_model: bool = False) -> None:
+    from transformers import AutoModelForSequenceClassification
+
     from trl_ext.demo import build_tokenizer
     from trl_ext.grpo.presets import get_preset, trainer_class_for
     from trl_ext.rewards import arithmetic_reward
@@ -151,12 +155,15 @@ def _run_group(method: str, path: str, output_dir: str) -> None:
         temperature=1.0,
         **extra,
     )
+    # a reward model of the policy's size, as `--reward_funcs <folder>` loads one (trl_ext.reward_model)
+    reward = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1) if with_reward_model else None
     trainer = trainer_class_for(args)(
         model=path,
-        reward_funcs=[arithmetic_reward],
+        reward_funcs=[reward if with_reward_model else arithmetic_reward],
         args=args,
         train_dataset=_prompts(),
         processing_class=build_tokenizer(),
+        reward_processing_classes=[build_tokenizer()] if with_reward_model else None,
     )
     trainer.train()
 
@@ -200,7 +207,7 @@ def worker(method: str, path: str) -> dict:
         elif method == "dpo":
             _run_dpo(path, output_dir)
         else:
-            _run_group(method, path, output_dir)
+            _run_group(method.removesuffix("_reward_model"), path, output_dir, method.endswith("_reward_model"))
     peak = _peak_mib()
     return {
         "method": method,
@@ -239,6 +246,7 @@ def markdown(results: list[dict], params: int, size: str, command: str, wall: fl
         "ppo": "policy, value, ref (policy, value)",
         "ppo_reward_model": "policy, value, ref, reward (policy, value)",
         "grpo": "policy, ref (policy)",
+        "grpo_reward_model": "policy, ref, reward (policy)",
         "dapo": "policy (policy)",
         "gspo": "policy (policy)",
         "dpo": "policy, ref (policy)",

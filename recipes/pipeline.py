@@ -1,6 +1,7 @@
 """The demo pipeline in one command: SFT warm start -> DAPO -> DPO for style, each stage's held-out accuracy printed.
 
     python recipes/pipeline.py                                   # ~2 min on 2 CPU cores, outputs/pipeline
+    python recipes/pipeline.py --learned_reward true             # SFT -> reward model -> DAPO against it
     python recipes/pipeline.py --dapo_overrides max_steps=100 --dpo_overrides mining_rounds=1
     python recipes/pipeline.py --config my_pipeline.yaml         # any PipelineArguments field; CLI flags override
 
@@ -22,12 +23,12 @@ from typing import Any
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, PreTrainedModel
-from trl import ModelConfig
+from trl import ModelConfig, RewardConfig
 
 from trl_ext.console import opening_line, quiet_libraries
 from trl_ext.demo import DemoTaskConfig, WarmStartConfig, build_tokenizer, greedy_accuracy, make_problems, warm_start
 from trl_ext.dpo.trainer import DPOConfig
-from trl_ext.recipe.args import DPOScriptArguments, PipelineArguments
+from trl_ext.recipe.args import DPOScriptArguments, PipelineArguments, RewardScriptArguments
 from trl_ext.recipe.common import (
     DEMO_CONFIG_DIR,
     check_flags,
@@ -59,7 +60,9 @@ def main(args: PipelineArguments) -> dict[str, Any]:
         opening_line(
             "pipeline",
             [
-                "SFT warm start -> DAPO -> DPO for style",
+                "SFT warm start -> reward model -> DAPO against it"
+                if args.learned_reward
+                else "SFT warm start -> DAPO -> DPO for style",
                 "model demo model, random init",
                 "data built-in arithmetic demo",
                 f"outputs in {args.output_dir}",
@@ -86,6 +89,9 @@ def main(args: PipelineArguments) -> dict[str, Any]:
     )
     timings["sft"] = time.time() - t
     print(f"[pipeline] 1. SFT warm start: held-out accuracy {accuracies['1. SFT warm start']:.3f}", flush=True)
+
+    if args.learned_reward:
+        return learned_reward_stages(args, sft_dir, accuracies, timings, start)
 
     # 2. DAPO from the warm start: recipes/dapo.py's code path and YAML.
     t = time.time()
@@ -133,8 +139,7 @@ def main(args: PipelineArguments) -> dict[str, Any]:
     total = time.time() - start
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu = usage.ru_utime + usage.ru_stime  # independent of other jobs sharing the cores
-    lines = ["", "| stage | held-out accuracy |", "|---|---|"]
-    lines += [f"| {stage} | {value:.3f} |" for stage, value in accuracies.items()]
+    lines = stage_table(accuracies, "held-out accuracy")
     lines.append(
         f"\nwall time {total / 60:.1f} min (sft {timings['sft']:.0f} s, dapo {timings['dapo']:.0f} s, "
         f"dpo {timings['dpo']:.0f} s), CPU time {cpu / 60:.1f} min. Greedy answers that are exactly '<number><eos>': "
@@ -149,6 +154,58 @@ def main(args: PipelineArguments) -> dict[str, Any]:
         "cpu_time_s": cpu,
         "dpo_rounds": dpo["rounds"],
         "style": style,
+        "args": asdict(args),
+    }
+    write_summary(args.output_dir, summary)
+    return summary
+
+
+def stage_table(accuracies: dict[str, float], header: str) -> list[str]:
+    """The final table's lines: one row per stage with its held-out accuracy."""
+    return ["", f"| stage | {header} |", "|---|---|", *(f"| {k} | {v:.3f} |" for k, v in accuracies.items())]
+
+
+def learned_reward_stages(
+    args: PipelineArguments, sft_dir: str, accuracies: dict[str, float], timings: dict[str, float], start: float
+) -> dict[str, Any]:
+    """RLHF with a learned reward (Ouyang et al. 2022): a reward model trained on pairs mined from the warm start
+    (``recipes/reward.py``), then DAPO against it (``--reward_funcs <reward model>``); held-out accuracy is the rule
+    reward's after each stage, so how well the learned reward stands in for the true one is visible."""
+    # 2. Reward model on the warm start's mined pairs: recipes/reward.py's code path and YAML.
+    t = time.time()
+    rm_dir = os.path.join(args.output_dir, "reward")
+    argv = ["--model_name_or_path", sft_dir, "--output_dir", rm_dir, "--seed", str(args.seed)]
+    reward_types = (RewardScriptArguments, RewardConfig, ModelConfig)
+    reward = load_recipe("reward").main(
+        *parse(reward_types, "reward", ["--config", demo_config_path("reward"), *argv, *_flags(args.reward_overrides)])
+    )
+    timings["reward"] = time.time() - t
+    print(f"[pipeline] 2. reward model: held-out pairwise accuracy {reward['accuracy_after']:.3f}", flush=True)
+
+    # 3. DAPO from the warm start against the reward model (rule reward for held-out accuracy only).
+    t = time.time()
+    dapo_dir = os.path.join(args.output_dir, "dapo-rm")
+    dapo_argv = [
+        *("--config", args.dapo_config or demo_config_path("dapo"), "--model_name_or_path", sft_dir),
+        *("--reward_funcs", rm_dir, "--output_dir", dapo_dir, "--seed", str(args.seed)),
+        *_flags(args.dapo_overrides),
+    ]
+    dapo = load_recipe("dapo").main(*parse_grpo("dapo", argv=dapo_argv))
+    accuracies["3. DAPO against the reward model"] = dapo["accuracy_after"]
+    timings["dapo"] = time.time() - t
+    total = time.time() - start
+    lines = stage_table(accuracies, "held-out accuracy (rule reward)")
+    lines.append(
+        f"\nreward model: held-out pairwise accuracy {reward['accuracy_before']:.3f} -> {reward['accuracy_after']:.3f} "
+        f"({reward['held_out_pairs']} pairs). Wall time {total / 60:.1f} min (sft {timings['sft']:.0f} s, reward "
+        f"{timings['reward']:.0f} s, dapo {timings['dapo']:.0f} s)."
+    )
+    print("\n".join(lines), flush=True)
+    summary = {
+        "accuracies": accuracies,
+        "reward_model": {k: reward[k] for k in ("accuracy_before", "accuracy_after", "train_pairs", "held_out_pairs")},
+        "timings_s": timings,
+        "wall_time_s": total,
         "args": asdict(args),
     }
     write_summary(args.output_dir, summary)

@@ -25,6 +25,7 @@ from trl_ext.ppo import RuleRewardModel, tokenize_prompts
 from trl_ext.recipe import common
 from trl_ext.recipe.args import PPOScriptArguments
 from trl_ext.reliability.checks import require_ppo
+from trl_ext.reward_model import load_reward_model
 
 if __name__ == "__main__":
     quiet_libraries()  # before the import below: TRL's "importing from trl.experimental" notice is our choice, not yours
@@ -58,9 +59,7 @@ def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: 
 
     # Reward: a trained reward model, or the rule-based functions behind TRL's reward-model interface.
     if training_args.reward_model_path:
-        reward_model = AutoModelForSequenceClassification.from_pretrained(
-            training_args.reward_model_path, num_labels=1
-        )
+        reward_model = load_reward_model(training_args.reward_model_path)  # e.g. a `trl-ext reward` folder
         task_reward = None  # the held-out check builds the data's task reward itself
     else:
         reward_funcs = common.task_rewards(script_args, layout)[0]

@@ -43,7 +43,15 @@ def main(script_args: RewardScriptArguments, training_args: RewardConfig, model_
         policy = AutoModelForCausalLM.from_pretrained(path)
         rule = common.task_rewards(script_args, layout)[0]
         mined = [
-            mine_pairs(policy, tokenizer, split, rule, script_args.num_generations, script_args.mining_max_new_tokens)
+            mine_pairs(
+                policy,
+                tokenizer,
+                split,
+                rule,
+                script_args.num_generations,
+                script_args.mining_max_new_tokens,
+                pairs_per_group=script_args.pairs_per_group,
+            )
             for split in (train, held_out)
         ]
         (train_pairs, train_stats), (held_out_pairs, _) = mined

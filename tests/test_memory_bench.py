@@ -31,6 +31,7 @@ def test_quick_benchmark_writes_the_table(tmp_path):
         "PPO (rule reward)",
         "PPO (reward model)",
         "GRPO (beta 0.04)",
+        "GRPO (beta 0.04, reward model)",
         "DAPO",
         "GSPO",
         "DPO",

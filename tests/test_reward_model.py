@@ -133,3 +133,65 @@ def test_overoptimization_is_quiet_on_the_healthy_demo_run(tmp_path):
         monitor.check(row, row.get("step", 0))
     assert sum("held_out/accuracy" in row for row in rows) >= 7  # the gold figure was there to compare with
     assert not [e for e in monitor.events if e.condition == "reward_overoptimized"]
+
+
+# -- the reward model in the probe, PPO and the pipeline ---------------------------------------------------------------
+
+
+def test_probe_reports_the_reward_models_spread_on_the_first_groups(reward_model_dir):
+    from trl_ext.diagnostics.probe import ProbeArguments, probe_model, reward_model_spread
+    from trl_ext.recipe.common import load_policy
+
+    assert reward_model_spread([1.0, 3.0, 0.0, 0.0], 2) == {"within_group_std": 0.5, "std": 1.224744871391589,
+                                                           "min": 0.0, "max": 3.0}  # fmt: skip
+    out, _ = reward_model_dir
+    model, tokenizer, _ = load_policy(None)
+    train, _ = make_problems(DemoTaskConfig())
+    args = ProbeArguments(num_generations=4, num_prompts=6, max_completion_length=4, generation_batch_size=8)
+    (reward,) = reward_functions([str(out)])
+    report = probe_model(model, tokenizer, train.select(range(6)), [reward], args)
+    spread = report.meta["reward_model_spread"]["rm"]
+    assert spread["within_group_std"] > 0 and spread["min"] < spread["max"]
+    assert "Reward model rm: within-group std" in report.format()
+
+
+@pytest.mark.slow
+def test_ppo_takes_the_same_reward_model(reward_model_dir, tmp_path):
+    pytest.importorskip(
+        "trl.experimental.ppo", reason='PPO needs trl 1.12 (removed in 1.13): pip install "trl-ext[ppo]"'
+    )
+    from trl.experimental.ppo import PPOConfig
+
+    from trl_ext.recipe.args import PPOScriptArguments
+
+    out, _ = reward_model_dir
+    argv = [
+        *("--reward_model_path", str(out), "--output_dir", str(tmp_path / "ppo"), "--total_episodes", "16"),
+        *("--per_device_train_batch_size", "8", "--num_ppo_epochs", "1"),
+    ]
+    types_ = (PPOScriptArguments, PPOConfig, ModelConfig)
+    summary = load_recipe("ppo").main(*parse(types_, "ppo", argv=argv))
+    assert summary["accuracy_before"] > 0.05 and summary["accuracy_after"] is not None  # the rule reward's figure
+    with pytest.raises(ValueError, match="could not be loaded as a reward model"):
+        load_recipe("ppo").main(*parse(types_, "ppo", argv=["--reward_model_path", str(tmp_path), *argv[2:]]))
+
+
+@pytest.mark.slow
+def test_pipeline_with_a_learned_reward_end_to_end(tmp_path, capsys):
+    from trl import TrlParser
+
+    from trl_ext.recipe.args import PipelineArguments
+
+    argv = [
+        *("--output_dir", str(tmp_path / "out"), "--learned_reward", "true"),
+        *("--reward_overrides", "max_steps=20", "num_generations=4"),
+        *("--dapo_overrides", "max_steps=2", "logging_steps=1", "held_out_eval_steps=0"),
+    ]
+    (args,) = TrlParser((PipelineArguments,)).parse_args_and_config(argv)
+    summary = load_recipe("pipeline").main(args)
+    printed = capsys.readouterr().out
+    assert list(summary["accuracies"]) == ["0. random init", "1. SFT warm start", "3. DAPO against the reward model"]
+    assert summary["reward_model"]["held_out_pairs"] > 0 and 0 <= summary["reward_model"]["accuracy_after"] <= 1
+    assert "2. reward model: held-out pairwise accuracy" in printed
+    rows = [json.loads(line) for line in open(tmp_path / "out" / "dapo-rm" / "metrics.jsonl")]
+    assert "rewards/reward/mean" in rows[0]  # DAPO trained on the reward model's scores (folder out/reward)

@@ -11,6 +11,8 @@ implements (``recipes/reward.py`` runs it). What this module adds:
   over-optimization check (``trl_ext.diagnostics.health``).
 * :func:`preference_splits`: training and held-out pairs: the data's own held-out split, or a seeded cut of the
   training pairs.
+* :class:`RewardModelScorer` / :func:`as_callable`: a reward model called like a rule reward, for the package's own
+  scoring (``trl_ext.scoring.score_completions``: the probe, group-mined pairs).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 from datasets import Dataset
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel
 
@@ -93,3 +96,49 @@ def preference_splits(
         raise ValueError(f"{len(train)} preference pairs are too few to hold {count} out; give more pairs.")
     shuffled = train.shuffle(seed=seed)
     return shuffled.select(range(count, len(shuffled))), shuffled.select(range(count))
+
+
+class RewardModelScorer:
+    """A reward model called like a rule reward (``prompts=, completions=, **columns`` -> one float each), for the
+    package's own scoring (the probe, group-mined pairs): the text is built as TRL's GRPO trainer builds it for a
+    model reward (prompt + completion, or the chat template of the conversation) and scored in batches."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: Any = None, batch_size: int = 64):
+        self.model = model
+        self.tokenizer = tokenizer or reward_tokenizer(model)
+        self.batch_size = batch_size
+        self.__name__ = reward_model_name(model)
+
+    @torch.no_grad()
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        texts = [
+            self.tokenizer.apply_chat_template(p + c, tokenize=False) if isinstance(p, list) else p + c
+            for p, c in zip(prompts, completions, strict=True)
+        ]
+        was_training = self.model.training
+        self.model.eval()
+        device = next(self.model.parameters()).device
+        scores: list[float] = []
+        try:
+            for start in range(0, len(texts), self.batch_size):
+                batch = self.tokenizer(
+                    texts[start : start + self.batch_size],
+                    return_tensors="pt",
+                    padding=True,
+                    padding_side="right",
+                    add_special_tokens=False,
+                ).to(device)
+                scores += self.model(**batch).logits[:, 0].float().tolist()
+        finally:
+            self.model.train(was_training)
+        return scores
+
+
+def as_callable(func: Any) -> Callable:
+    """A reward function as the package's scoring calls it: a reward model wrapped in ``RewardModelScorer`` (built
+    once per model and kept on it, so its tokenizer is loaded once)."""
+    if not is_reward_model(func):
+        return func
+    if getattr(func, "_trl_ext_scorer", None) is None:
+        func._trl_ext_scorer = RewardModelScorer(func)
+    return func._trl_ext_scorer

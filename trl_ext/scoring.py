@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from trl_ext.reward_model import as_callable
+
 
 def is_conversational(prompt: Any) -> bool:
     """A prompt in TRL's conversational format: a non-empty list of ``{"role": ..., "content": ...}`` messages."""
@@ -84,7 +86,7 @@ def score_completions(
     table = torch.full((len(completions), len(reward_funcs)), torch.nan, dtype=dtype)
     kwargs = {k: list(v) for k, v in columns.items()} | dict(extra or {})
     for j, func in enumerate(reward_funcs):
-        values = func(prompts=list(prompts), completions=list(completions), **kwargs)
+        values = as_callable(func)(prompts=list(prompts), completions=list(completions), **kwargs)
         if len(values) != len(completions):
             raise ValueError(
                 f"reward function {_name(func)!r} returned {len(values)} rewards for {len(completions)} "

@@ -59,9 +59,11 @@ from datasets import Dataset
 
 from trl_ext.data import TaskData, format_prompts, load_task_data
 from trl_ext.demo import build_model, build_tokenizer
+from trl_ext.diagnostics.eval_metrics import pass_at_k
 from trl_ext.grpo.ds_rounds import carries_surplus, expected_refill_rounds
 from trl_ext.grpo.group_filter import expected_rounds, group_stats, informative_groups
 from trl_ext.recipe.common import check_flags, load_policy, make_parser, reward_functions
+from trl_ext.reward_model import as_callable, is_reward_model, reward_model_name
 from trl_ext.scoring import generate_groups, prompt_text, score_completions
 
 DEMO = "demo"
@@ -259,16 +261,6 @@ class Recommendation:
 # ----------------------------------------------------------------------------------------------------------------
 # Pure statistics (hand-checkable; the tests pin them)
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
-    """Unbiased pass@k of one prompt from ``num_correct`` successes in ``num_samples`` samples (Chen et al. 2021):
-    ``1 - C(n - c, k) / C(n, k)``, the probability that ``k`` samples drawn without replacement hold a success."""
-    if not 1 <= k <= num_samples:
-        raise ValueError(f"k={k} must be between 1 and the number of samples {num_samples}.")
-    if num_samples - num_correct < k:
-        return 1.0
-    return 1.0 - math.comb(num_samples - num_correct, k) / math.comb(num_samples, k)
 
 
 def fit_beta_prior(successes: Sequence[int], num_samples: int) -> tuple[float, float] | None:
@@ -712,6 +704,13 @@ class ProbeReport:
             + f"  unscorable {r['unscorable_frac']:.3f}",
             f"Lengths   mean {ln['mean']:.2f}  p50 {ln['p50']:g}  p90 {ln['p90']:g}  max {ln['max']:g}  "
             f"truncated {ln['truncated_frac']:.3f}",
+        ]
+        lines += [
+            f"Reward model {name}: within-group std {v['within_group_std']:.3g}, std {v['std']:.3g}, range "
+            f"[{v['min']:.3g}, {v['max']:.3g}]"
+            for name, v in m.get("reward_model_spread", {}).items()
+        ]
+        lines += [
             "",
             "Recommendations",
         ]
@@ -767,6 +766,20 @@ def _rounds(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.2f}"
 
 
+def reward_model_spread(scores: Sequence[float], group_size: int) -> dict[str, float]:
+    """How a reward model's scores spread on the probed groups: the mean within-group standard deviation (what its
+    group-normalized advantages feed on: near 0 means it cannot tell a group's completions apart), the overall
+    standard deviation, and the range."""
+    values = torch.tensor(list(scores), dtype=torch.float64)
+    groups = values.view(-1, group_size)
+    return {
+        "within_group_std": float(groups.std(dim=1, unbiased=False).mean()),
+        "std": float(values.std(unbiased=False)),
+        "min": float(values.min()),
+        "max": float(values.max()),
+    }
+
+
 def probe_model(
     model: Any,
     tokenizer: Any,
@@ -819,6 +832,12 @@ def probe_model(
     elapsed = time.perf_counter() - start
 
     shape = (len(rows), group_size)
+    flat_prompts = [p for p in raw_prompts for _ in range(group_size)]
+    spread = {
+        reward_model_name(f): reward_model_spread(as_callable(f)(flat_prompts, completions), group_size)
+        for f in reward_funcs
+        if is_reward_model(f)
+    }
     summary = summarize(
         rewards.view(shape),
         lengths.view(shape),
@@ -858,6 +877,7 @@ def probe_model(
         "sampler": sampler,
         "seed": args.seed,
         "elapsed_s": elapsed,
+        "reward_model_spread": spread,
     }
     return ProbeReport(
         meta=meta,

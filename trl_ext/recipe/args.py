@@ -141,6 +141,7 @@ class RewardScriptArguments(DataArguments):
     )
     num_generations: int = field(default=8, metadata={"help": "Demo: completions per prompt mined into pairs."})
     mining_max_new_tokens: int = field(default=4, metadata={"help": "Demo: length of the mined completions."})
+    pairs_per_group: int = field(default=1, metadata={"help": "Demo: pairs mined from each informative group."})
     held_out_fraction: float = field(
         default=0.1,
         metadata={"help": "Share of the pairs held out for pairwise accuracy when the data has no held-out split."},
@@ -210,3 +211,13 @@ class PipelineArguments:
         default=None, metadata={"help": "DPO stage YAML; None = recipes/configs/demo/dpo/config_style.yaml."}
     )
     dpo_overrides: list[str] = field(default_factory=list, metadata={"help": "key=value settings over the DPO YAML."})
+    learned_reward: bool = field(
+        default=False,
+        metadata={
+            "help": "RLHF's order with a learned reward: SFT -> reward model (recipes/reward.py) -> DAPO against it, "
+            "held-out accuracy by the rule reward after each stage; instead of SFT -> DAPO -> DPO."
+        },
+    )
+    reward_overrides: list[str] = field(
+        default_factory=list, metadata={"help": "key=value settings over the reward-model YAML (learned_reward)."}
+    )
