@@ -69,6 +69,30 @@ def test_dapo_trains_against_a_reward_model_and_scores_held_out_by_the_rule(rewa
     assert summary["accuracy_before"] > 0.05  # held-out accuracy is the demo's rule check, not the model's scores
 
 
+def test_the_health_monitor_reads_held_out_accuracy_of_the_same_log(reward_model_dir, tmp_path):
+    """Both callbacks go first (before the trackers), held-out evaluation ahead of the monitor: the monitor's
+    over-optimization check sees ``held_out/accuracy`` in the log it belongs to, and watches the reward model."""
+    from trl_ext import DAPOConfig, DAPOTrainer
+    from trl_ext.diagnostics.held_out import HeldOutEvaluation
+    from trl_ext.recipe.common import load_policy
+    from trl_ext.recipe.grpo import attach_monitors
+
+    out, _ = reward_model_dir
+    model, tokenizer, _ = load_policy(None)
+    funcs = reward_functions([str(out)])
+    train, _ = make_problems(DemoTaskConfig())
+    args = DAPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, max_steps=1,
+                      report_to="none", use_cpu=True, num_minibatches=1, max_completion_length=4,
+                      overlong_buffer_len=2)  # fmt: skip
+    trainer = DAPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=train, processing_class=tokenizer)
+    script_args, _, _ = parse_grpo("dapo", argv=["--held_out_eval_steps", "5"])
+    attach_monitors(trainer, "dapo", script_args, lambda model: 0.5, 0.4, funcs)
+    first, second = trainer.callback_handler.callbacks[:2]
+    assert isinstance(first, HeldOutEvaluation) and isinstance(second, HealthMonitor)
+    assert second.thresholds.proxy_metrics == ["rewards/rm/mean"]
+    assert second.thresholds.gold_metrics == ["held_out/accuracy"]
+
+
 def test_a_reward_that_is_neither_a_name_nor_a_model_says_both(tmp_path):
     with pytest.raises(ValueError, match="unknown reward 'accuracyy'.*Did you mean 'accuracy'"):
         reward_functions(["accuracyy"])

@@ -340,14 +340,15 @@ def attach_monitors(
     reward model among ``reward_funcs``, the monitor watches it against the gold figures (held-out accuracy, the
     first rule reward) for over-optimization."""
     use_console(trainer, f"{recipe} (RL)")
-    held_out = None
-    if before is not None and script_args.held_out_eval_steps != 0:
-        held_out = HeldOutEvaluation(evaluate, every=script_args.held_out_eval_steps, start=before).attach(trainer)
     if script_args.health_monitor:
         models = [f"rewards/{reward_model_name(f)}/mean" for f in reward_funcs if is_reward_model(f)]
         rules = [f"rewards/{get_callable_name(f)}/mean" for f in reward_funcs if not is_reward_model(f)]
         thresholds = HealthThresholds(proxy_metrics=models or None, gold_metrics=[HELD_OUT_KEY, *rules[:1]])
         HealthMonitor(thresholds).attach(trainer)
+    held_out = None
+    if before is not None and script_args.held_out_eval_steps != 0:
+        # attached last, so first: its held_out/accuracy is in the log before the health monitor reads it
+        held_out = HeldOutEvaluation(evaluate, every=script_args.held_out_eval_steps, start=before).attach(trainer)
     return held_out
 
 
