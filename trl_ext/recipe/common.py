@@ -302,14 +302,13 @@ def load_policy(
         model = model.merge_and_unload() if quantization is None else model
     else:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **(quantization or {}))
-    tokenizer = build_tokenizer() if model_name_or_path is None else load_tokenizer(path, chat_template)
-    return model, tokenizer, path
+    return model, load_tokenizer(model_name_or_path and path, chat_template), path
 
 
-def load_tokenizer(path: str, chat_template: str | None = None) -> Any:
-    """The tokenizer saved with a model, set up for generation: a pad token (EOS when it has none), left padding,
-    and ``chat_template`` (a ``.jinja`` file or the template text) when given."""
-    tokenizer = AutoTokenizer.from_pretrained(path)
+def load_tokenizer(path: str | None, chat_template: str | None = None) -> Any:
+    """The tokenizer saved with a model (None: the demo's, built in code), set up for generation: a pad token (EOS
+    when it has none), left padding, and ``chat_template`` (a ``.jinja`` file or the template text) when given."""
+    tokenizer = build_tokenizer() if path is None else AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # generation (GRPO family, PPO, DPO mining) needs left padding
