@@ -144,7 +144,10 @@ def _run_group(method: str, path: str, output_dir: str, with_reward_model: bool 
     from trl_ext.grpo.presets import get_preset, trainer_class_for
     from trl_ext.rewards import arithmetic_reward
 
-    extra = {"overlong_buffer_len": 2, "num_minibatches": 1} if method == "dapo" else {}  # one step = one rollout
+    # DAPO: one step = one rollout; dynamic sampling off, because on random weights every group can be all-wrong, and
+    # a step with nothing to train skips the optimizer (trl_ext.grpo.dynamic_sampling), so AdamW's state would never
+    # be allocated and the row would not measure a training step (the filter itself holds no model)
+    extra = {"overlong_buffer_len": 2, "num_minibatches": 1, "dynamic_sampling": False} if method == "dapo" else {}
     args = get_preset(
         method,
         **_common(output_dir),
