@@ -113,7 +113,7 @@ def test_every_recipe_yaml_key_is_checked(tmp_path):
 
 def test_every_demo_config_follows_one_naming_scheme():
     demo = os.path.join(ROOT, "recipes", "configs", "demo")
-    assert sorted(os.listdir(demo)) == ["dapo", "dpo", "dr_grpo", "grpo", "gspo", "ppo", "sft"]
+    assert sorted(os.listdir(demo)) == ["dapo", "dpo", "dr_grpo", "grpo", "gspo", "ppo", "reward", "sft"]
     for algo in os.listdir(demo):
         assert os.path.exists(common.demo_config_path(algo)), algo
 

@@ -29,8 +29,8 @@ def check_k(k: int, n: int) -> None:
         raise ValueError(f"pass@k needs k >= 1 (a whole number of samples), got k={k!r}.")
     if k > n:
         raise ValueError(
-            f"pass@{k} needs at least {k} samples per problem, but only {n} were drawn: raise --num_samples to {k} "
-            f"or more, or ask for k <= {n}."
+            f"pass@{k} needs at least {k} samples per problem (k={k}), but only {n} were drawn: draw {k} or more "
+            f"(trl-ext eval --num_samples), or ask for k <= {n}."
         )
 
 
