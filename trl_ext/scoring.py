@@ -7,8 +7,9 @@
   value ``None`` / NaN) is NaN, not 0 (TRL 1.12 ``GRPOTrainer._generate_and_score_completions``).
 - ``score_completions``: call reward functions with TRL GRPO's signature (``prompts=, completions=, **columns``)
   and combine them.
-- ``generate_groups``: G sampled completions per prompt with ``model.generate``, group-contiguous (TRL's order), cut
-  after the first EOS (the sampling core of group-mined DPO and of the probe).
+- ``generate_groups``: G sampled completions (or the greedy one) per prompt with ``model.generate``, group-contiguous
+  (TRL's order), cut after the first EOS (the sampling core of group-mined DPO, the probe and evaluation), and
+  ``eos_ids``, the tokens that end a completion.
 
 Used by group-mined DPO (``trl_ext.dpo.pairs``), the PPO reward adapter (``trl_ext.ppo``), the probe
 (``trl_ext.diagnostics.probe``) and held-out evaluation (``trl_ext.diagnostics.held_out``).
@@ -96,6 +97,16 @@ def score_completions(
     return combine_rewards(table, reward_weights)
 
 
+def eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The token ids that end a completion: the model's generation config's EOS (one or a list) and the
+    tokenizer's."""
+    ids = model.generation_config.eos_token_id if getattr(model, "generation_config", None) is not None else None
+    ids = set(ids if isinstance(ids, list) else [] if ids is None else [ids])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
 @torch.no_grad()
 def generate_groups(
     model: Any,
@@ -107,12 +118,14 @@ def generate_groups(
     eos_ids: Sequence[int],
     pad_id: int,
     add_special_tokens: bool = True,
+    greedy: bool = False,
     **sampling: Any,
 ) -> tuple[list[list[int]], list[bool]]:
-    """``num_generations`` samples per prompt text, groups contiguous; returns each completion's token ids up to and
-    including its first EOS (TRL GRPO's ``completion_ids``), and whether it was truncated (no EOS within
-    ``max_new_tokens``). ``sampling``: ``temperature``, ``top_p``, ``top_k`` for ``model.generate``. The model is put
-    in eval mode and the tokenizer pads on the left for the call; both are restored afterwards."""
+    """``num_generations`` samples per prompt text (``greedy``: the greedy completion, ``num_generations`` 1), groups
+    contiguous; returns each completion's token ids up to and including its first EOS (TRL GRPO's
+    ``completion_ids``), and whether it was truncated (no EOS within ``max_new_tokens``). ``sampling``:
+    ``temperature``, ``top_p``, ``top_k`` for ``model.generate``. The model is put in eval mode and the tokenizer
+    pads on the left for the call; both are restored afterwards."""
     device = next(model.parameters()).device
     was_training, padding_side = model.training, tokenizer.padding_side
     model.eval()
@@ -127,7 +140,7 @@ def generate_groups(
             inputs = inputs.to(device)
             output = model.generate(
                 **inputs,
-                do_sample=True,
+                do_sample=not greedy,
                 num_return_sequences=num_generations,
                 max_new_tokens=max_new_tokens,
                 pad_token_id=pad_id,

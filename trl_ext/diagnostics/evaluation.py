@@ -34,7 +34,7 @@ from trl_ext.diagnostics.eval_metrics import CORRECT_AT, default_ks, is_correct,
 from trl_ext.rewards.arithmetic import arithmetic_reward, parse_first_int
 from trl_ext.rewards.extract import extract_answer
 from trl_ext.rewards.math import MathAccuracy
-from trl_ext.scoring import is_conversational, prompt_text
+from trl_ext.scoring import eos_ids, generate_groups, is_conversational, prompt_text
 
 
 @dataclass
@@ -144,14 +144,6 @@ def answer_extractor(reward: Callable) -> Callable[[str], str | None] | None:
     return None
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids.update(configured if isinstance(configured, list) else [] if configured is None else [configured])
-    return ids
-
-
-@torch.no_grad()
 def generate(
     model: Any,
     tokenizer: Any,
@@ -160,46 +152,27 @@ def generate(
     sampling: Sampling = GREEDY,
     prompts_per_call: int = 64,
 ) -> list[list[Completion]]:
-    """``sampling.per_prompt`` completions of each prompt with ``model.generate``, batched with left padding; the
-    model is in eval mode and the tokenizer pads left during the call, both restored afterwards."""
-    was_training, padding_side = model.training, tokenizer.padding_side
-    model.eval()
-    tokenizer.padding_side = "left"
-    device = next(model.parameters()).device
-    eos = _eos_ids(model, tokenizer)
+    """``sampling.per_prompt`` completions of each prompt (``trl_ext.scoring.generate_groups``: batched, left padding,
+    cut after the first EOS), decoded without special tokens and grouped per prompt."""
     n = sampling.per_prompt
-    options = (
-        {"do_sample": False}
-        if sampling.greedy
-        else {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p}
+    options = {} if sampling.greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p}
+    texts = [prompt_text(p, tokenizer) for p in prompts]
+    ids, truncated = generate_groups(
+        model,
+        tokenizer,
+        texts,
+        n,
+        max_new_tokens,
+        prompts_per_call,
+        eos_ids(model, tokenizer),
+        tokenizer.pad_token_id,
+        add_special_tokens=not is_conversational(prompts[0]),
+        greedy=sampling.greedy,
+        **options,
     )
-    results: list[list[Completion]] = []
-    try:
-        for start in range(0, len(prompts), prompts_per_call):
-            batch = list(prompts[start : start + prompts_per_call])
-            conversational = is_conversational(batch[0])
-            texts = [prompt_text(p, tokenizer) for p in batch]
-            inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not conversational)
-            inputs = inputs.to(device)
-            output = model.generate(
-                **inputs,
-                max_new_tokens=max_new_tokens,
-                num_return_sequences=n,
-                pad_token_id=tokenizer.pad_token_id,
-                **options,
-            )
-            ids = output[:, inputs["input_ids"].shape[1] :]
-            decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
-            for row, (token_ids, text) in enumerate(zip(ids.tolist(), decoded, strict=True)):
-                end = next((i for i, token in enumerate(token_ids) if token in eos), None)
-                completion = Completion(text, len(token_ids) if end is None else end + 1, end is None)
-                if row % n == 0:
-                    results.append([])
-                results[-1].append(completion)
-    finally:
-        tokenizer.padding_side = padding_side
-        model.train(was_training)
-    return results
+    decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
+    flat = [Completion(t, len(c), cut) for t, c, cut in zip(decoded, ids, truncated, strict=True)]
+    return [flat[i : i + n] for i in range(0, len(flat), n)]
 
 
 def vllm_engine(model_path: str, seed: int = 0, max_model_len: int | None = None) -> Any:

@@ -64,7 +64,7 @@ from trl_ext.grpo.ds_rounds import carries_surplus, expected_refill_rounds
 from trl_ext.grpo.group_filter import expected_rounds, group_stats, informative_groups
 from trl_ext.recipe.common import check_flags, load_policy, make_parser, reward_functions
 from trl_ext.reward_model import as_callable, is_reward_model, reward_model_name
-from trl_ext.scoring import generate_groups, prompt_text, score_completions
+from trl_ext.scoring import eos_ids, generate_groups, prompt_text, score_completions
 
 DEMO = "demo"
 DEMO_RANDOM = "demo-random"
@@ -528,27 +528,19 @@ def recommend(summary: dict[str, Any], args: ProbeArguments, max_completion_leng
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    ids = model.generation_config.eos_token_id if getattr(model, "generation_config", None) is not None else None
-    ids = set(ids if isinstance(ids, list) else [] if ids is None else [ids])
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    return ids
-
-
 @torch.no_grad()
 def sample_transformers(
     model: Any, tokenizer: Any, prompts: Sequence[str], args: ProbeArguments, max_completion_length: int
 ) -> tuple[list[str], torch.Tensor, torch.Tensor]:
     """G seeded samples per prompt with ``model.generate``; returns the completion texts (groups contiguous, TRL's
     order), their lengths in tokens (up to and including the first EOS) and whether each was truncated."""
-    eos_ids = _eos_ids(model, tokenizer)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
+    ends = eos_ids(model, tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(ends)
     per_call = max(1, args.generation_batch_size // args.num_generations)
     torch.manual_seed(args.seed)
     sampling = {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}
     ids, truncated = generate_groups(
-        model, tokenizer, prompts, args.num_generations, max_completion_length, per_call, eos_ids, pad_id, **sampling
+        model, tokenizer, prompts, args.num_generations, max_completion_length, per_call, ends, pad_id, **sampling
     )
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
     return texts, torch.tensor([len(c) for c in ids]), torch.tensor(truncated)
