@@ -31,6 +31,7 @@ from tqdm import tqdm
 from transformers import set_seed
 
 from trl_ext.diagnostics.eval_metrics import CORRECT_AT, default_ks, is_correct, mean_figures, problem_figures
+from trl_ext.reliability.zero_reward import REFERENCE_COLUMNS
 from trl_ext.rewards.arithmetic import arithmetic_reward, parse_first_int
 from trl_ext.rewards.extract import extract_answer
 from trl_ext.rewards.math import MathAccuracy
@@ -329,8 +330,9 @@ def summarize(records: Sequence[dict[str, Any]], settings: EvalSettings) -> dict
 
 
 def reference_of(row: dict[str, Any]) -> Any:
-    """What a problem is scored against, for the record: ``answer``, else ``solution``, else ``tests``."""
-    return next((row[c] for c in ("answer", "solution", "tests") if c in row), None)
+    """What a problem is scored against, for the record: the first of the package rewards' reference columns
+    (``answer``, ``solution``, ``tests``) that it has."""
+    return next((row[c] for c in REFERENCE_COLUMNS if c in row), None)
 
 
 def evaluate_model(
