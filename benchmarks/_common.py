@@ -108,15 +108,25 @@ def run_args(output_dir: str, seed: int = 0, **overrides: Any) -> dict[str, Any]
     )
 
 
-def load_policy(warm_start_steps: int | None = None, cache_dir: str | None = None):
-    """``(model, tokenizer, path)`` of the demo's SFT warm start (built once and cached by ``warm_start``)."""
+def load_policy(warm_start_steps: int | None = None, cache_dir: str | None = None, seed: int | None = None):
+    """``(model, tokenizer, path)`` of the demo's SFT warm start of SFT seed ``seed`` (default the demo's), built once
+    and cached by ``warm_start`` under the hash of everything that changes its weights (``warm_start_key``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    path = warm_start_path(warm_start_steps, cache_dir, seed)
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), path
+
+
+def warm_start_path(warm_start_steps: int | None = None, cache_dir: str | None = None, seed: int | None = None) -> str:
+    """The folder of that warm start (trained first if it is not cached)."""
     from trl_ext.demo import WarmStartConfig, warm_start
 
-    sft = WarmStartConfig() if warm_start_steps is None else WarmStartConfig(max_steps=warm_start_steps)
-    path = warm_start(output_dir=cache_dir or str(ROOT / "outputs" / "demo-warm-start"), sft=sft)
-    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), path
+    sft = WarmStartConfig()
+    if warm_start_steps is not None:
+        sft.max_steps = warm_start_steps
+    if seed is not None:
+        sft.seed = seed
+    return warm_start(output_dir=cache_dir or str(ROOT / "outputs" / "demo-warm-start"), sft=sft)
 
 
 def silence(trainer) -> None:
@@ -276,12 +286,9 @@ def command_line(script: str, argv: list[str]) -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
+    from trl_ext.demo import cpu_name
+
+    cpu = cpu_name()
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError):
@@ -324,23 +331,39 @@ def header(prov: dict[str, Any]) -> list[str]:
     ]
 
 
+#: Options that say where a report goes and what it is rendered with, not how it was measured: never saved with a run,
+#: always taken from the command line (``--also``: other saved runs put side by side with this one).
+CLI_ONLY = ("out", "render", "also")
+
+
 def save_raw(path: Path, options, prov: dict[str, Any], data: Any) -> Path:
     """The run's options, provenance and raw measurements as JSON (``--render`` rebuilds the report from it)."""
     import json
 
-    settings = {k: v for k, v in vars(options).items() if k not in ("out", "render")}
+    settings = {k: v for k, v in vars(options).items() if k not in CLI_ONLY}
     Path(path).write_text(json.dumps({"options": settings, "provenance": prov, "data": data}, indent=1))
     return Path(path)
 
 
 def load_raw(path: str, options):
-    """``(options, provenance, data)`` of a saved run; the saved options replace the parsed ones, except ``--out``."""
+    """``(options, provenance, data)`` of a saved run; the saved options replace the parsed ones, except those of ``CLI_ONLY``."""
     import argparse
     import json
 
     saved = json.loads(Path(path).read_text())
-    merged = argparse.Namespace(**{**saved["options"], "out": options.out, "render": path})
+    cli = {k: v for k, v in vars(options).items() if k in CLI_ONLY}
+    merged = argparse.Namespace(**{**saved["options"], **cli, "render": path})
     return merged, saved["provenance"], saved["data"]
+
+
+def write_figures(path: Path, prov: dict[str, Any], figures: dict[str, Any]) -> Path:
+    """A report's headline figures as JSON beside it (``<name>.figures.json``, committed with the report): what
+    ``benchmarks/reproduce.py`` compares a reduced rerun with and what the README's generated blocks quote."""
+    import json
+
+    record = {"trl": prov["versions"].rsplit("trl ", 1)[-1], "versions": prov["versions"], "date": prov["date"]}
+    Path(path).write_text(json.dumps({**record, **figures}, indent=1) + "\n")
+    return Path(path)
 
 
 def write_markdown(path: Path, title: str, head: list[str], body: list[str]) -> Path:

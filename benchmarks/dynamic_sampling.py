@@ -734,8 +734,21 @@ def report(runs: list[dict], options, prov: dict, out, before_path: str | None =
     path = common.write_markdown(
         out / "dynamic_sampling.md", "Cost of dynamic sampling against the uninformative fraction p", head, body
     )
+    rows = [
+        {
+            "config": name,
+            "p": p,
+            "ideal": s["ideal"],
+            "generated_per_kept": s["generated_per_kept"],
+            "rounds": s["rounds"],
+            "groups": s["groups"],
+        }
+        for (name, p), s in summary.items()
+    ]
+    worst = max((r for r in rows if r["p"] > 0), key=lambda r: r["generated_per_kept"] / r["ideal"], default=None)
+    common.write_figures(out / "dynamic_sampling.figures.json", prov, {"rows": rows, "worst": worst})
     print("\n".join(body[: body.index("## Reading")]))
-    print(f"[dynamic_sampling] wrote {path} and {out / 'dynamic_sampling.png'}")
+    print(f"[dynamic_sampling] wrote {path}, {out / 'dynamic_sampling.png'} and dynamic_sampling.figures.json")
 
 
 def main(argv: list[str] | None = None) -> int:

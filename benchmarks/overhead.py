@@ -407,8 +407,19 @@ def report(data: dict, options, prov: dict, out: Path) -> None:
     path = common.write_markdown(
         out / "overhead.md", "Overhead of the layer: trl-ext trainers against TRL, side by side", head, body
     )
+    figures = {
+        name: {
+            "ratio": s["ratio"],
+            "cpu_ratio": s["cpu_ratio"],
+            "identical": s["identical"],
+            "pairs": s["pairs"],
+            "steps": s["steps"],
+        }
+        for name, s in summary.items()
+    }
+    common.write_figures(out / "overhead.figures.json", prov, {"comparisons": figures})
     print("\n".join(body[: body.index("## Reading")]))
-    print(f"[overhead] wrote {path} and {out / 'overhead.png'}")
+    print(f"[overhead] wrote {path}, {out / 'overhead.png'} and overhead.figures.json")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,7 +77,11 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     # through TRL's quantization config); prompts as the model expects them (chat template, system prompt); a
     # given model's max_completion_length sized to its context unless set
     model, tokenizer, model_path = load_policy(
-        model_args.model_name_or_path, model_args.dtype, model_args, script_args.chat_template
+        model_args.model_name_or_path,
+        model_args.dtype,
+        model_args,
+        script_args.chat_template,
+        warm_start_seed=script_args.demo_warm_start_seed,
     )
     train_dataset = format_prompts(data.train, tokenizer, script_args.system_prompt)
     eval_dataset = format_prompts(data.held_out, tokenizer, script_args.system_prompt, "the held-out split")

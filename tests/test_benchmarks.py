@@ -4,6 +4,7 @@ match hand-computed values. Each benchmark writes into a temporary directory, ne
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -90,13 +91,18 @@ def test_sample_efficiency_quick_counts_the_budget(tmp_path, warm_cache):
     ]
     assert summary["GRPO"][8] == "1.00"  # time ratio of GRPO to itself
     runs = {row[0]: row for row in _table(text, "## Every run")}
+    # columns: algorithm, warm start, seed, start accuracy, optimizer steps, completions, final accuracy, ...
     # 16 completions per step: exactly 4 steps for the budget of 64, GSPO in one 4-step cycle of 64 completions
     for name in ("GRPO", "Dr. GRPO", "DAPO (no dynamic sampling)", "GSPO"):
-        assert (runs[name][2], runs[name][3]) == ("4", "64")
+        assert (runs[name][1], runs[name][2], runs[name][4], runs[name][5]) == ("0", "0", "4", "64")
     for name in ("DAPO (dynamic sampling)", "DAPO (dynamic sampling + GRESO skipping)"):
-        steps, completions = int(runs[name][2]), int(runs[name][3])
+        steps, completions = int(runs[name][4]), int(runs[name][5])
         assert completions >= 64 and steps <= 4 and completions % 8 == 0  # refill rounds (whole groups) count
-    assert all(0.0 <= float(row[4]) <= 1.0 for row in runs.values())
+    assert all(0.0 <= float(row[6]) <= 1.0 for row in runs.values())
+    figures = json.loads((tmp_path / "sample_efficiency.figures.json").read_text())
+    release = figures["releases"][0]
+    assert figures["trl"] == release["trl"] and len(release["runs"]) == 6
+    assert release["warm_starts"]["0"]["key"] in text  # the report names the warm start's cache key
 
 
 @pytest.mark.slow
@@ -111,6 +117,15 @@ def test_sample_efficiency_subset_without_grpo_reports(tmp_path, warm_cache):
     assert list(summary) == ["DAPO (no dynamic sampling)", "DAPO (dynamic sampling)"]
     assert "- Dynamic sampling. DAPO's claim" in text and "need GRPO in --algorithms" in text
     assert "task `hard`" in text
+    # warm starts are a factor: two SFT seeds, each with its own cache key and row
+    _run(
+        "sample_efficiency.py", tmp_path, warm_cache, "--seeds", "0", "--budget", "32", "--eval-every", "32",
+        "--algorithms", "dapo_no_ds,dapo", "--warm-starts", "0,1",
+    )  # fmt: skip
+    text = (tmp_path / "sample_efficiency.md").read_text()
+    per_warm = _table(text, "## Per warm start")
+    assert [row[0] for row in per_warm] == ["0", "1"] and per_warm[0][1] != per_warm[1][1]
+    assert "2 warm start(s) (SFT seeds [0, 1]) x 1 RL seed(s) [0]" in text
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import random
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -164,8 +165,50 @@ def warm_start_sft_kwargs(output_dir: str, sft: WarmStartConfig | None = None) -
     )
 
 
-def _warm_start_settings(task: DemoTaskConfig, model_config: DemoModelConfig, sft: WarmStartConfig) -> dict:
-    return {"task": asdict(task), "model": asdict(model_config), "sft": asdict(sft), "version": 1}
+def warm_start_key(
+    task: DemoTaskConfig | None = None, model_config: DemoModelConfig | None = None, sft: WarmStartConfig | None = None
+) -> dict[str, Any]:
+    """Everything that changes the warm start's weights, and so names its cache folder: the task, model and SFT
+    settings (the SFT seed among them), a hash of this module's source (the SFT path: tokenizer, model, data and
+    ``SFTConfig`` fields all live here), the torch, transformers, TRL, accelerate and datasets releases, and torch's
+    CPU thread count (a float reduction on 1 thread and on 2 differs in the last bits, and 600 SFT steps amplify
+    that into a different warm start). Two machines of the same kind can still train different weights from the
+    same key (different CPU instruction sets), so ``warm_start.json`` also records the machine."""
+    import accelerate
+    import transformers
+    import trl
+
+    task, model_config, sft = task or DemoTaskConfig(), model_config or DemoModelConfig(), sft or WarmStartConfig()
+    with open(__file__, "rb") as f:
+        code = hashlib.sha256(f.read()).hexdigest()[:12]
+    return {
+        "task": asdict(task),
+        "model": asdict(model_config),
+        "sft": asdict(sft),
+        "code": code,
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "trl": trl.__version__,
+            "accelerate": accelerate.__version__,
+            "datasets": datasets.__version__,
+        },
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; else what ``platform`` knows)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def key_hash(key: dict[str, Any]) -> str:
+    """The 12-hex-digit name of a ``warm_start_key``'s cache folder."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def warm_start_dir(
@@ -174,16 +217,20 @@ def warm_start_dir(
     model_config: DemoModelConfig | None = None,
     sft: WarmStartConfig | None = None,
 ) -> str:
-    """Where ``warm_start`` keeps the warm start of these settings: ``output_dir/<hash of the settings>``."""
-    task, model_config, sft = task or DemoTaskConfig(), model_config or DemoModelConfig(), sft or WarmStartConfig()
-    settings = _warm_start_settings(task, model_config, sft)
-    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-    return os.path.join(output_dir, key)
+    """Where ``warm_start`` keeps the warm start of these settings: ``output_dir/<hash of warm_start_key>``."""
+    return os.path.join(output_dir, key_hash(warm_start_key(task, model_config, sft)))
 
 
-def warm_start_is_cached(output_dir: str = "outputs/demo-warm-start") -> bool:
-    """Whether ``warm_start(output_dir)`` with the default settings would load a cached warm start."""
-    return os.path.exists(os.path.join(warm_start_dir(output_dir), "warm_start.json"))
+def warm_start_record(path: str) -> dict[str, Any]:
+    """What ``warm_start.json`` of a cached warm start says: its key (``key``, ``key_hash``), the machine that trained
+    it, its final SFT loss (``final_loss``)."""
+    with open(os.path.join(path, "warm_start.json")) as f:
+        return json.load(f)
+
+
+def warm_start_is_cached(output_dir: str = "outputs/demo-warm-start", sft: WarmStartConfig | None = None) -> bool:
+    """Whether ``warm_start(output_dir, sft=sft)`` with the default task and model would load a cached warm start."""
+    return os.path.exists(os.path.join(warm_start_dir(output_dir, sft=sft), "warm_start.json"))
 
 
 def warm_start(
@@ -224,6 +271,14 @@ def warm_start(
     trainer.train()
     trainer.model.save_pretrained(run_dir)
     tokenizer.save_pretrained(run_dir)
+    key = warm_start_key(task, model_config, sft)
+    losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
+    record = {
+        "key_hash": key_hash(key),
+        "key": key,
+        "machine": f"{cpu_name()}, {os.cpu_count()} CPUs ({platform.platform()})",
+        "final_loss": losses[-1] if losses else None,
+    }
     with open(done_marker, "w") as f:
-        json.dump(_warm_start_settings(task, model_config, sft), f, indent=2)
+        json.dump(record, f, indent=2)
     return run_dir

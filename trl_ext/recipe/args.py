@@ -91,6 +91,13 @@ class RLScriptArguments(DataArguments):
             "...); selects the config class and the trainer. Also a YAML key. None: the recipe's own preset."
         },
     )
+    demo_warm_start_seed: int = field(
+        default=WarmStartConfig.seed,
+        metadata={
+            "help": "The demo only (no model given): seed of its SFT warm start. Each seed trains (and caches) a "
+            "different warm start; benchmarks/reproduce.py varies it to measure how much the demo's figures move."
+        },
+    )
     health_monitor: bool = field(default=True, metadata={"help": "Warn on KL blow-up, entropy collapse, etc."})
     held_out_eval_steps: int | None = field(
         default=None,

@@ -280,8 +280,10 @@ def load_policy(
     dtype: str | None = None,
     model_args: Any = None,
     chat_template: str | None = None,
+    warm_start_seed: int | None = None,
 ) -> tuple[PreTrainedModel, Any, str]:
-    """``(model, tokenizer, path)``; ``None`` loads the demo's SFT warm start (built and cached on first use).
+    """``(model, tokenizer, path)``; ``None`` loads the demo's SFT warm start (built and cached on first use; of SFT
+    seed ``warm_start_seed``, default the demo's).
 
     ``model_args`` (TRL's ``ModelConfig``): ``load_in_4bit`` / ``load_in_8bit`` load the weights through TRL's
     ``get_quantization_config`` onto this process's GPU (QLoRA with ``use_peft``), or stop first naming what is
@@ -294,7 +296,7 @@ def load_policy(
             "quantization_config": get_quantization_config(model_args),
             "device_map": {"": PartialState().local_process_index},
         }
-    path = model_name_or_path or warm_start()
+    path = model_name_or_path or warm_start(sft=demo_warm_start_config(warm_start_seed))
     check_model_folder(path)
     torch_dtype = "auto" if dtype in (None, "auto") else getattr(torch, dtype)
     if os.path.exists(os.path.join(path, "adapter_config.json")):  # a LoRA run's output: base model + adapter, merged
@@ -303,6 +305,11 @@ def load_policy(
     else:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **(quantization or {}))
     return model, load_tokenizer(model_name_or_path and path, chat_template), path
+
+
+def demo_warm_start_config(seed: int | None) -> WarmStartConfig:
+    """The demo's warm-start settings with SFT seed ``seed`` (None: the default seed)."""
+    return WarmStartConfig() if seed is None else WarmStartConfig(seed=seed)
 
 
 def load_tokenizer(path: str | None, chat_template: str | None = None) -> Any:
@@ -524,7 +531,7 @@ def announce(
     held_out = f"{len(eval_dataset)} held-out" if eval_dataset is not None else "no held-out split"
     if recipe == "sft":
         default_model = "demo model, random init"
-    elif warm_start_is_cached():
+    elif warm_start_is_cached(sft=demo_warm_start_config(getattr(script_args, "demo_warm_start_seed", None))):
         default_model = "demo model + SFT warm start (cached)"
     else:
         default_model = "demo model + SFT warm start (trained first, then cached)"

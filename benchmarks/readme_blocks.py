@@ -1,0 +1,182 @@
+"""The README's figures, rendered from the committed result files (never typed by hand).
+
+Each block of ``README.md`` between ``<!-- BEGIN generated: NAME ... -->`` and ``<!-- END generated: NAME -->`` is
+the output of ``BLOCKS[NAME]`` over ``benchmarks/results/``: ``reproduce.json`` (the demo's figures per TRL release,
+measured by ``benchmarks/reproduce.py --update``) and the ``*.figures.json`` written by the full benchmark runs
+beside their reports. ``python benchmarks/reproduce.py --render-readme`` rewrites them; ``tests/test_reproduce.py``
+fails when the README's blocks differ from what the committed files render.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+README = ROOT / "README.md"
+
+
+def _load(name: str) -> dict:
+    path = RESULTS / name
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _releases(record: dict) -> list[str]:
+    return sorted(record, key=lambda v: tuple(int(x) for x in v.split(".")[:3]))
+
+
+def _duration(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def demo_table() -> list[str]:
+    """The demo's figures per TRL release, and how far they move with the SFT seed of the warm start."""
+    demo = _load("reproduce.json").get("demo", {})
+    rows = [
+        "| TRL | warm start (held-out) | after DAPO | gain | mean reward (first -> last log) | clipped tokens "
+        "(mean, min-max per log) | rounds per rollout | wall clock | peak memory | other SFT seeds: warm start -> "
+        "after DAPO |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for trl in _releases(demo):
+        f = demo[trl]["figures"]
+        others = [w for s, w in sorted(demo[trl]["warm_starts"].items()) if s != "0"]
+        spread = ", ".join(
+            f"seed {w['seed']}: {w['accuracy_before']:.3f} -> {w['accuracy_after']:.3f}" for w in others
+        )
+        clipped = (
+            f"{100 * f['clipped_mean']:.1f}%, {100 * f['clipped_range'][0]:.1f}-{100 * f['clipped_range'][1]:.1f}%"
+            if f.get("clipped_mean") is not None
+            else "–"
+        )
+        peak = f"{f['peak_mb']:.0f} MB" if f.get("peak_mb") else "–"
+        rows.append(
+            f"| {trl} | {f['accuracy_before']:.3f} | **{f['accuracy_after']:.3f}** | +{100 * f['gain']:.1f} points | "
+            f"{f['reward_first']:.3f} -> {f['reward_last']:.3f} | {clipped} | {f['rounds']:.2f} | "
+            f"{_duration(f['wall_s'])} | {peak} | {spread or '–'} |"
+        )
+    noise = []
+    for trl in _releases(demo):
+        n = demo[trl]["noise"]
+        seeds = len(demo[trl]["warm_starts"])
+        gains = [w["gain"] for w in demo[trl]["warm_starts"].values()]
+        noise.append(
+            f"trl {trl}: gain {100 * statistics.mean(gains):+.1f} points on average over {seeds} SFT seeds (min "
+            f"{100 * min(gains):+.1f}); noise of the seed-0 figures ±{n['accuracy_before']:.3f} (warm start), "
+            f"±{n['accuracy_after']:.3f} (after DAPO)"
+        )
+    prov = {trl: demo[trl].get("provenance", {}) for trl in demo}
+    machines = sorted({p.get("machine", "?") for p in prov.values()})
+    dates = sorted({p.get("date", "?") for p in prov.values()})
+    return rows + [
+        "",
+        "Measured by `python benchmarks/reproduce.py --update --demo-warm-starts 0,1,2` in a fresh virtual environment "
+        f"per TRL release ({', '.join(dates)}; {'; '.join(machines)}): the demo command above from a folder with no "
+        "cached warm start, then the same demo from two other SFT seeds of the warm start (the noise). "
+        + "; ".join(noise)
+        + ".",
+    ]
+
+
+def eval_table() -> list[str]:
+    """``trl-ext eval --num_samples 8`` after the demo, per TRL release."""
+    demo = _load("reproduce.json").get("demo", {})
+    head = ["| TRL | figure | demo warm start | after `trl-ext dapo` |", "|---|---|---:|---:|"]
+    rows = []
+    for trl in _releases(demo):
+        models = demo[trl]["figures"].get("eval", {})
+        warm = next((v for k, v in models.items() if "warm start" in k), {})
+        trained = next((v for k, v in models.items() if "warm start" not in k), {})
+        for key in warm:
+            after = trained.get(key)
+            rows.append(f"| {trl} | {key} | {warm[key]:.3f} | {after:.3f} |" if after is not None else "")
+    return head + [r for r in rows if r]
+
+
+def benchmark_headlines() -> list[str]:
+    """One line per full benchmark: what it measured, from its committed ``*.figures.json``."""
+    lines = []
+    overhead = _load("overhead.figures.json")
+    for name, c in overhead.get("comparisons", {}).items():
+        label = {
+            "dapo": "`DAPOTrainer` (nothing to filter) / `trl.GRPOTrainer`",
+            "gspo": "`GSPOTrainer` / TRL's sequence-level `GRPOTrainer`",
+        }.get(name, name)
+        r = c["ratio"]
+        lines.append(
+            f"- Overhead (trl {overhead['trl']}, {c['pairs']} lock-stepped pairs x {c['steps']} steps): {label} step "
+            f"time **{r['median']:.3f}** [{r['q1']:.3f}, {r['q3']:.3f}] (median [IQR]), final weights "
+            f"{'identical in every pair' if c['identical'] else 'NOT identical'} "
+            "([overhead.md](benchmarks/results/overhead.md))."
+        )
+    ds = _load("dynamic_sampling.figures.json")
+    if ds.get("worst"):
+        w = ds["worst"]
+        within = all(r["generated_per_kept"] <= 1.10 * r["ideal"] for r in ds["rows"])
+        lines.append(
+            f"- Dynamic-sampling cost (trl {ds['trl']}): groups generated per kept group against the ideal 1/(1-p), "
+            f"worst `{w['config']}` at p = {w['p']:g}: {w['generated_per_kept']:.2f} for {w['ideal']:.2f} "
+            f"(**{w['generated_per_kept'] / w['ideal']:.3f}x**); "
+            f"{'every configuration within 10%' if within else 'NOT every configuration within 10%'} "
+            "([dynamic_sampling.md](benchmarks/results/dynamic_sampling.md))."
+        )
+    se = _load("sample_efficiency.figures.json")
+    for release in se.get("releases", []):
+        algorithms = release["algorithms"]
+        if "dapo" not in algorithms or "dapo_no_ds" not in algorithms:
+            continue
+        ds_, no = algorithms["dapo"], algorithms["dapo_no_ds"]
+        starts = ", ".join(f"{v['start']:.3f}" for _, v in sorted(release["warm_starts"].items()))
+        steps_v = release["dynamic_sampling_at_common_steps"]
+        budget_v = release["dynamic_sampling_final"]
+        lines.append(
+            f"- Sample efficiency (trl {release['trl']}, `--task {release['task']}`, {release['units']}; warm starts "
+            f"at {starts}): after {release['common_steps']} optimizer steps DAPO with dynamic sampling "
+            f"{ds_['at_common_steps'][0]:.3f} ± {ds_['at_common_steps'][1]:.3f} vs without "
+            f"{no['at_common_steps'][0]:.3f} ± {no['at_common_steps'][1]:.3f} (**{steps_v['verdict']}**: "
+            f"{steps_v['detail']}); at the budget of {release['budget']:,} completions {ds_['final'][0]:.3f} vs "
+            f"{no['final'][0]:.3f} (**{budget_v['verdict']}**: {budget_v['detail']}), with {ds_['steps']:.0f} optimizer "
+            f"steps against {no['steps']:.0f} ([sample_efficiency.md](benchmarks/results/sample_efficiency.md))."
+        )
+    return lines
+
+
+BLOCKS: dict[str, Callable[[], list[str]]] = {
+    "demo-table": demo_table,
+    "eval-table": eval_table,
+    "benchmark-headlines": benchmark_headlines,
+}
+_BLOCK = re.compile(
+    r"(<!-- BEGIN generated: (?P<name>[\w-]+) [^>]*-->\n)(?P<body>.*?)(<!-- END generated: (?P=name) -->)", re.S
+)
+
+
+def render_readme(text: str) -> str:
+    """``text`` with every generated block replaced by what the committed files render."""
+
+    def replace(match: re.Match) -> str:
+        name = match["name"]
+        if name not in BLOCKS:
+            raise KeyError(
+                f"README block {name!r} has no renderer in benchmarks/readme_blocks.py (known: {list(BLOCKS)})"
+            )
+        return match.group(1) + "\n".join(BLOCKS[name]()) + "\n" + match.group(4)
+
+    return _BLOCK.sub(replace, text)
+
+
+def blocks_in(text: str) -> list[str]:
+    return [m["name"] for m in _BLOCK.finditer(text)]
+
+
+def update_readme(path: Path = README) -> str:
+    text = path.read_text()
+    new = render_readme(text)
+    if new == text:
+        return f"{path.name}: generated blocks already up to date ({', '.join(blocks_in(text))})"
+    path.write_text(new)
+    return f"{path.name}: rewrote generated blocks {', '.join(blocks_in(text))}"

@@ -1,0 +1,170 @@
+"""Issue 25: reproducible evidence. The warm-start cache key names everything that changes the weights, the
+reproduction command's comparisons are right against hand-computed cases, the sample-efficiency verdicts hold only
+across warm starts, and the README's figures are exactly what the committed result files render."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trl_ext import demo
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+
+
+def _load(name: str):
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    return importlib.import_module(name)
+
+
+# -- the warm-start cache key ------------------------------------------------------------------------------------------
+
+
+def test_warm_start_key_names_code_versions_threads_settings_and_seed(monkeypatch):
+    import transformers
+    import trl
+
+    key = demo.warm_start_key()
+    assert key["versions"]["trl"] == trl.__version__ and key["versions"]["torch"] == torch.__version__
+    assert key["versions"]["transformers"] == transformers.__version__
+    assert key["sft"]["seed"] == 0 and key["torch_threads"] == torch.get_num_threads()
+    assert len(key["code"]) == 12
+    base = demo.warm_start_dir("cache")
+    assert demo.warm_start_dir("cache", sft=demo.WarmStartConfig(seed=1)) != base  # the SFT seed
+    assert demo.warm_start_dir("cache", sft=demo.WarmStartConfig(max_steps=5)) != base  # the settings
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1 if threads != 1 else 2)
+        assert demo.warm_start_dir("cache") != base  # 1 and 2 threads train different warm starts
+    finally:
+        torch.set_num_threads(threads)
+    monkeypatch.setattr(trl, "__version__", "0.0.0")
+    assert demo.warm_start_dir("cache") != base  # another TRL release
+    assert demo.warm_start_dir("cache").endswith(
+        demo.key_hash({**key, "versions": {**key["versions"], "trl": "0.0.0"}})
+    )
+
+
+def test_warm_start_records_its_key_machine_and_loss(tmp_path):
+    path = demo.warm_start(str(tmp_path), sft=demo.WarmStartConfig(max_steps=2, seed=3))
+    record = demo.warm_start_record(path)
+    assert Path(path).name == record["key_hash"] == demo.key_hash(record["key"])
+    assert record["key"]["sft"]["seed"] == 3 and "CPUs" in record["machine"]
+    assert isinstance(record["final_loss"], float)
+    other = demo.warm_start(str(tmp_path), sft=demo.WarmStartConfig(max_steps=2, seed=4))
+    assert other != path  # another SFT seed: another cache folder, trained anew
+
+
+# -- the reproduction command ------------------------------------------------------------------------------------------
+
+
+def test_figure_is_reproduced_within_its_noise_only():
+    reproduce = _load("reproduce")
+    assert reproduce.figure("p", "x", 0.30, 0.35, 0.05, "s")["reproduced"]
+    assert not reproduce.figure("p", "x", 0.30, 0.36, 0.05, "s")["reproduced"]
+    assert reproduce.figure("p", "x", 0.30, 0.30, 0.0, "s")["exact"]
+    missing = reproduce.figure("p", "x", None, 0.30, 1.0, "s")
+    assert not missing["reproduced"] and not missing["exact"]  # no committed figure: never "reproduced"
+
+
+def test_demo_noise_is_two_sd_over_warm_starts_or_the_binomial_floor():
+    reproduce = _load("reproduce")
+    runs = [
+        {"seed": s, "accuracy_before": b, "accuracy_after": a, "gain": a - b}
+        for s, b, a in ((0, 0.10, 0.30), (1, 0.20, 0.40), (2, 0.30, 0.50))
+    ]
+    record = reproduce.demo_record(runs)
+    assert record["figures"]["seed"] == 0
+    assert record["noise"]["accuracy_after"] == pytest.approx(0.2)  # 2 x sd(0.3, 0.4, 0.5) = 2 x 0.1
+    assert record["noise"]["accuracy_before"] == pytest.approx(0.2)
+    # one warm start only: two binomial standard errors of 0.30 on 240 problems, 2 sqrt(0.3 x 0.7 / 240)
+    single = reproduce.demo_record(runs[:1])
+    assert single["noise"]["accuracy_after"] == pytest.approx(2 * (0.3 * 0.7 / 240) ** 0.5)
+
+
+def test_reduced_sample_efficiency_reads_the_evaluation_at_the_budget():
+    reproduce = _load("reproduce")
+    evals = [[1280, 10, 0.1], [10240, 80, 0.2], [10368, 81, 0.3]]
+    assert reproduce.at_budget(evals) == 0.2
+    assert reproduce.at_budget([[1280, 10, 0.1]]) is None
+
+
+# -- sample efficiency: conclusions only as far as they hold across warm starts ------------------------------------------
+
+
+def test_paired_verdict_needs_every_warm_start_to_agree():
+    se = _load("sample_efficiency")
+    agree = {(0, 0): 0.05, (0, 1): 0.06, (1, 0): 0.04, (1, 1): 0.05, (2, 0): 0.06, (2, 1): 0.05}
+    verdict, detail = se.paired_verdict(agree)
+    assert verdict == "higher" and "same sign in 3 of 3 warm starts" in detail
+    values = list(agree.values())
+    noise = 2 * statistics.stdev(values) / len(values) ** 0.5
+    assert f"{statistics.mean(values):+.3f} ± {noise:.3f}" in detail
+    # ahead on average and beyond the noise, but one warm start is behind: not a conclusion
+    mixed = {(0, 0): 0.10, (0, 1): 0.11, (1, 0): 0.09, (1, 1): 0.10, (2, 0): -0.01, (2, 1): -0.01}
+    assert se.paired_verdict(mixed)[0] == "mixed"
+    assert se.paired_verdict({(0, 0): 0.01, (0, 1): -0.01, (1, 0): 0.02, (1, 1): -0.015})[0] == "tied"
+    assert se.paired_verdict({(0, 0): -0.05, (0, 1): -0.04, (1, 0): -0.06})[0] == "lower"
+
+
+def test_each_run_targets_its_own_warm_start_plus_the_gain():
+    import argparse
+
+    se = _load("sample_efficiency")
+    options = argparse.Namespace(target=None, target_gain=0.05)
+    run = {"start_accuracy": 0.10, "evals": [{"step": 5, "accuracy": 0.2, "completions": 80, "eval_seconds": 0}]}
+    run["step_seconds"] = [1.0] * 5
+    assert se.target_of(run, options) == pytest.approx(0.15)
+    # the mean of the last 3 evaluations (start included): (0.10 + 0.20) / 2 = 0.15 reaches 0.15
+    assert se.reach(run, options)["step"] == 5
+    assert se.target_of(run, argparse.Namespace(target=0.5, target_gain=0.05)) == 0.5
+
+
+# -- the README's figures ----------------------------------------------------------------------------------------------
+
+
+def test_readme_figures_are_exactly_what_the_committed_results_render():
+    blocks = _load("readme_blocks")
+    text = (ROOT / "README.md").read_text()
+    assert set(blocks.blocks_in(text)) == set(blocks.BLOCKS)  # every block is in the README, once rendered
+    assert blocks.render_readme(text) == text, (
+        "README.md's generated blocks differ from what benchmarks/results/ renders: run "
+        "`python benchmarks/reproduce.py --render-readme` (never edit a generated block by hand)"
+    )
+
+
+def test_readme_blocks_follow_the_committed_files(tmp_path, monkeypatch):
+    blocks = _load("readme_blocks")
+    figures = {
+        "trl": "1.12.0",
+        "comparisons": {
+            "dapo": {"ratio": {"median": 1.5, "q1": 1.4, "q3": 1.6}, "identical": True, "pairs": 3, "steps": 2}
+        },
+    }
+    (tmp_path / "overhead.figures.json").write_text(json.dumps(figures))
+    monkeypatch.setattr(blocks, "RESULTS", tmp_path)
+    lines = blocks.benchmark_headlines()
+    assert lines == [
+        "- Overhead (trl 1.12.0, 3 lock-stepped pairs x 2 steps): `DAPOTrainer` (nothing to filter) / "
+        "`trl.GRPOTrainer` step time **1.500** [1.400, 1.600] (median [IQR]), final weights identical in every pair "
+        "([overhead.md](benchmarks/results/overhead.md))."
+    ]
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "a\n<!-- BEGIN generated: benchmark-headlines (do not edit) -->\nold 9.99\n"
+        "<!-- END generated: benchmark-headlines -->\nb\n"
+    )
+    blocks.update_readme(readme)
+    assert readme.read_text() == (
+        "a\n<!-- BEGIN generated: benchmark-headlines (do not edit) -->\n"
+        + lines[0]
+        + "\n<!-- END generated: benchmark-headlines -->\nb\n"
+    )
