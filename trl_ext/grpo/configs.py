@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from trl_ext.grpo.async_rollout import check_async_config
 from trl_ext.reliability.preemption import DEFAULT_PREEMPTION_SIGNALS, parse_signals
 from trl_ext.reliability.reward_guard import validate_reward_settings
 
@@ -87,6 +88,17 @@ class GRPOFamilyConfig(GRPOConfig):
             Signals on which training finishes the optimizer step in progress on every process, writes a checkpoint
             and exits with code 75 (``trl_ext.reliability.preemption``, ``docs/PREEMPTION.md``); a second signal
             stops at once. ``[]`` or ``["none"]``: off (the signals keep their default action).
+        async_generation (`bool`, defaults to `False`):
+            Generate the next generation batch (its dynamic-sampling refill rounds included) while this one trains:
+            one-step off-policy rollouts over TRL's vLLM server mode (``trl_ext.grpo.async_rollout``,
+            ``docs/ASYNC_GENERATION.md``). Needs ``use_vllm=True``, ``vllm_mode="server"`` and
+            ``vllm_importance_sampling_correction=True`` (the importance weight corrects the one-batch lag).
+            Colocate mode and transformers generation keep the synchronous path (they generate on the training
+            devices: nothing to overlap with).
+        max_staleness (`int`, defaults to `1`):
+            The oldest a trained group may be, in generation batches (1: verl's one-step off-policy). Every trained
+            group's age is logged (``async/staleness/mean``, ``/max``) and checked; 2 or more also lets dynamic
+            sampling carry surplus groups over (they are then 2 batches old). Only with ``async_generation``.
     """
 
     dynamic_sampling: bool = field(
@@ -169,6 +181,21 @@ class GRPOFamilyConfig(GRPOConfig):
         },
     )
 
+    async_generation: bool = field(
+        default=False,
+        metadata={
+            "help": "Generate the next batch (refill rounds included) on the vLLM server while this one trains "
+            "(one-step off-policy; needs use_vllm=True, vllm_mode='server')."
+        },
+    )
+    max_staleness: int = field(
+        default=1,
+        metadata={
+            "help": "Oldest a trained group may be, in generation batches, with async_generation (1: one-step "
+            "off-policy; >= 2 also allows dynamic sampling's carried surplus)."
+        },
+    )
+
     def __post_init__(self) -> None:
         self._validate_group()  # before TRL's checks, whose messages do not name the field
         try:
@@ -187,6 +214,7 @@ class GRPOFamilyConfig(GRPOConfig):
             ) from error
         self._validate_family()
         validate_reward_settings(self.reward_errors, self.reward_timeout)
+        check_async_config(self)
         parse_signals(self.preemption_signals)  # an unknown or uncatchable name fails here, not at the first signal
 
     def _validate_group(self) -> None:

@@ -5,7 +5,8 @@ trainer class exists only where behaviour changes. Every one of them checks its 
 reward functions, stops on a non-finite loss, writes atomic checkpoints and resumes exactly
 (``trl_ext.reliability``).
 
-- ``GRPOTrainer``: TRL's trainer plus dynamic sampling (off unless ``args.dynamic_sampling``).
+- ``GRPOTrainer``: TRL's trainer plus dynamic sampling (off unless ``args.dynamic_sampling``) and generation that
+  overlaps training (off unless ``args.async_generation``; vLLM server mode only).
 - ``DAPOTrainer``: defaults to ``DAPOConfig`` and adds DAPO's soft overlong punishment (Eq. 13, TRL's
   ``get_soft_overlong_punishment``) to the reward functions when ``args.soft_overlong_punishment``.
 - ``GSPOTrainer``: defaults to ``GSPOConfig``; logs GSPO's sequence-level clip fractions under ``gspo/*``.
@@ -30,6 +31,7 @@ from typing import Any
 import trl
 from trl.rewards import get_soft_overlong_punishment
 
+from trl_ext.grpo.async_rollout import AsyncGenerationMixin, warn_truncated_importance_sampling
 from trl_ext.grpo.configs import DAPOConfig, GRPOFamilyConfig, GSPOConfig
 from trl_ext.grpo.dynamic_sampling import DynamicSamplingMixin
 from trl_ext.grpo.gspo_token import GSPOTokenMixin
@@ -71,8 +73,9 @@ def _check_ratio_level(args: Any) -> None:
         )
 
 
-class GRPOTrainer(GRPOReliabilityMixin, DynamicSamplingMixin, GSPOTokenMixin, trl.GRPOTrainer):
-    """``trl.GRPOTrainer`` with DAPO dynamic sampling available to any config (``GRPOFamilyConfig`` fields), GSPO-token
+class GRPOTrainer(GRPOReliabilityMixin, AsyncGenerationMixin, DynamicSamplingMixin, GSPOTokenMixin, trl.GRPOTrainer):
+    """``trl.GRPOTrainer`` with DAPO dynamic sampling available to any config (``GRPOFamilyConfig`` fields), generation
+    overlapped with training under ``async_generation`` (``trl_ext.grpo.async_rollout``), GSPO-token
     when the config says ``gspo_token``, and the reliability layer (construction checks, guarded rewards, atomic
     checkpoints, exact resume). Same arguments and defaults as ``trl.GRPOTrainer`` (``reward_funcs`` optional)."""
 
@@ -85,6 +88,7 @@ class GRPOTrainer(GRPOReliabilityMixin, DynamicSamplingMixin, GSPOTokenMixin, tr
         if args is None:
             args = self._default_config(output_dir=f"{_model_name(model)}-{self._default_suffix}")
         _check_ratio_level(args)
+        warn_truncated_importance_sampling(args)
         super().__init__(model, reward_funcs, args, *rest, **kw)
 
 
