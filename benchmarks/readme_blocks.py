@@ -10,6 +10,7 @@ fails when the README's blocks differ from what the committed files render.
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
+READMES = (README, ROOT / "benchmarks" / "README.md")  # the files whose generated blocks this module writes
 
 
 def _load(name: str) -> dict:
@@ -25,8 +27,13 @@ def _load(name: str) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def release_key(version: str) -> tuple[int, ...]:
+    """``"1.16.0"`` -> ``(1, 16, 0)``: TRL releases in order."""
+    return tuple(int(x) for x in version.split(".")[:3])
+
+
 def _releases(record: dict) -> list[str]:
-    return sorted(record, key=lambda v: tuple(int(x) for x in v.split(".")[:3]))
+    return sorted(record, key=release_key)
 
 
 def _duration(seconds: float) -> str:
@@ -83,18 +90,48 @@ def demo_table() -> list[str]:
 
 
 def eval_table() -> list[str]:
-    """``trl-ext eval --num_samples 8`` after the demo, per TRL release."""
+    """``trl-ext eval --num_samples 8`` after the demo, per TRL release, and which figures RL raised."""
     demo = _load("reproduce.json").get("demo", {})
-    head = ["| TRL | figure | demo warm start | after `trl-ext dapo` |", "|---|---|---:|---:|"]
-    rows = []
-    for trl in _releases(demo):
+    releases = _releases(demo)
+    head = [
+        "| figure | " + " | ".join(f"trl {t}: warm start | trl {t}: after `trl-ext dapo`" for t in releases) + " |"
+    ]
+    head.append("|---|" + "---:|" * (2 * len(releases)))
+    pairs = {}
+    for trl in releases:
         models = demo[trl]["figures"].get("eval", {})
         warm = next((v for k, v in models.items() if "warm start" in k), {})
         trained = next((v for k, v in models.items() if "warm start" not in k), {})
-        for key in warm:
-            after = trained.get(key)
-            rows.append(f"| {trl} | {key} | {warm[key]:.3f} | {after:.3f} |" if after is not None else "")
-    return head + [r for r in rows if r]
+        pairs[trl] = (warm, trained)
+    keys = list(next(iter(pairs.values()), ({}, {}))[0])
+    rows = []
+    for key in keys:
+        cells = []
+        for trl in releases:
+            warm, trained = pairs[trl]
+            cells += [f"{warm[key]:.3f}", f"{trained[key]:.3f}" if trained.get(key) is not None else "–"]
+        rows.append(f"| {key} | " + " | ".join(cells) + " |")
+    lines = head + rows
+    for trl in releases:
+        warm, trained = pairs[trl]
+        up = [k for k in keys if trained.get(k) is not None and trained[k] > warm[k]]
+        down = [k for k in keys if trained.get(k) is not None and trained[k] < warm[k]]
+        lines.append("")
+        lines.append(
+            f"trl {trl}: RL raised {', '.join(up) or 'none of the figures'}"
+            + (f" and lowered {', '.join(down)}" if down else "")
+            + "."
+        )
+    return lines
+
+
+def demo_console() -> list[str]:
+    """The console of the demo run of the oldest TRL release measured (what ``trl-ext dapo`` prints)."""
+    demo = _load("reproduce.json").get("demo", {})
+    releases = _releases(demo)
+    if not releases:
+        return ["```", "```"]
+    return ["```", *demo[releases[0]]["figures"].get("console", []), "```"]
 
 
 def benchmark_headlines() -> list[str]:
@@ -133,9 +170,11 @@ def benchmark_headlines() -> list[str]:
         starts = ", ".join(f"{v['start']:.3f}" for _, v in sorted(release["warm_starts"].items()))
         steps_v = release["dynamic_sampling_at_common_steps"]
         budget_v = release["dynamic_sampling_final"]
+        mean_start = statistics.mean(r["start"] for r in release["runs"])
         lines.append(
             f"- Sample efficiency (trl {release['trl']}, `--task {release['task']}`, {release['units']}; warm starts "
-            f"at {starts}): after {release['common_steps']} optimizer steps DAPO with dynamic sampling "
+            f"at {starts}, mean {mean_start:.3f}; target reached in {ds_['reached']}/{ds_['runs']} runs with dynamic "
+            f"sampling, {no['reached']}/{no['runs']} without): after {release['common_steps']} optimizer steps DAPO with dynamic sampling "
             f"{ds_['at_common_steps'][0]:.3f} ± {ds_['at_common_steps'][1]:.3f} vs without "
             f"{no['at_common_steps'][0]:.3f} ± {no['at_common_steps'][1]:.3f} (**{steps_v['verdict']}**: "
             f"{steps_v['detail']}); at the budget of {release['budget']:,} completions {ds_['final'][0]:.3f} vs "
@@ -145,9 +184,38 @@ def benchmark_headlines() -> list[str]:
     return lines
 
 
+def learned_reward() -> list[str]:
+    """``trl-ext pipeline --learned_reward true`` on the demo, per TRL release measured."""
+    record = _load("reproduce.json")
+    lines = []
+    for trl in _releases(record.get("learned_reward", {})):
+        f = record["learned_reward"][trl]["figures"]
+        rule = record.get("demo", {}).get(trl, {}).get("figures", {}).get("accuracy_after")
+        warned = (
+            f'the health monitor says so: "{f["warning"].split(": the policy")[0]}"'
+            if f["warning"]
+            else "the health monitor did not warn"
+        )
+        lines.append(
+            f"Measured on the demo (trl {trl}, `trl-ext pipeline --learned_reward true` run by `python "
+            f"benchmarks/reproduce.py --parts learned_reward`, {_duration(f['wall_s'])}): the reward model ranks "
+            f"{f['rm_accuracy_before']:.3f} -> {f['rm_accuracy_after']:.3f} of {f['held_out_pairs']} held-out pairs "
+            f"right (trained on {f['train_pairs']:,} pairs), and DAPO against it takes held-out accuracy from "
+            f"{f['sft_accuracy']:.3f} to **{f['dapo_vs_rm_accuracy']:.3f}**; {warned}."
+            + (
+                f" From the same warm start, DAPO with the rule reward (`trl-ext dapo`, 1000 steps) reaches {rule:.3f}."
+                if rule is not None
+                else ""
+            )
+        )
+    return lines
+
+
 BLOCKS: dict[str, Callable[[], list[str]]] = {
+    "learned-reward": learned_reward,
     "demo-table": demo_table,
     "eval-table": eval_table,
+    "demo-console": demo_console,
     "benchmark-headlines": benchmark_headlines,
 }
 _BLOCK = re.compile(
@@ -155,8 +223,9 @@ _BLOCK = re.compile(
 )
 
 
-def render_readme(text: str) -> str:
-    """``text`` with every generated block replaced by what the committed files render."""
+def render_readme(text: str, links_from: Path = README) -> str:
+    """``text`` with every generated block replaced by what the committed files render (links written relative to
+    the folder of ``links_from``, the file the text is in)."""
 
     def replace(match: re.Match) -> str:
         name = match["name"]
@@ -164,7 +233,10 @@ def render_readme(text: str) -> str:
             raise KeyError(
                 f"README block {name!r} has no renderer in benchmarks/readme_blocks.py (known: {list(BLOCKS)})"
             )
-        return match.group(1) + "\n".join(BLOCKS[name]()) + "\n" + match.group(4)
+        body = "\n".join(BLOCKS[name]())
+        if links_from.parent != ROOT:  # the blocks link from the repository's root
+            body = body.replace("](benchmarks/", "](" + os.path.relpath(ROOT / "benchmarks", links_from.parent) + "/")
+        return match.group(1) + body + "\n" + match.group(4)
 
     return _BLOCK.sub(replace, text)
 
@@ -173,10 +245,16 @@ def blocks_in(text: str) -> list[str]:
     return [m["name"] for m in _BLOCK.finditer(text)]
 
 
-def update_readme(path: Path = README) -> str:
-    text = path.read_text()
-    new = render_readme(text)
-    if new == text:
-        return f"{path.name}: generated blocks already up to date ({', '.join(blocks_in(text))})"
-    path.write_text(new)
-    return f"{path.name}: rewrote generated blocks {', '.join(blocks_in(text))}"
+def update_readme(paths: tuple[Path, ...] | Path = READMES) -> str:
+    """Rewrite the generated blocks of ``paths``; what changed, in words."""
+    said = []
+    for path in (paths,) if isinstance(paths, Path) else paths:
+        text = path.read_text()
+        new = render_readme(text, path)
+        names = ", ".join(blocks_in(text))
+        if new == text:
+            said.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}: up to date ({names})")
+        else:
+            path.write_text(new)
+            said.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}: rewrote {names}")
+    return "; ".join(said)

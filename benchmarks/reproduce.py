@@ -16,9 +16,11 @@ Parts, each run in a fresh temporary folder (a clean warm-start cache: every SFT
 - ``overhead``: ``overhead.py --quick`` (5 lock-stepped pairs x 4 steps). Compared with ``results/overhead.figures
   .json`` (the full run): the median step-time ratio ours / TRL, within the wider of the two runs' interquartile
   ranges of per-pair ratios; the final weights of both arms must be identical, as in the full run.
-- ``ds_cost``: ``dynamic_sampling.py`` for on-policy DAPO at p = 0, 0.5, 0.75, 1 repetition of 6 steps. Compared
-  with ``results/dynamic_sampling.figures.json``: groups generated per kept group, within 10% of the ideal 1/(1-p)
-  (the claim's own bar) of the committed figure.
+- ``ds_cost``: ``dynamic_sampling.py`` for on-policy DAPO at p = 0, 0.5, 0.75, 1 repetition of the full run's 12
+  steps. Compared with ``results/dynamic_sampling.figures.json``: groups generated per kept group, within 10% of
+  the ideal 1/(1-p) (the claim's own bar) of the committed figure. The counts depend only on which prompts are drawn
+  (the reward's uninformative prompts are fixed by a hash), not on the warm start's weights, so they come back
+  exactly on any machine; the full run's repetitions replay the same draws.
 - ``sample_efficiency``: ``sample_efficiency.py --task hard`` for DAPO with and without dynamic sampling from
   warm start 0 with RL seed 3, stopped at 10,240 generated completions (the full run's 8th evaluation). Compared
   with ``results/sample_efficiency.figures.json``: the same run's held-out accuracy at that evaluation in the
@@ -53,10 +55,13 @@ import readme_blocks  # noqa: E402
 
 ROOT, RESULTS = common.ROOT, common.RESULTS
 COMMITTED = RESULTS / "reproduce.json"  # the demo's figures per TRL release (written by --update)
+CURVES = ROOT / "docs" / "demo_curves.png"  # the README's plot: the demo's curves.png on the oldest release measured
 HELD_OUT = 240  # the demo's held-out problems
 EVAL_FIGURES = ("pass@1 (greedy)", "avg@8", "pass@8", "maj@8")
 SE_BUDGET, SE_UNIT = 10_240, (0, 3)  # the reduced sample-efficiency run: warm start 0, RL seed 3
-PARTS = ("demo", "overhead", "ds_cost", "sample_efficiency")
+PARTS = ("demo", "overhead", "ds_cost", "sample_efficiency")  # the default run
+EXTRA_PARTS = ("learned_reward",)  # named explicitly (6 more minutes)
+PAIRS_NOISE = 451  # the demo reward model's held-out pairs
 
 
 def trl_version() -> str:
@@ -86,13 +91,14 @@ def figure(part: str, name: str, committed: float | None, measured: float, noise
 
 
 def run(command: list[str], cwd: Path, log: Path) -> float:
-    """Run ``command`` in ``cwd`` (its output into ``log``); its wall seconds. A failure stops with the log's tail."""
+    """Run ``command`` in ``cwd``, its stdout into ``log`` and its stderr (progress bars) into ``log.err``; its wall
+    seconds. A failure stops with the end of both."""
     started = time.time()
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    with open(log, "w") as f:
-        done = subprocess.run(command, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT)
+    with open(log, "w") as out, open(f"{log}.err", "w") as err:
+        done = subprocess.run(command, cwd=cwd, env=env, stdout=out, stderr=err)
     if done.returncode != 0:
-        tail = log.read_text()[-3000:]
+        tail = log.read_text()[-2000:] + Path(f"{log}.err").read_text()[-2000:]
         raise SystemExit(f"[reproduce] `{' '.join(command)}` failed (exit {done.returncode}); its log ends:\n{tail}")
     return time.time() - started
 
@@ -134,12 +140,33 @@ def demo_once(work: Path, seed: int, evaluate: bool) -> dict[str, Any]:
         "clipped_range": [min(clipped), max(clipped)] if clipped else None,
         "wall_s": wall,
         "peak_mb": peak / 1024 if peak > before else None,  # ru_maxrss is in KiB on Linux
+        "console": console_excerpt((folder / "dapo.log").read_text().splitlines()),
     }
     if evaluate:
         run([sys.executable, str(ROOT / "recipes" / "eval.py"), "--num_samples", "8"], folder, folder / "eval.log")
         models = json.loads((folder / "outputs" / "eval" / "eval.json").read_text())["models"]
         out["eval"] = {m["name"]: {k: m["figures"][k] for k in EVAL_FIGURES} for m in models}
     return out
+
+
+def console_excerpt(lines: list[str]) -> list[str]:
+    """The demo's console (stdout: bars go to stderr) cut to what the README shows: the opening line, the first and
+    last SFT logs, the accuracy before RL, the first two and the last RL logs, and the summary table; ``...`` where
+    logs were left out."""
+    lines = [line.rstrip() for line in lines if line.strip()]
+    logs = [i for i, line in enumerate(lines) if line.startswith("warm start (SFT) step") or " (RL) step " in line]
+    sft = [i for i in logs if lines[i].startswith("warm start")]
+    rl = [i for i in logs if i not in sft]
+    summary = next((i for i, line in enumerate(lines) if line.startswith("== ")), len(lines))
+    before = [i for i, line in enumerate(lines) if "held-out greedy accuracy before RL" in line]
+    keep = sorted({0, *sft[:1], *sft[-1:], *before, *rl[:2], *rl[-1:]})
+    out, last = [], None
+    for i in keep:
+        if last is not None and any(last < j < i for j in logs):
+            out.append("...")
+        out.append(lines[i])
+        last = i
+    return out + lines[summary:]
 
 
 def demo_record(runs: list[dict]) -> dict[str, Any]:
@@ -157,6 +184,10 @@ def part_demo(work: Path, options, committed: dict) -> tuple[list[dict], dict]:
     seeds = options.demo_warm_starts if options.update else [0]
     runs = [demo_once(work, seed, evaluate=seed == 0) for seed in seeds]
     record = demo_record(runs) if options.update else None
+    if record is not None and trl_version() == min(
+        [trl_version(), *committed.get("demo", {})], key=readme_blocks.release_key
+    ):
+        shutil.copy(work / "demo-ws0" / "outputs" / "dapo-demo" / "curves.png", CURVES)  # the README's plot
     reference = committed.get("demo", {}).get(trl_version())
     source = f"results/reproduce.json, trl {trl_version()}"
     figures = []
@@ -181,6 +212,59 @@ def part_demo(work: Path, options, committed: dict) -> tuple[list[dict], dict]:
     return figures, record
 
 
+def part_learned_reward(work: Path, options, committed: dict) -> tuple[list[dict], dict]:
+    """``trl-ext pipeline --learned_reward true`` (SFT -> reward model -> DAPO against it): the README's figures of
+    the learned-reward path. Noise: two binomial standard errors (451 held-out pairs, 240 held-out problems)."""
+    folder = work / "learned"
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(ROOT / "recipes" / "pipeline.py"), "--learned_reward", "true"]
+    wall = run(command, folder, folder / "pipeline.log")
+    summary = json.loads((folder / "outputs" / "pipeline" / "summary.json").read_text())
+    log = (folder / "pipeline.log").read_text() + Path(f"{folder / 'pipeline.log'}.err").read_text()
+    warning = next((line.strip() for line in log.splitlines() if "reward over-optimization:" in line), None)
+    rm, accuracies = summary["reward_model"], summary["accuracies"]
+    measured = {
+        "rm_accuracy_before": rm["accuracy_before"],
+        "rm_accuracy_after": rm["accuracy_after"],
+        "train_pairs": rm["train_pairs"],
+        "held_out_pairs": rm["held_out_pairs"],
+        "sft_accuracy": accuracies["1. SFT warm start"],
+        "dapo_vs_rm_accuracy": accuracies["3. DAPO against the reward model"],
+        "warning": warning,
+        "wall_s": wall,
+    }
+    ref = committed.get("learned_reward", {}).get(trl_version(), {}).get("figures", {})
+    source = f"results/reproduce.json, trl {trl_version()}"
+    figures = []
+    for key, n in (("rm_accuracy_before", PAIRS_NOISE), ("rm_accuracy_after", PAIRS_NOISE)):
+        figures.append(
+            figure("learned_reward", key, ref.get(key), measured[key], binomial_noise(measured[key], n), source)
+        )
+    value = measured["dapo_vs_rm_accuracy"]
+    figures.append(
+        figure(
+            "learned_reward",
+            "DAPO against it: held-out accuracy",
+            ref.get("dapo_vs_rm_accuracy"),
+            value,
+            binomial_noise(value),
+            source,
+        )
+    )
+    fired = float(warning is not None)
+    figures.append(
+        figure(
+            "learned_reward",
+            "over-optimization warning fired",
+            float(ref["warning"] is not None) if ref else None,
+            fired,
+            0.0,
+            source,
+        )
+    )
+    return figures, {"figures": measured} if options.update else None
+
+
 def part_overhead(work: Path, options, committed: dict) -> tuple[list[dict], None]:
     measured = bench("overhead.py", work, "overhead", "--quick")
     reference = committed_figures("overhead")
@@ -201,7 +285,7 @@ def part_overhead(work: Path, options, committed: dict) -> tuple[list[dict], Non
 
 
 def part_ds_cost(work: Path, options, committed: dict) -> tuple[list[dict], None]:
-    args = ("--configs", "dapo", "--ps", "0,0.5,0.75", "--reps", "1", "--steps", "6")
+    args = ("--configs", "dapo", "--ps", "0,0.5,0.75", "--reps", "1", "--steps", "12")
     measured = bench("dynamic_sampling.py", work, "ds_cost", *args)
     reference = committed_figures("dynamic_sampling")
     ref_rows = {(r["config"], r["p"]): r for r in (reference or {}).get("rows", [])}
@@ -287,7 +371,9 @@ def render(figures: list[dict]) -> list[str]:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {list(PARTS)}")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"comma-separated subset of {list(PARTS + EXTRA_PARTS)}"
+    )
     parser.add_argument(
         "--update", action="store_true", help="commit this run's demo figures, rewrite the README blocks"
     )
@@ -298,7 +384,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--report", help="also write the comparison as Markdown here (e.g. results/reproduce.md)")
     parser.add_argument("--keep", help="work in this folder and keep it (default: a temporary folder, removed)")
     options = parser.parse_args(argv)
-    options.parts = common.names_option(parser, "--parts", options.parts, PARTS)
+    options.parts = common.names_option(parser, "--parts", options.parts, PARTS + EXTRA_PARTS)
     options.demo_warm_starts = [int(s) for s in options.demo_warm_starts.split(",")]
     if 0 not in options.demo_warm_starts:
         parser.error("--demo-warm-starts must include 0, the demo's own warm start")
@@ -314,14 +400,15 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(options.keep) if options.keep else Path(tempfile.mkdtemp(prefix="trl-ext-reproduce-"))
     work.mkdir(parents=True, exist_ok=True)
     started, load = time.time(), os.getloadavg()
-    figures, record = [], None
+    figures, records = [], {}
     try:
         for part in options.parts:
             print(f"[reproduce] {part} ...", flush=True)
             t0 = time.time()
             found, rec = globals()[f"part_{part}"](work, options, committed)
             figures += found
-            record = rec or record
+            if rec is not None:
+                records[part] = rec
             print(
                 f"[reproduce] {part}: {sum(f['reproduced'] for f in found)}/{len(found)} reproduced ({time.time() - t0:.0f} s)"
             )
@@ -334,10 +421,12 @@ def main(argv: list[str] | None = None) -> int:
     if options.report:
         common.write_markdown(Path(options.report), "Reproduction of the README's figures", head, body)
     if options.update:
-        if record is not None:
-            committed.setdefault("demo", {})[trl_version()] = {**record, "provenance": prov}
+        committed = json.loads(COMMITTED.read_text()) if COMMITTED.exists() else {}  # what another run wrote since
+        for part, record in records.items():
+            committed.setdefault(part, {})[trl_version()] = {**record, "provenance": prov}
+        if records:
             COMMITTED.write_text(json.dumps(committed, indent=1, sort_keys=True) + "\n")
-            print(f"[reproduce] wrote {COMMITTED}")
+            print(f"[reproduce] wrote {COMMITTED} ({', '.join(records)})")
         print(f"[reproduce] {readme_blocks.update_readme()}")
     return 0 if all(f["reproduced"] for f in figures) else 1
 
