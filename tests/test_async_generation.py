@@ -559,3 +559,46 @@ def _torchrun_main() -> None:
 
 if __name__ == "__main__":
     _torchrun_main()
+
+
+# -- the health monitor reads TRL's sampling/* metrics --------------------------------------------------------------
+
+
+def test_health_monitor_alerts_on_engine_trainer_mismatch():
+    """``sampling/importance_sampling_ratio/*`` and ``sampling/sampling_logp_difference/*`` (logged by TRL under vLLM's
+    importance-sampling correction): a sustained gap warns once, naming truncated sampling and staleness as causes;
+    a small gap, or a run without those metrics, stays quiet."""
+    from types import SimpleNamespace
+
+    from trl_ext.diagnostics.health import HealthMonitor
+
+    def log(ratio, gap, **extra):
+        return {
+            "sampling/importance_sampling_ratio/mean": ratio,
+            "sampling/importance_sampling_ratio/min": ratio / 2,
+            "sampling/importance_sampling_ratio/max": ratio * 2,
+            "sampling/sampling_logp_difference/mean": gap,
+            **extra,
+        }
+
+    monitor = HealthMonitor()
+    args = SimpleNamespace(top_p=0.9, top_k=0, min_p=None, learning_rate=1e-6)
+    stream = [
+        log(1.0, 0.01),
+        log(1.02, 0.03),
+        log(0.8, 0.02),
+        log(0.8, 0.02),
+        log(1.0, 0.3, **{"async/staleness/max": 1.0}),
+    ]
+    flags = [monitor.check(logs, step=i + 1, args=args)["health/sampling_mismatch"] for i, logs in enumerate(stream)]
+    assert flags == [0.0, 0.0, 0.0, 1.0, 1.0]  # patience 2: the second log off in a row
+    (event,) = monitor.events
+    assert event.condition == "sampling_mismatch" and event.step == 4
+    assert "mean importance ratio 0.800 (min 0.4, max 1.6)" in event.message
+    assert "top_p=0.9" in event.message and "TRL issue #6789" in event.message
+    quiet = HealthMonitor()
+    assert "health/sampling_mismatch" not in quiet.check({"loss": 0.1}, step=1)
+    staleness = HealthMonitor()
+    for i in range(2):
+        staleness.check(log(1.0, 0.3, **{"async/staleness/max": 1.0}), step=i + 1, args=SimpleNamespace())
+    assert "1 generation batch(es) old (async_generation)" in staleness.events[0].message

@@ -19,6 +19,13 @@ and reads only the metrics the trainer logs. At every log it checks:
   ``reward_stall_delta`` while ``loss`` spanned more than ``loss_move_delta``. Action: check the rewards against
   sampled completions, the data's difficulty, the learning rate and the group size.
 
+- ``sampling_mismatch``: vLLM's importance-sampling correction (TRL's ``sampling/*`` metrics, which nothing else reads)
+  says the engine's and the trainer's token log-probs disagree: ``sampling/importance_sampling_ratio/mean`` is more
+  than ``is_ratio_tolerance`` from 1, or ``sampling/sampling_logp_difference/mean`` exceeds ``logp_gap_max`` nats, for
+  ``sampling_patience`` logs. Causes: truncated sampling (top-p < 1, top-k, min-p: the correction is biased, TRL issue
+  #6789), a precision mismatch between engine and trainer, ``--logprobs-mode`` other than ``processed_logprobs``,
+  weights that did not reach the engine, or (``async_generation``) a policy that moves too far in one step.
+
 - ``reward_overoptimized``: a learned reward (``proxy_metrics``, e.g. ``rewards/<reward model>/mean``) rises while a
   gold figure (``gold_metrics``: ``held_out/accuracy``, or a rule reward's ``rewards/<name>/mean``) falls by more
   than ``overopt_gold_drop`` over its last ``overopt_window`` values (least-squares rise; the proxy over the same
@@ -79,6 +86,8 @@ CONDITIONS = (
     "reward_stall",
     "reward_overoptimized",
 )
+#: Checks that read only what vLLM's importance-sampling correction logs (absent from other runs' logs).
+VLLM_CONDITIONS = ("sampling_mismatch",)
 
 
 @dataclass
@@ -106,6 +115,11 @@ class HealthThresholds:
             over the last ``max(stall_window, stall_steps / logging_steps)`` logs, the least-squares rise of ``reward`` is below ``reward_stall_delta`` while
             ``loss`` spanned more than ``loss_move_delta``; never when the mean reward is at or above
             ``reward_ceiling`` (``None``: no ceiling).
+    Engine / trainer mismatch (vLLM's importance-sampling correction):
+        is_ratio_tolerance, logp_gap_max, sampling_patience: ``sampling_mismatch`` when the mean importance ratio is
+            more than ``is_ratio_tolerance`` from 1 or the mean per-token log-prob gap exceeds ``logp_gap_max`` nats,
+            ``sampling_patience`` logs in a row. A same-weights bf16 engine typically stays within a few hundredths
+            of a nat; 0.1 nats per token is a ratio of about 1.1 on every token.
     Reward over-optimization:
         proxy_metrics, gold_metrics, overopt_window, overopt_gold_drop: ``reward_overoptimized`` when the first
             present ``proxy_metrics`` key rises while the first present ``gold_metrics`` key falls by more than
@@ -149,6 +163,13 @@ class HealthThresholds:
     reward_ceiling: float | None = field(
         default=None, metadata={"help": "No stall warning when the mean reward is at or above this."}
     )
+    is_ratio_tolerance: float = field(
+        default=0.1, metadata={"help": "Sampling mismatch: |mean importance ratio - 1| above this."}
+    )
+    logp_gap_max: float = field(
+        default=0.1, metadata={"help": "Sampling mismatch: mean per-token |log p_trainer - log p_vLLM| above this."}
+    )
+    sampling_patience: int = field(default=2, metadata={"help": "Logs in a row the mismatch must persist."})
     proxy_metrics: list[str] | None = field(
         default=None, metadata={"help": "Logged keys of learned rewards (over-optimization check); None = off."}
     )
@@ -188,7 +209,9 @@ class HealthThresholds:
         need(self.entropy_floor is None or self.entropy_floor >= 0, "entropy_floor", "pass None or a value >= 0")
         for name in ("clip_frac_max", "kept_frac_min", "truncated_frac_max"):
             need(0.0 <= getattr(self, name) <= 1.0, name, "pass a fraction in [0, 1]")
-        for name in ("clip_patience", "kept_patience", "truncated_patience"):
+        need(self.is_ratio_tolerance > 0, "is_ratio_tolerance", "pass a positive tolerance (e.g. 0.1)")
+        need(self.logp_gap_max > 0, "logp_gap_max", "pass a positive gap in nats (e.g. 0.1)")
+        for name in ("clip_patience", "kept_patience", "truncated_patience", "sampling_patience"):
             need(getattr(self, name) >= 1, name, "pass 1 or more")
         need(self.stall_window >= 3, "stall_window", "pass 3 or more logs (e.g. 20)")
         need(self.stall_steps >= 0, "stall_steps", "pass 0 or more steps (e.g. 200)")
@@ -252,7 +275,7 @@ class HealthMonitor(TrainerCallback, ExportableState):
         """Forget running levels, streaks and episodes (called at the start of training)."""
         self.events: list[HealthEvent] = []
         self.active: set[str] = set()
-        self._streak: dict[str, int] = dict.fromkeys(CONDITIONS, 0)
+        self._streak: dict[str, int] = dict.fromkeys(CONDITIONS + VLLM_CONDITIONS, 0)
         self._kl_level: float | None = None
         self._kl_count = 0
         self._entropy_start: list[float] = []
@@ -377,7 +400,7 @@ class HealthMonitor(TrainerCallback, ExportableState):
         )
 
     def _sustained(self, name: str, exceeded: bool, patience: int) -> bool:
-        self._streak[name] = self._streak[name] + 1 if exceeded else 0
+        self._streak[name] = self._streak.get(name, 0) + 1 if exceeded else 0  # .get: checkpoints of older releases
         return self._streak[name] >= patience
 
     def _clip_high(self, logs: dict[str, Any], args: Any) -> tuple[bool | None, str]:
@@ -454,6 +477,56 @@ class HealthMonitor(TrainerCallback, ExportableState):
             "mask_truncated_completions=True."
         )
 
+    def _sampling_mismatch(self, logs: dict[str, Any], args: Any) -> tuple[bool | None, str]:
+        """The engine that sampled and the trainer disagree on the sampled tokens' log-probs (TRL's vLLM
+        importance-sampling metrics): the correction then reweights a distribution that is not the one sampled."""
+        ratio = _value(logs, "sampling/importance_sampling_ratio/mean")
+        gap = _value(logs, "sampling/sampling_logp_difference/mean")
+        ratio = ratio if ratio is not None and math.isfinite(ratio) else None
+        gap = gap if gap is not None and math.isfinite(gap) else None
+        if ratio is None and gap is None:
+            return None, ""
+        th = self.thresholds
+        off = (ratio is not None and abs(ratio - 1.0) > th.is_ratio_tolerance) or (
+            gap is not None and gap > th.logp_gap_max
+        )
+        active = self._sustained("sampling_mismatch", off, th.sampling_patience)
+        seen = []
+        if ratio is not None:
+            low, high = (
+                _value(logs, "sampling/importance_sampling_ratio/min"),
+                _value(logs, "sampling/importance_sampling_ratio/max"),
+            )
+            span = f" (min {low:.3g}, max {high:.3g})" if low is not None and high is not None else ""
+            seen.append(f"mean importance ratio {ratio:.3f}{span}")
+        if gap is not None:
+            seen.append(f"mean log-prob gap {gap:.3f} nats per token")
+        causes = []
+        found = [
+            f"{name}={getattr(args, name)}"
+            for name, on in (("top_p", lambda v: v < 1), ("top_k", lambda v: v > 0), ("min_p", lambda v: v > 0))
+            if getattr(args, name, None) is not None and on(getattr(args, name))
+        ]
+        if found:
+            causes.append(
+                f"sampling is truncated ({', '.join(found)}): the correction is biased (TRL issue #6789); sample with "
+                "top_p=1, top_k=0, min_p=0"
+            )
+        staleness = _value(logs, "async/staleness/max")
+        if staleness:
+            causes.append(
+                f"rollouts are {staleness:.0f} generation batch(es) old (async_generation): lower learning_rate"
+                f"{_hint(args, 'learning_rate')} or switch async_generation off"
+            )
+        causes.append(
+            "the engine and the trainer run different precisions (vLLM bf16 vs a float32 trainer: set bf16=True), "
+            "the server is not started with --logprobs-mode processed_logprobs, or the weights did not reach it"
+        )
+        return active, (
+            f"engine and trainer disagree on the sampled tokens ({'; '.join(seen)}; tolerance {th.is_ratio_tolerance} "
+            f"/ {th.logp_gap_max} nats, {self._streak['sampling_mismatch']} logs). Likely: {'; or '.join(causes)}."
+        )
+
     def _reward_stall(self, logs: dict[str, Any], args: Any) -> tuple[bool | None, str]:
         """The optimizer keeps changing the loss but the reward does not rise: updates are not paying off (a
         reward that misreads the answers, a too-hard or too-easy dataset, a learning rate too low to matter or so
@@ -524,6 +597,7 @@ class HealthMonitor(TrainerCallback, ExportableState):
             "clip_high": self._clip_high(logs, args),
             "kept_groups_low": self._kept_groups_low(logs, args),
             "truncation_high": self._truncation_high(logs, args),
+            "sampling_mismatch": self._sampling_mismatch(logs, args),
             "reward_stall": self._reward_stall(logs, args),
             "reward_overoptimized": self._reward_overoptimized(logs, step),
         }
