@@ -106,7 +106,24 @@ def _generate(model, tokenizer, prompts, n, max_tokens, temperature, top_p, top_
     return {"prompt_ids": [list(p) for p in prompts], "completion_ids": completions, "logprobs": logprobs}
 
 
-class PipeClient:
+class ServerStub:
+    """The parts of TRL's ``VLLMClient`` that a stand-in engine has nothing to do for (no NCCL group, no prefix
+    cache); also the base of the in-process stand-in of ``tests/test_async_generation.py``."""
+
+    def init_communicator(self, device=None):
+        pass
+
+    def close_communicator(self):
+        pass
+
+    def get_server_info(self):
+        return {"model_config": {"logprobs_mode": "processed_logprobs"}}
+
+    def reset_prefix_cache(self):
+        pass
+
+
+class PipeClient(ServerStub):
     """Stands in for TRL's ``VLLMClient`` (the methods TRL's server mode calls), over a pipe to ``serve``. Records
     the seconds each ``generate`` call waits (generation + transfer)."""
 
@@ -120,18 +137,6 @@ class PipeClient:
         with self._lock:
             PipeClient.conn.send((kind, payload))
             return PipeClient.conn.recv()
-
-    def init_communicator(self, device=None):
-        pass
-
-    def close_communicator(self):
-        pass
-
-    def get_server_info(self):
-        return {"model_config": {"logprobs_mode": "processed_logprobs"}}
-
-    def reset_prefix_cache(self):
-        pass
 
     def update_named_params(self, metadata, iterator):
         reply = self._call("weights", [(name, t.detach().cpu().numpy().copy()) for name, t in iterator])
