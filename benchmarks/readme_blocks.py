@@ -138,6 +138,10 @@ def demo_console() -> list[str]:
     return ["```", *demo[releases[0]]["figures"].get("console", []), "```"]
 
 
+#: The sample-efficiency reports: the hard task (the full run the reduced rerun compares with), and the demo's task.
+SAMPLE_EFFICIENCY = ("sample_efficiency.figures.json", "sample_efficiency_demo_task/sample_efficiency.figures.json")
+
+
 def benchmark_headlines() -> list[str]:
     """One line per full benchmark: what it measured, from its committed ``*.figures.json``."""
     lines = []
@@ -165,8 +169,8 @@ def benchmark_headlines() -> list[str]:
             f"{'every configuration within 10%' if within else 'NOT every configuration within 10%'} "
             "([dynamic_sampling.md](benchmarks/results/dynamic_sampling.md))."
         )
-    se = _load("sample_efficiency.figures.json")
-    for release in se.get("releases", []):
+    releases = [(r, name) for name in SAMPLE_EFFICIENCY for r in _load(name).get("releases", [])]
+    for release, name in releases:
         algorithms = release["algorithms"]
         if "dapo" not in algorithms or "dapo_no_ds" not in algorithms:
             continue
@@ -175,6 +179,7 @@ def benchmark_headlines() -> list[str]:
         steps_v = release["dynamic_sampling_at_common_steps"]
         budget_v = release["dynamic_sampling_final"]
         mean_start = statistics.mean(r["start"] for r in release["runs"])
+        report = name.replace(".figures.json", ".md")
         lines.append(
             f"- Sample efficiency (trl {release['trl']}, `--task {release['task']}`, {release['units']}; warm starts "
             f"at {starts}, mean {mean_start:.3f}; target reached in {ds_['reached']}/{ds_['runs']} runs with dynamic "
@@ -183,7 +188,7 @@ def benchmark_headlines() -> list[str]:
             f"{no['at_common_steps'][0]:.3f} ± {no['at_common_steps'][1]:.3f} (**{steps_v['verdict']}**: "
             f"{steps_v['detail']}); at the budget of {release['budget']:,} completions {ds_['final'][0]:.3f} vs "
             f"{no['final'][0]:.3f} (**{budget_v['verdict']}**: {budget_v['detail']}), with {ds_['steps']:.0f} optimizer "
-            f"steps against {no['steps']:.0f} ([sample_efficiency.md](benchmarks/results/sample_efficiency.md))."
+            f"steps against {no['steps']:.0f} ([report](benchmarks/results/{report}))."
         )
     return lines
 

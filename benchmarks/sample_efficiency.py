@@ -613,7 +613,7 @@ def findings(summary: dict, options) -> list[str]:
         claim = {
             "higher": "holds here, in every warm start",
             "lower": "does not hold here: it is behind in every warm start",
-            "mixed": "holds on average but not in every warm start, so it is not stated as a conclusion",
+            "mixed": "holds on average but not in every warm start (not stated as a conclusion)",
             "tied": "is not confirmed here",
         }[step_verdict]
         at_budget = {
