@@ -23,8 +23,9 @@ How it is built over TRL (1.12 to 1.16), without copying TRL's generation:
 - **At the generation boundary** (TRL's ``_prepare_inputs`` calling ``_generate_and_score_completions``): the
   rollout of this batch is finished (waiting for the engine if it is late; ``async/wait_time``), the weights are
   pushed to the server with TRL's ``sync_weights`` (once per generation batch, while no generation is in flight:
-  ``PrefetchingClient`` refuses a weight update otherwise), the batch is assembled and its deferred log-probs are
-  computed with the current weights, and the next batch's first round is submitted. TRL's own per-step sync is
+  ``PrefetchingClient`` refuses a weight update otherwise), the next batch's first round is submitted, and this
+  batch is assembled and its deferred log-probs computed with the current weights (the submission waits for that
+  only where the next round depends on this batch's bookkeeping: carried surplus, GRESO's skip history). TRL's own per-step sync is
   pinned off (``_last_loaded_step``).
 
 What is corrected, and how. Batch k+1 is sampled from pi_{k} (the weights that trained batch k started from) and
@@ -383,11 +384,18 @@ class AsyncGenerationMixin:
             self._async_begin(inputs, block)
         started = time.perf_counter()
         pipeline = self._async_finish()
+        self._async_pipeline = None
         waited = time.perf_counter() - started + pipeline.seconds_waited
         self._async_sync_weights(block)
+        more = self.state.global_step + self._async_steps_per_batch() < self.state.max_steps
+        # The next batch, generated while this one trains: submitted before this batch's log-prob pass unless its
+        # first round depends on this batch's bookkeeping (carried surplus, GRESO's skip history).
+        early = more and not (self._ds_enabled and (self._carry_allowed() or self._ds_skip is not None))
+        if early:
+            self._async_begin(inputs, block)
         batch = self._async_batch(pipeline, block, waited)
-        if self.state.global_step + self._async_steps_per_batch() < self.state.max_steps:
-            self._async_begin(inputs, block)  # the next batch, generated while this one trains
+        if more and not early:
+            self._async_begin(inputs, block)
         return batch
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
@@ -558,7 +566,6 @@ class AsyncGenerationMixin:
 
     def _async_batch(self, pipeline: _Pipeline, block: int, waited: float) -> dict[str, Any]:
         """The trained batch of a finished rollout, with its staleness logged and checked."""
-        self._async_pipeline = None
         state = pipeline.state
         metrics = self._metrics["train"]
         if self._ds_enabled:
