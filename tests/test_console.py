@@ -13,7 +13,6 @@ import sys
 import pytest
 
 from trl_ext.console import library_lines_dropped
-from trl_ext.demo import warm_start_is_cached
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RAW_DICT = re.compile(r"\{'[\w/]+': ")  # transformers' PrinterCallback / ProgressCallback: {'loss': '1.3', ...}
@@ -72,7 +71,9 @@ def test_demo_console_is_clean_and_logs_held_out_accuracy(tmp_path):
     assert opening.startswith("[dapo] DAPOTrainer") and "fp32 on CPU" in opening and str(out) in opening
     assert "600 train / 240 held-out" in opening and "4 steps of 8 prompts x 8 completions" in opening
     assert "SFT warm start (trained first, then cached)" in opening  # a first run: nothing cached yet
-    assert warm_start_is_cached(str(tmp_path / "outputs" / "demo-warm-start"))  # the next run says "(cached)"
+    # the next run says "(cached)": the warm start is complete under its key (the key includes torch's thread count,
+    # which is the recipe process's own, not this test process's)
+    assert [p.parent.name for p in (tmp_path / "outputs" / "demo-warm-start").glob("*/warm_start.json")]
     assert any(line.startswith("warm start (SFT) step 600/600 | loss") for line in lines)
     rl_lines = [line for line in lines if line.startswith("dapo (RL) step")]
     assert [line.split(" | ")[0] for line in rl_lines] == ["dapo (RL) step 2/4", "dapo (RL) step 4/4"]

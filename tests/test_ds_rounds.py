@@ -223,6 +223,35 @@ def test_old_and_ref_logps_only_for_trained_rows(tiny_model, tokenizer, problems
     _close_on_completions(out["ref_per_token_logps"], _direct_logps(trainer.ref_model, out), out)
 
 
+def test_deferred_logps_call_fits_trl_1_14s_keyword_only_batch_size(
+    tiny_model, tokenizer, problems, tmp_path, monkeypatch
+):
+    """TRL 1.14 declares ``_get_per_token_logps_and_entropies(self, model, *args, batch_size=None, ...)``: a batch size
+    passed by position there lands in ``*args`` and TRL raises "got multiple values for argument 'batch_size'". The
+    deferred old/ref pass must pass it by keyword (checked here against that signature on every release)."""
+    original = trl.GRPOTrainer._get_per_token_logps_and_entropies
+
+    def trl_1_14_shape(self, model, *args, batch_size=None, **kwargs):
+        assert len(args) == 3, f"positional arguments beyond (input_ids, attention_mask, logits_to_keep): {args[3:]}"
+        return original(self, model, *args, batch_size=batch_size, **kwargs)
+
+    monkeypatch.setattr(trl.GRPOTrainer, "_get_per_token_logps_and_entropies", trl_1_14_shape)
+    args = tiny_args(
+        "dapo", tmp_path, soft_overlong_punishment=False, beta=0.04, num_minibatches=2,
+        per_device_train_batch_size=8, dynamic_sampling_max_rounds=30,
+    )  # fmt: skip
+    trainer = DAPOTrainer(
+        _saved(tiny_model, tokenizer, tmp_path / "policy"),
+        [even_answer_reward],
+        args=args,
+        train_dataset=problems[0],
+        processing_class=tokenizer,
+    )
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(_groups(problems, "eoeo"))
+    assert out["old_per_token_logps"].size(0) == 16 and out["ref_per_token_logps"].size(0) == 16
+
+
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 def test_nothing_to_filter_with_old_and_ref_logps_is_exactly_trls_step(tokenizer, problems, tmp_path, beta):
     """Deferred old/ref passes on an unfiltered batch: the same step as trl.GRPOTrainer, bit for bit."""

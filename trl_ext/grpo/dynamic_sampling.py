@@ -710,7 +710,8 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
             ):
                 if kind not in deferred or key not in batch or ids.size(0) == 0:
                     continue
-                values = self._get_per_token_logps_and_entropies(model, ids, mask, width, size)[0]
+                # batch_size by keyword: TRL 1.14 takes it keyword-only (``model, *args, batch_size=None``)
+                values = self._get_per_token_logps_and_entropies(model, ids, mask, width, batch_size=size)[0]
                 if index is None:
                     batch[key] = values
                 else:
