@@ -55,7 +55,7 @@ import readme_blocks  # noqa: E402
 
 ROOT, RESULTS = common.ROOT, common.RESULTS
 COMMITTED = RESULTS / "reproduce.json"  # the demo's figures per TRL release (written by --update)
-CURVES = ROOT / "docs" / "demo_curves.png"  # the README's plot: the demo's curves.png on the oldest release measured
+CURVES = ROOT / "docs" / "demo_curves.png"  # the README's plot: the demo's curves.png on readme_blocks.CONSOLE_RELEASE
 HELD_OUT = 240  # the demo's held-out problems
 EVAL_FIGURES = ("pass@1 (greedy)", "avg@8", "pass@8", "maj@8")
 SE_BUDGET, SE_UNIT = 10_240, (0, 3)  # the reduced sample-efficiency run: warm start 0, RL seed 3
@@ -184,9 +184,7 @@ def part_demo(work: Path, options, committed: dict) -> tuple[list[dict], dict]:
     seeds = options.demo_warm_starts if options.update else [0]
     runs = [demo_once(work, seed, evaluate=seed == 0) for seed in seeds]
     record = demo_record(runs) if options.update else None
-    if record is not None and trl_version() == min(
-        [trl_version(), *committed.get("demo", {})], key=readme_blocks.release_key
-    ):
+    if record is not None and trl_version().startswith(readme_blocks.CONSOLE_RELEASE):
         shutil.copy(work / "demo-ws0" / "outputs" / "dapo-demo" / "curves.png", CURVES)  # the README's plot
     reference = committed.get("demo", {}).get(trl_version())
     source = f"results/reproduce.json, trl {trl_version()}"
