@@ -16,6 +16,8 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
+from trl_ext.console import format_duration
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
@@ -34,10 +36,6 @@ def release_key(version: str) -> tuple[int, ...]:
 
 def _releases(record: dict) -> list[str]:
     return sorted(record, key=release_key)
-
-
-def _duration(seconds: float) -> str:
-    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
 
 
 def demo_table() -> list[str]:
@@ -64,7 +62,7 @@ def demo_table() -> list[str]:
         rows.append(
             f"| {trl} | {f['accuracy_before']:.3f} | **{f['accuracy_after']:.3f}** | +{100 * f['gain']:.1f} points | "
             f"{f['reward_first']:.3f} -> {f['reward_last']:.3f} | {clipped} | {f['rounds']:.2f} | "
-            f"{_duration(f['wall_s'])} | {peak} | {spread or '–'} |"
+            f"{format_duration(f['wall_s'])} | {peak} | {spread or '–'} |"
         )
     noise = []
     for trl in _releases(demo):
@@ -212,7 +210,7 @@ def learned_reward() -> list[str]:
 
         lines.append(
             f"Measured on the demo (trl {trl}, `trl-ext pipeline --learned_reward true` run by `python "
-            f"benchmarks/reproduce.py --parts learned_reward`, {_duration(f['wall_s'])}): the reward model ranks "
+            f"benchmarks/reproduce.py --parts learned_reward`, {format_duration(f['wall_s'])}): the reward model ranks "
             f"{f['rm_accuracy_before']:.3f} -> {f['rm_accuracy_after']:.3f} of {f['held_out_pairs']} held-out pairs "
             f"right (trained on {f['train_pairs']:,} pairs), and DAPO against it takes held-out accuracy from "
             f"{f['sft_accuracy']:.3f} to **{f['dapo_vs_rm_accuracy']:.3f}**; {warned}."

@@ -193,8 +193,9 @@ def _saved(model, tokenizer, path):
     return str(path)
 
 
-def test_old_and_ref_logps_only_for_trained_rows(tiny_model, tokenizer, problems, tmp_path, forward_rows):
-    # beta > 0: reference log-probs; 2 minibatches per generation: old-policy log-probs (TRL computes both)
+def _trainer_with_deferred_logps(tiny_model, tokenizer, problems, tmp_path) -> DAPOTrainer:
+    """A DAPO trainer whose old-policy and reference log-probs are deferred to the trained rows: beta > 0 (reference)
+    and 2 minibatches per generation (old policy), so TRL computes both."""
     args = tiny_args(
         "dapo",
         tmp_path,
@@ -212,6 +213,11 @@ def test_old_and_ref_logps_only_for_trained_rows(tiny_model, tokenizer, problems
         processing_class=tokenizer,
     )
     trainer.model.train()
+    return trainer
+
+
+def test_old_and_ref_logps_only_for_trained_rows(tiny_model, tokenizer, problems, tmp_path, forward_rows):
+    trainer = _trainer_with_deferred_logps(tiny_model, tokenizer, problems, tmp_path)
     generated = _record_sizes(trainer, "_run_round")
     out = trainer._generate_and_score_completions(_groups(problems, "eoeo"))
     assert len(generated) > 1 and sum(generated) > 16  # something was dropped and refilled
@@ -236,18 +242,7 @@ def test_deferred_logps_call_fits_trl_1_14s_keyword_only_batch_size(
         return original(self, model, *args, batch_size=batch_size, **kwargs)
 
     monkeypatch.setattr(trl.GRPOTrainer, "_get_per_token_logps_and_entropies", trl_1_14_shape)
-    args = tiny_args(
-        "dapo", tmp_path, soft_overlong_punishment=False, beta=0.04, num_minibatches=2,
-        per_device_train_batch_size=8, dynamic_sampling_max_rounds=30,
-    )  # fmt: skip
-    trainer = DAPOTrainer(
-        _saved(tiny_model, tokenizer, tmp_path / "policy"),
-        [even_answer_reward],
-        args=args,
-        train_dataset=problems[0],
-        processing_class=tokenizer,
-    )
-    trainer.model.train()
+    trainer = _trainer_with_deferred_logps(tiny_model, tokenizer, problems, tmp_path)
     out = trainer._generate_and_score_completions(_groups(problems, "eoeo"))
     assert out["old_per_token_logps"].size(0) == 16 and out["ref_per_token_logps"].size(0) == 16
 
