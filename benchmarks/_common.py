@@ -356,12 +356,17 @@ def load_raw(path: str, options):
     return merged, saved["provenance"], saved["data"]
 
 
+def trl_release(prov: dict[str, Any]) -> str:
+    """The TRL release a run's provenance names (``versions``: "..., trl 1.12.0")."""
+    return prov["versions"].rsplit("trl ", 1)[-1]
+
+
 def write_figures(path: Path, prov: dict[str, Any], figures: dict[str, Any]) -> Path:
     """A report's headline figures as JSON beside it (``<name>.figures.json``, committed with the report): what
     ``benchmarks/reproduce.py`` compares a reduced rerun with and what the README's generated blocks quote."""
     import json
 
-    record = {"trl": prov["versions"].rsplit("trl ", 1)[-1], "versions": prov["versions"], "date": prov["date"]}
+    record = {"trl": trl_release(prov), "versions": prov["versions"], "date": prov["date"]}
     Path(path).write_text(json.dumps({**record, **figures}, indent=1) + "\n")
     return Path(path)
 

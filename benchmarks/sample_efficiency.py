@@ -668,14 +668,13 @@ def _sd(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def headline(runs: list[dict], options, prov: dict) -> dict:
+def headline(runs: list[dict], summary: dict, options, prov: dict) -> dict:
     """The figures other tools read (``benchmarks/reproduce.py``, the README's generated blocks): per algorithm the
     mean and sd over runs at the budget and after the common steps, the dynamic-sampling verdicts, and every run's
     evaluation curve (so a reduced rerun of one warm start and seed can be compared with the same run's value at
     the same point)."""
-    summary = summarize(runs, options)
     out: dict = {
-        "trl": prov["versions"].rsplit("trl ", 1)[-1],
+        "trl": common.trl_release(prov),
         "versions": prov["versions"],
         "task": options.task,
         "budget": options.budget,
@@ -789,12 +788,11 @@ def _load_options(raw: dict, options):
     return merged
 
 
-def side_by_side(measurements: list[tuple[list[dict], object, dict]]) -> list[str]:
-    """The headline figures of each TRL release next to each other."""
+def side_by_side(measurements: list[tuple[list[dict], object, dict, dict]]) -> list[str]:
+    """The headline figures of each TRL release (``(runs, options, provenance, summary)``) next to each other."""
     rows = []
-    for runs, options, prov in measurements:
-        summary = summarize(runs, options)
-        trl = prov["versions"].rsplit("trl ", 1)[-1]
+    for _, options, prov, summary in measurements:
+        trl = common.trl_release(prov)
         starts = ", ".join(f"{w['start']:.3f}" for _, w in sorted(summary["warm_starts"].items()))
         for name in options.algorithms:
             s = summary[name]
@@ -810,7 +808,7 @@ def side_by_side(measurements: list[tuple[list[dict], object, dict]]) -> list[st
                     f"{s['rounds']:.2f}" if s["rounds"] is not None else "1",
                 ]
             )
-    steps = ", ".join(str(summarize(r, o)["common_steps"]) for r, o, _ in measurements)
+    steps = ", ".join(str(summary["common_steps"]) for *_, summary in measurements)
     return common.table(
         [
             "TRL",
@@ -833,13 +831,15 @@ def report(runs: list[dict], options, prov: dict, out) -> None:
     for path in options.also or []:
         raw = json.loads(Path(path).read_text())
         measurements.append((raw["data"], _load_options(raw, options), raw["provenance"]))
+    measurements = [(r, o, p, summarize(r, o)) for r, o, p in measurements]  # once per measurement
     title = "Sample efficiency: GRPO, Dr. GRPO, DAPO and GSPO at the same generation budget"
     figures = []
     if len(measurements) == 1:
         plot(runs, options, out / "sample_efficiency.png")
-        head, body = markdown(runs, summarize(runs, options), options, prov)
+        summary = measurements[0][3]
+        head, body = markdown(runs, summary, options, prov)
         body += ["", "![accuracy against completions and steps, kept-group fraction](sample_efficiency.png)"]
-        figures.append(headline(runs, options, prov))
+        figures.append(headline(runs, summary, options, prov))
     else:
         head = [
             "Each TRL release below was measured by its own run of the same command in its own virtual environment "
@@ -847,11 +847,11 @@ def report(runs: list[dict], options, prov: dict, out) -> None:
             "saved measurements (`--also`).",
         ]
         body = ["## Both TRL releases side by side", ""] + side_by_side(measurements) + [""]
-        for i, (m_runs, m_options, m_prov) in enumerate(measurements):
-            trl = m_prov["versions"].rsplit("trl ", 1)[-1]
+        for i, (m_runs, m_options, m_prov, m_summary) in enumerate(measurements):
+            trl = common.trl_release(m_prov)
             image = "sample_efficiency.png" if i == 0 else f"sample_efficiency-trl{trl}.png"
             plot(m_runs, m_options, out / image)
-            m_head, m_body = markdown(m_runs, summarize(m_runs, m_options), m_options, m_prov, level="###")
+            m_head, m_body = markdown(m_runs, m_summary, m_options, m_prov, level="###")
             body += [
                 f"## trl {trl}",
                 "",
@@ -862,7 +862,7 @@ def report(runs: list[dict], options, prov: dict, out) -> None:
                 f"![trl {trl}: accuracy gain, kept groups]({image})",
                 "",
             ]
-            figures.append(headline(m_runs, m_options, m_prov))
+            figures.append(headline(m_runs, m_summary, m_options, m_prov))
     path = common.write_markdown(out / "sample_efficiency.md", title, head, body)
     common.write_figures(out / "sample_efficiency.figures.json", prov, {"releases": figures})
     print("\n".join(body[: next(i for i, line in enumerate(body) if line.endswith("Reading"))]))
