@@ -1,28 +1,33 @@
 """Generation that overlaps training (issue 24), measured on CPU: synchronous against ``async_generation=True``.
 
 The generation engine runs in its own process, a stand-in for ``trl vllm-serve`` that generates with transformers
-(``EngineServer``: the demo policy, sampled with the trainer's temperature, returning the processed log-probs of the
-sampled tokens as vLLM does), one CPU thread; the trainer runs in this process, one CPU thread. TRL's own server-mode
-code (``VLLMGeneration``: gathers, weight streaming, slicing) talks to it through ``PipeClient``, which replaces only
-TRL's HTTP ``VLLMClient``. So on two cores generation and training truly overlap, as with a vLLM server on other GPUs.
+(``serve``: the policy, sampled with the trainer's temperature, returning the processed log-probs of the sampled
+tokens as vLLM does), one CPU thread; the trainer runs in this process, one CPU thread; each is pinned to its own core
+(``pin_to_core``), as a server on other GPUs keeps its own. TRL's own server-mode code (``VLLMGeneration``: gathers,
+weight streaming, slicing) talks to it through ``PipeClient``, which replaces only TRL's HTTP ``VLLMClient``. So on
+two cores generation and training truly overlap, as with a vLLM server on other GPUs.
 
 For each task (the demo; ``hard``: operands 0..49, as in ``benchmarks/sample_efficiency.py --task hard``) and with
-and without dynamic sampling, side by side in one run, from the demo's SFT warm start:
+and without dynamic sampling, side by side in one run, from the demo's SFT warm start (each rollout of 16 x 8
+completions is one optimizer step in ``--micro-steps`` micro-batches: refill rounds are scored between them):
 
 - step time, synchronous and overlapped (median of the steps after the first two);
 - the synchronous step split into generation (time spent waiting for the engine) and training (the rest), and the
-  physical limit of overlap, max(generation, training), and its ratio max / (generation + training);
+  physical limit of overlap, max(generation, training), and its ratio max / (generation + training); the trainer's
+  CPU per step and the engine's load under overlap, as cross-checks;
 - held-out greedy accuracy after the same number of steps (the cost of staleness), over ``--seeds`` seeds; the noise
   is the standard deviation of the synchronous runs across seeds.
 
     python benchmarks/async_generation.py --quick     # 2 seeds x 8 steps, under 2 minutes on an idle machine
-    python benchmarks/async_generation.py             # 3 seeds x 60 steps, writes benchmarks/results/async_generation.md
-"""
+    python benchmarks/async_generation.py             # 3 seeds x 60 steps (~13 min): benchmarks/results/
+    python benchmarks/async_generation.py --render benchmarks/results/async_generation.json   # the report again
+
+Writes ``async_generation.md``, the raw ``async_generation.json`` (git-ignored) and ``async_generation.figures.json``
+(the README's headline)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import statistics
@@ -42,12 +47,23 @@ TASKS = {"demo": {}, "hard": {"max_operand": 49}}
 # -- the engine process (stand-in for `trl vllm-serve`) ---------------------------------------------------------------
 
 
+def pin_to_core(core: int) -> bool:
+    """Run this process on CPU ``core`` only (where the machine has it): the engine and the trainer then each keep
+    a core, as a server on other GPUs keeps its own, synchronous or not (unpinned, the scheduler lets the two
+    processes share a core as they alternate, and each evicts the other's caches)."""
+    if not hasattr(os, "sched_setaffinity") or core not in os.sched_getaffinity(0):
+        return False
+    os.sched_setaffinity(0, {core})
+    return True
+
+
 def serve(conn, model_path: str, threads: int) -> None:
     """The engine: requests over ``conn`` until ``None``. ``generate`` samples ``n`` completions per prompt with the
     given parameters and returns the log-probs of the sampled tokens after temperature / top-k / top-p (vLLM's
     ``processed_logprobs``); ``update_named_params`` loads the streamed weights."""
     import torch
 
+    pin_to_core(1)
     torch.set_num_threads(threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -165,8 +181,8 @@ def install_engine() -> None:
 
 
 def step_clock(generated):
-    """Wall time of each optimizer step, and the engine seconds the trainer waited for within it (``generated()``:
-    the client's running total)."""
+    """Wall time of each optimizer step, the engine seconds the trainer waited for within it (``generated()``: the
+    client's running total) and the CPU seconds of the trainer's main thread."""
     from transformers import TrainerCallback
 
     class Clock(TrainerCallback):
@@ -175,16 +191,20 @@ def step_clock(generated):
 
         def on_step_begin(self, args, state, control, **kwargs):
             if not self.points:
-                self.points.append((time.perf_counter(), generated()))
+                self.points.append((time.perf_counter(), generated(), time.thread_time()))
 
         def on_step_end(self, args, state, control, **kwargs):
-            self.points.append((time.perf_counter(), generated()))
+            self.points.append((time.perf_counter(), generated(), time.thread_time()))
 
         def durations(self) -> list[float]:
             return [b[0] - a[0] for a, b in zip(self.points, self.points[1:], strict=False)]
 
         def waits(self) -> list[float]:
             return [b[1] - a[1] for a, b in zip(self.points, self.points[1:], strict=False)]
+
+        def cpu(self) -> list[float]:
+            """CPU seconds of the trainer's main thread per step (its own work, whatever it waited for)."""
+            return [b[2] - a[2] for a, b in zip(self.points, self.points[1:], strict=False)]
 
     return Clock()
 
@@ -194,7 +214,17 @@ def steady(values: list[float]) -> list[float]:
     return values[2:] if len(values) > 3 else values
 
 
-def one_run(path: str, task: str, dynamic: bool, overlapped: bool, seed: int, steps: int, workdir: str) -> dict:
+def one_run(
+    path: str,
+    task: str,
+    dynamic: bool,
+    overlapped: bool,
+    seed: int,
+    steps: int,
+    workdir: str,
+    micro_steps: int = 1,
+    prompts_per_step: int | None = None,
+) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trl_ext.demo import DemoTaskConfig, greedy_accuracy, make_problems
@@ -202,7 +232,9 @@ def one_run(path: str, task: str, dynamic: bool, overlapped: bool, seed: int, st
     from trl_ext.rewards.arithmetic import arithmetic_reward
 
     train, held_out = make_problems(DemoTaskConfig(**TASKS[task]))
-    rl, dapo = common.demo_settings()
+    rl, dapo = common.demo_settings(prompts_per_step)
+    # one optimizer step per rollout of 16 x 8 completions, in `micro_steps` micro-batches (gradient accumulation)
+    rl["per_device_train_batch_size"] //= micro_steps
     output_dir = os.path.join(workdir, f"{task}-{dynamic}-{overlapped}-{seed}")
     args = get_preset(
         "dapo",
@@ -213,6 +245,7 @@ def one_run(path: str, task: str, dynamic: bool, overlapped: bool, seed: int, st
         use_vllm=True,
         vllm_mode="server",
         async_generation=overlapped,
+        gradient_accumulation_steps=micro_steps,
     )
     model = AutoModelForCausalLM.from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -244,6 +277,12 @@ def one_run(path: str, task: str, dynamic: bool, overlapped: bool, seed: int, st
         # synchronous: the seconds per step the trainer waited for the engine (median of the steady steps); under
         # overlap the engine works in the background and this counts only the requests of the step it finished on
         "generate_seconds_per_step": statistics.median(steady(clock.waits())),
+        "generate_seconds_all": clock.waits(),
+        "trainer_cpu_per_step": statistics.median(steady(clock.cpu())),
+        # the rest of each step (synchronous: everything but waiting for the engine), step by step
+        "training_seconds_per_step": statistics.median(
+            steady([d - w for d, w in zip(durations, clock.waits(), strict=True)])
+        ),
         "wait_seconds": [h.get("async/wait_time") for h in logs],
         "staleness_max": max((h.get("async/staleness/max", 0.0) for h in logs), default=0.0),
         "rounds": [h.get("dynamic_sampling/rounds", 1.0) for h in logs],
@@ -254,22 +293,84 @@ def one_run(path: str, task: str, dynamic: bool, overlapped: bool, seed: int, st
 # -- the benchmark ----------------------------------------------------------------------------------------------------
 
 
+def describe_warm_start(path: str) -> str:
+    """``path`` and, where it has one, the key hash and TRL release of its ``warm_start.json``."""
+    from trl_ext.demo import warm_start_record
+
+    shown = os.path.relpath(path, ROOT) if Path(path).resolve().is_relative_to(ROOT) else path
+    try:
+        record = warm_start_record(path)
+    except FileNotFoundError:
+        return f"`{shown}`"
+    return f"`{shown}` (key {record['key_hash']}, trained with trl {record['key']['versions']['trl']})"
+
+
 def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2 seeds x 8 steps, both tasks (under 2 minutes)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default 60; quick 8)")
     parser.add_argument("--seeds", type=int, default=None, help="RL seeds per setting (default 3; quick 2)")
+    parser.add_argument(
+        "--micro-steps",
+        type=int,
+        default=4,
+        help="micro-batches per optimizer step (gradient accumulation; the rollout is one optimizer step): refill "
+        "rounds are scored between them (default 4)",
+    )
     parser.add_argument("--tasks", default="demo,hard", help="comma-separated: demo, hard")
     parser.add_argument("--warm-start", default=None, help="policy folder (default: the demo's cached SFT warm start)")
-    parser.add_argument("--out", default=None, help="folder for the report (default: results/ or the quick folder)")
+    common.add_run_options(parser, "async_generation")
     options = parser.parse_args(argv)
     options.steps = options.steps or (8 if options.quick else 60)
     options.seeds = options.seeds or (2 if options.quick else 3)
-    options.tasks = [t for t in options.tasks.split(",") if t]
-    unknown = [t for t in options.tasks if t not in TASKS]
-    if unknown:
-        parser.error(f"--tasks: unknown {unknown}; known: {sorted(TASKS)}")
+    options.tasks = common.names_option(parser, "--tasks", options.tasks, TASKS)
+    rl, _ = common.demo_settings(options.prompts_per_step)
+    if rl["per_device_train_batch_size"] % options.micro_steps:
+        parser.error(
+            f"--micro-steps {options.micro_steps} does not divide the rollout of "
+            f"{rl['per_device_train_batch_size']} completions: choose a divisor"
+        )
     return options
+
+
+def measure(options) -> dict:
+    """Every task x dynamic sampling off/on x seed, synchronous then overlapped, against one engine process."""
+    install_engine()
+    path = options.warm_start or common.warm_start_path(options.warm_start_steps, options.cache_dir)
+    context = mp.get_context("spawn")
+    parent, child = context.Pipe()
+    engine = context.Process(target=serve, args=(child, path, options.threads), daemon=True)
+    engine.start()
+    pinned = pin_to_core(0)
+    PipeClient.conn = parent
+    runs = []
+    try:
+        with tempfile.TemporaryDirectory() as workdir:
+            for task in options.tasks:
+                for dynamic in (False, True):
+                    for seed in range(options.seeds):
+                        for overlapped in (False, True):
+                            run = one_run(
+                                path,
+                                task,
+                                dynamic,
+                                overlapped,
+                                seed,
+                                options.steps,
+                                workdir,
+                                options.micro_steps,
+                                options.prompts_per_step,
+                            )
+                            runs.append(run)
+                            print(
+                                f"[async_generation] {task} ds={dynamic} overlapped={overlapped} seed={seed}: step "
+                                f"{run['step_seconds']:.3f}s acc {run['accuracy']:.3f}",
+                                flush=True,
+                            )
+    finally:
+        parent.send(None)
+        engine.join(timeout=30)
+    return {"runs": runs, "warm_start": describe_warm_start(path), "pinned": pinned}
 
 
 def summarize(runs: list[dict]) -> list[dict]:
@@ -282,12 +383,14 @@ def summarize(runs: list[dict]) -> list[dict]:
                 continue
             step_sync = statistics.median(r["step_seconds"] for r in sync)
             generation = statistics.median(r["generate_seconds_per_step"] for r in sync)
-            training = max(step_sync - generation, 0.0)
+            training = statistics.median(r["training_seconds_per_step"] for r in sync)
             limit = max(generation, training)
             step_over = statistics.median(r["step_seconds"] for r in over)
             acc_sync = [r["accuracy"] for r in sync]
             acc_over = [r["accuracy"] for r in over]
-            noise = statistics.stdev(acc_sync) if len(acc_sync) > 1 else float("nan")
+            engine_over = statistics.median(r["generate_seconds_per_step"] for r in over)
+            cpu_over = statistics.median(r["trainer_cpu_per_step"] for r in over)
+            own_limit = max(engine_over, cpu_over)  # the limit of what the overlapped run itself did
             rows.append(
                 {
                     "task": task,
@@ -302,8 +405,16 @@ def summarize(runs: list[dict]) -> list[dict]:
                     "speedup": step_sync / step_over if step_over else float("nan"),
                     "accuracy_sync": statistics.mean(acc_sync),
                     "accuracy_overlapped": statistics.mean(acc_over),
-                    "noise": noise,
+                    "noise": statistics.stdev(acc_sync) if len(acc_sync) > 1 else float("nan"),
                     "staleness_max": max(r["staleness_max"] for r in over),
+                    "engine_overlapped": engine_over,
+                    "cpu_sync": statistics.median(r["trainer_cpu_per_step"] for r in sync),
+                    "cpu_overlapped": cpu_over,
+                    "own_limit": own_limit,
+                    "over_own_limit": step_over / own_limit if own_limit else float("nan"),
+                    "wait_overlapped": statistics.median(
+                        statistics.median(steady([w for w in r["wait_seconds"] if w is not None])) for r in over
+                    ),
                     "rounds_sync": statistics.mean(x for r in sync for x in r["rounds"]),
                     "rounds_overlapped": statistics.mean(x for r in over for x in r["rounds"]),
                     "steps": sync[0]["steps"],
@@ -313,89 +424,147 @@ def summarize(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def markdown(rows: list[dict], options, command: str, wall: float, load: tuple) -> list[str]:
-    lines = [
-        "# Generation that overlaps training (issue 24)",
-        "",
-        f"Command: `{command}` ({wall:.0f} s wall). Load average before the run: "
-        f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min) on {os.cpu_count()} CPUs. "
-        "The engine (a transformers stand-in for `trl vllm-serve`) and the trainer each run in their own process on "
-        "one thread; TRL's server-mode code runs unchanged between them.",
-        "",
-        f"{options.seeds} seed(s) x {options.steps} optimizer steps per setting, DAPO preset on the demo's settings "
-        "(16 prompts x 8 completions per step) from the demo's SFT warm start. Step times: median of the steps after "
-        "the first two. Generation: seconds per step the synchronous trainer waits for the engine; training: the rest "
-        "of its step. Limit: max(generation, training), the best overlap can do; limit ratio: limit / synchronous step.",
-        "",
-        "| task | dynamic sampling | sync step (s) | generation (s) | training (s) | limit (s) | limit ratio | "
-        "overlapped step (s) | overlapped / limit | speed-up | held-out acc. sync | held-out acc. overlapped | "
-        "noise (sd sync) | max staleness | rounds / step sync, overlapped |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+def verdicts(rows: list[dict]) -> list[dict]:
+    """Issue 24's bar per row: overlapped step within 15% of the limit; held-out accuracy of the overlapped runs
+    within 2 standard deviations (across seeds) of the synchronous runs'."""
+    out = []
+    for r in rows:
+        gap = r["accuracy_overlapped"] - r["accuracy_sync"]
+        out.append(
+            {
+                "task": r["task"],
+                "dynamic_sampling": r["dynamic_sampling"],
+                "over_limit": r["over_limit"],
+                "step_within": r["over_limit"] <= 1.15,
+                "accuracy_gap": gap,
+                "noise": r["noise"],
+                "accuracy_within": r["noise"] == r["noise"] and abs(gap) <= 2 * r["noise"],
+            }
+        )
+    return out
+
+
+def markdown(rows: list[dict], options, prov: dict, data: dict) -> tuple[list[str], list[str]]:
+    rl, _, prompts = common.demo_batch(options.prompts_per_step)
+    pinned = ", each pinned to its own core (engine: CPU 1, trainer: CPU 0)" if data["pinned"] else ""
+    head = [
+        *common.header(prov),
+        f"- setting: {options.seeds} seed(s) x {options.steps} optimizer steps per run; DAPO preset on the demo's "
+        f"settings ({prompts} prompts x {rl['num_generations']} completions per rollout, one optimizer step per "
+        f"rollout in {options.micro_steps} micro-batches), from the SFT warm start {data['warm_start']}",
+        f"- engine: a transformers stand-in for `trl vllm-serve` in its own process, the trainer in this one, "
+        f"{options.threads} thread(s) each{pinned}; TRL's server-mode code runs unchanged between them",
     ]
+    body = [
+        "Step times: median of the steps after the first two. Generation: seconds per step the synchronous trainer "
+        "waits for the engine; training: the rest of its step (both medians of the per-step figures). Limit: "
+        "max(generation, training), the best overlap can do; limit ratio: limit / synchronous step. Engine, "
+        "overlapped: seconds of engine calls completed per overlapped step (the engine's load); boundary wait: "
+        "seconds the overlapped trainer waited for the rollout at the generation boundary (`async/wait_time`). "
+        "Trainer CPU: CPU seconds per step of the trainer's main thread (its own work); own limit: max(engine, "
+        "trainer CPU) of the overlapped run itself (with dynamic sampling it generates more rounds than the "
+        "synchronous run, whose carried surplus `max_staleness=1` turns off, and it skips the synchronous run's "
+        "oversampled first round). Noise: the standard deviation of the synchronous runs' held-out greedy accuracy "
+        "across seeds.",
+        "",
+        *common.table(
+            [
+                "task",
+                "dynamic sampling",
+                "sync step (s)",
+                "generation (s)",
+                "training (s)",
+                "limit (s)",
+                "limit ratio",
+                "overlapped step (s)",
+                "overlapped / limit",
+                "speed-up",
+                "engine, overlapped (s)",
+                "boundary wait (s)",
+                "trainer CPU sync, overlapped (s)",
+                "overlapped / own limit",
+                "rounds / step sync, overlapped",
+                "max staleness",
+            ],
+            [
+                [
+                    r["task"],
+                    "on" if r["dynamic_sampling"] else "off",
+                    f"{r['step_sync']:.3f}",
+                    f"{r['generation']:.3f}",
+                    f"{r['training']:.3f}",
+                    f"{r['limit']:.3f}",
+                    f"{r['limit_ratio']:.2f}",
+                    f"{r['step_overlapped']:.3f}",
+                    f"**{r['over_limit']:.2f}**",
+                    f"{r['speedup']:.2f}x",
+                    f"{r['engine_overlapped']:.3f}",
+                    f"{r['wait_overlapped']:.3f}",
+                    f"{r['cpu_sync']:.3f}, {r['cpu_overlapped']:.3f}",
+                    f"{r['over_own_limit']:.2f}",
+                    f"{r['rounds_sync']:.2f}, {r['rounds_overlapped']:.2f}",
+                    f"{r['staleness_max']:.0f}",
+                ]
+                for r in rows
+            ],
+            align="ll" + "r" * 14,
+        ),
+        "",
+        f"## Held-out accuracy after {options.steps} steps (the cost of staleness)",
+        "",
+        *common.table(
+            ["task", "dynamic sampling", "synchronous", "overlapped", "overlapped - sync", "noise (sd sync)"],
+            [
+                [
+                    r["task"],
+                    "on" if r["dynamic_sampling"] else "off",
+                    f"{r['accuracy_sync']:.3f}",
+                    f"{r['accuracy_overlapped']:.3f}",
+                    f"{r['accuracy_overlapped'] - r['accuracy_sync']:+.3f}",
+                    f"{r['noise']:.3f}",
+                ]
+                for r in rows
+            ],
+            align="ll" + "r" * 4,
+        ),
+        "",
+        "Per seed (synchronous / overlapped):",
+        "",
+    ]
+    accuracy = {(r["task"], r["dynamic_sampling"], r["overlapped"], r["seed"]): r["accuracy"] for r in data["runs"]}
     for r in rows:
-        lines.append(
-            f"| {r['task']} | {'on' if r['dynamic_sampling'] else 'off'} | {r['step_sync']:.3f} | "
-            f"{r['generation']:.3f} | {r['training']:.3f} | {r['limit']:.3f} | {r['limit_ratio']:.2f} | "
-            f"{r['step_overlapped']:.3f} | {r['over_limit']:.2f} | {r['speedup']:.2f}x | {r['accuracy_sync']:.3f} | "
-            f"{r['accuracy_overlapped']:.3f} | {r['noise']:.3f} | {r['staleness_max']:.0f} | "
-            f"{r['rounds_sync']:.2f}, {r['rounds_overlapped']:.2f} |"
+        key = (r["task"], r["dynamic_sampling"])
+        seeds = sorted({k[3] for k in accuracy if k[:2] == key})
+        pairs = [
+            f"seed {seed}: {accuracy[(*key, False, seed)]:.3f} / {accuracy[(*key, True, seed)]:.3f}" for seed in seeds
+        ]
+        body.append(f"- {r['task']}, dynamic sampling {'on' if r['dynamic_sampling'] else 'off'}: " + "; ".join(pairs))
+    body += ["", "## Issue 24's bar: step within 15% of the limit, accuracy within the noise", ""]
+    for v in verdicts(rows):
+        body.append(
+            f"- {v['task']}, dynamic sampling {'on' if v['dynamic_sampling'] else 'off'}: overlapped / limit "
+            f"{v['over_limit']:.2f} ({'within' if v['step_within'] else 'NOT within'} 1.15); accuracy "
+            f"{v['accuracy_gap']:+.3f} against a noise of {v['noise']:.3f} "
+            f"({'within' if v['accuracy_within'] else 'NOT within'} 2 sd)."
         )
-    lines += ["", "Done when (issue 24): overlapped step within 15% of the limit, accuracy within the noise:", ""]
-    for r in rows:
-        within = r["over_limit"] <= 1.15
-        gap = abs(r["accuracy_overlapped"] - r["accuracy_sync"])
-        noisy = r["noise"] == r["noise"] and gap <= 2 * r["noise"]
-        lines.append(
-            f"- {r['task']}, dynamic sampling {'on' if r['dynamic_sampling'] else 'off'}: overlapped / limit "
-            f"{r['over_limit']:.2f} ({'within' if within else 'NOT within'} 1.15); accuracy gap {gap:.3f} vs noise "
-            f"{r['noise']:.3f} ({'within' if noisy else 'NOT within'} 2 sd)."
-        )
-    return lines
+    return head, body
 
 
-def main(argv=None) -> int:
-    options = parse(argv)
-    load = os.getloadavg()
-    started = time.perf_counter()
-    common.setup(1)
-    install_engine()
-    path = options.warm_start or common.warm_start_path()
-    context = mp.get_context("spawn")
-    parent, child = context.Pipe()
-    engine = context.Process(target=serve, args=(child, path, 1), daemon=True)
-    engine.start()
-    PipeClient.conn = parent
-    runs = []
-    try:
-        with tempfile.TemporaryDirectory() as workdir:
-            for task in options.tasks:
-                for dynamic in (False, True):
-                    for seed in range(options.seeds):
-                        for overlapped in (False, True):
-                            run = one_run(path, task, dynamic, overlapped, seed, options.steps, workdir)
-                            runs.append(run)
-                            print(
-                                f"{task} ds={dynamic} overlapped={overlapped} seed={seed}: step "
-                                f"{run['step_seconds']:.3f}s acc {run['accuracy']:.3f}",
-                                flush=True,
-                            )
-    finally:
-        parent.send(None)
-        engine.join(timeout=30)
-    rows = summarize(runs)
-    wall = time.perf_counter() - started
-    command = "python benchmarks/async_generation.py" + (" --quick" if options.quick else "")
-    if argv:
-        command = "python benchmarks/async_generation.py " + " ".join(argv)
-    out = Path(options.out) if options.out else common.results_dir(None, options.quick)
-    out.mkdir(parents=True, exist_ok=True)
-    lines = markdown(rows, options, command, wall, load)
-    (out / "async_generation.md").write_text("\n".join(lines) + "\n")
-    (out / "async_generation.json").write_text(json.dumps({"rows": rows, "runs": runs}, indent=1))
-    print("\n".join(lines))
-    print(f"wrote {out / 'async_generation.md'}")
-    return 0
+def report(data: dict, options, prov: dict, out: Path) -> None:
+    rows = summarize(data["runs"])
+    head, body = markdown(rows, options, prov, data)
+    path = common.write_markdown(
+        out / "async_generation.md", "Generation that overlaps training (issue 24)", head, body
+    )
+    figures = {"steps": options.steps, "seeds": options.seeds, "micro_steps": options.micro_steps, "rows": rows}
+    common.write_figures(out / "async_generation.figures.json", prov, {**figures, "verdicts": verdicts(rows)})
+    print("\n".join(body))
+    print(f"[async_generation] wrote {path} and async_generation.figures.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.bench_main("async_generation.py", argv, parse, measure, report)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -195,6 +195,29 @@ def benchmark_headlines() -> list[str]:
     return lines
 
 
+def async_generation_headline() -> list[str]:
+    """``benchmarks/async_generation.py``: overlapped step time against the physical limit, and accuracy at equal
+    steps against the synchronous runs' noise, per task and dynamic-sampling setting."""
+    record = _load("async_generation.figures.json")
+    if not record.get("rows"):
+        return []
+    parts = []
+    for r, v in zip(record["rows"], record["verdicts"], strict=True):
+        parts.append(
+            f"{r['task']} {'with' if r['dynamic_sampling'] else 'without'} dynamic sampling **{r['over_limit']:.2f}** "
+            f"(speed-up {r['speedup']:.2f}x of at most {1 / r['limit_ratio']:.2f}x; accuracy {r['accuracy_sync']:.3f} "
+            f"-> {r['accuracy_overlapped']:.3f}, {v['accuracy_gap']:+.3f} against a noise of {r['noise']:.3f})"
+        )
+    within = all(v["step_within"] and v["accuracy_within"] for v in record["verdicts"])
+    return [
+        f"- Overlapped generation (trl {record['trl']}, engine in its own process, {record['seeds']} seeds x "
+        f"{record['steps']} steps, {record['micro_steps']} micro-steps per rollout; `async_generation=True` against "
+        f"synchronous), overlapped step / physical limit max(generation, training): {'; '.join(parts)}; "
+        f"{'every setting within 15% of the limit and within 2 sd of the noise' if within else 'NOT every setting within the bar'} "
+        "([async_generation.md](benchmarks/results/async_generation.md))."
+    ]
+
+
 def learned_reward() -> list[str]:
     """``trl-ext pipeline --learned_reward true`` on the demo, per TRL release measured."""
     record = _load("reproduce.json")
@@ -229,6 +252,7 @@ BLOCKS: dict[str, Callable[[], list[str]]] = {
     "eval-table": eval_table,
     "demo-console": demo_console,
     "benchmark-headlines": benchmark_headlines,
+    "async-generation": async_generation_headline,
 }
 _BLOCK = re.compile(
     r"(<!-- BEGIN generated: (?P<name>[\w-]+) [^>]*-->\n)(?P<body>.*?)(<!-- END generated: (?P=name) -->)", re.S

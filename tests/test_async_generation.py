@@ -378,20 +378,17 @@ def test_overlapped_rollout_is_one_step_stale(tiny_model, tokenizer, problems, t
     assert all("sampling/importance_sampling_ratio/mean" in h for h in trainer.state.log_history[:-1])
 
 
+def overlapped_refills(tmp_path, model, tokenizer, dataset, **overrides):
+    """DAPO with ``async_generation`` for 4 steps, where ``even_answer_reward`` drops about half the groups."""
+    settings = dict(async_generation=True, max_steps=4, dynamic_sampling_max_rounds=4)
+    return build("dapo", tmp_path, model, tokenizer, dataset, **settings, **overrides)
+
+
 def test_refill_rounds_run_inside_the_overlapped_rollout(tiny_model, tokenizer, problems, tmp_path, engine):
     """With dynamic sampling, the refill rounds of batch k+1 are scored and submitted while batch k trains (between
     micro-steps); at the generation boundary no round is left to generate when the engine keeps up."""
-    trainer, client = build(
-        "dapo",
-        tmp_path,
-        tiny_model,
-        tokenizer,
-        problems[0],
-        async_generation=True,
-        max_steps=4,
-        gradient_accumulation_steps=2,
-        per_device_train_batch_size=4,
-        dynamic_sampling_max_rounds=4,
+    trainer, client = overlapped_refills(
+        tmp_path, tiny_model, tokenizer, problems[0], gradient_accumulation_steps=2, per_device_train_batch_size=4
     )
     boundary_rounds = []
     original = trainer._async_finish
@@ -411,6 +408,25 @@ def test_refill_rounds_run_inside_the_overlapped_rollout(tiny_model, tokenizer, 
     # dynamic sampling's accounting and logs describe the trained batch
     assert all(h["dynamic_sampling/filler_groups"] == 0 for h in trainer.state.log_history if "reward" in h)
     assert all(h["frac_reward_zero_std"] == 0 for h in trainer.state.log_history if "reward" in h)
+
+
+def test_a_refill_is_scored_between_forward_and_backward(tiny_model, tokenizer, problems, tmp_path, engine):
+    """With the whole batch in one micro-step, the poll between its forward and its backward (``compute_loss``) is
+    where a second refill round can be scored and submitted while the batch trains."""
+    import inspect
+
+    trainer, _ = overlapped_refills(tmp_path, tiny_model, tokenizer, problems[0], gradient_accumulation_steps=1)
+    where = []
+    original = trainer._async_advance
+
+    def advance(pipeline):
+        where.append([f.function for f in inspect.stack()[1:6]])
+        return original(pipeline)
+
+    trainer._async_advance = advance
+    trainer.train()
+    assert sum(history(trainer, "dynamic_sampling/rounds")[1:]) > 3  # refills happened
+    assert any("compute_loss" in frames for frames in where)
 
 
 @pytest.mark.parametrize("bound", [1, 2])

@@ -148,6 +148,25 @@ def test_dynamic_sampling_quick_reports_rounds_against_p(tmp_path, warm_cache):
     assert cost[("gspo", "0")][9] == "0.0%"  # ... none of it over dropped groups when nothing is dropped
 
 
+@pytest.mark.slow
+def test_async_generation_quick_reports_the_limit_and_the_staleness(tmp_path, warm_cache):
+    """The engine in its own process and the trainer in another, synchronous and overlapped: the report has the
+    step split, the limit, the bar, staleness 1 under overlap, and the figures the README's headline reads."""
+    _run("async_generation.py", tmp_path, warm_cache, "--tasks", "demo", "--steps", "4", "--seeds", "2")
+    text = (tmp_path / "async_generation.md").read_text()
+    _provenance(text)
+    rows = {(row[0], row[1]): row for row in _table(text, "across seeds.")}
+    assert set(rows) == {("demo", "off"), ("demo", "on")}
+    for row in rows.values():
+        sync, generation, training, limit = (float(x) for x in row[2:6])
+        assert generation > 0 and training > 0 and limit == max(generation, training)
+        assert float(row[8]) > 0 and row[-1] == "1"  # overlapped / limit measured; one generation batch stale
+    assert rows[("demo", "off")][-2] == "1.00, 1.00"  # without dynamic sampling: one round per rollout
+    figures = json.loads((tmp_path / "async_generation.figures.json").read_text())
+    assert [v["task"] for v in figures["verdicts"]] == ["demo", "demo"] and figures["micro_steps"] == 4
+    assert "## Issue 24's bar" in text
+
+
 # -- pure parts (fast) ------------------------------------------------------------------------------------------------
 
 

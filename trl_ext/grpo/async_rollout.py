@@ -15,11 +15,12 @@ How it is built over TRL (1.12 to 1.16), without copying TRL's generation:
   gathers and broadcasts of server mode, decoding, rewards, advantages, logs) is TRL's code, run in the training
   process's main thread, so multi-process collectives happen in the same order on every process.
 - **Rounds advance between micro-steps.** The rollout is a generator (``DynamicSamplingMixin._ds_rounds``, or one
-  round without dynamic sampling) that yields each round's prompts. Before and after every ``training_step`` the
-  trainer polls: when the engine has answered (the main process decides; one broadcast of a flag), TRL scores the
-  round and dynamic sampling decides on a refill, which is submitted at once. So refill rounds are generated while the
-  previous batch trains, not after. Old-policy and reference log-probs are deferred (dynamic sampling's mechanism):
-  no forward pass runs while a batch is half-trained.
+  round without dynamic sampling) that yields each round's prompts. Before and after every ``training_step`` (a
+  micro-step) and between its forward and backward (``compute_loss``) the trainer polls: when the engine has answered
+  (the main process decides; one broadcast of a flag), TRL scores the round and dynamic sampling decides on a refill,
+  which is submitted at once. So refill rounds are generated while the previous batch trains, not after, as far as
+  there are micro-steps to hide them in. Old-policy and reference log-probs are deferred (dynamic sampling's
+  mechanism): no policy forward pass runs for a round while a batch is half-trained.
 - **At the generation boundary** (TRL's ``_prepare_inputs`` calling ``_generate_and_score_completions``): the
   rollout of this batch is finished (waiting for the engine if it is late; ``async/wait_time``), the weights are
   pushed to the server with TRL's ``sync_weights`` (once per generation batch, while no generation is in flight:
@@ -371,6 +372,14 @@ class AsyncGenerationMixin:
         output = super().training_step(model, inputs, num_items_in_batch)
         self._async_poll()
         return output
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        result = super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
+        if self._async_enabled and self.model.training:
+            self._async_poll()  # between a micro-step's forward and its backward: one more point for a refill
+        return result
 
     def _generate_and_score_completions(self, inputs):
         if not self._async_enabled:
