@@ -195,27 +195,39 @@ def benchmark_headlines() -> list[str]:
     return lines
 
 
+#: The overlapped-generation reports: trl 1.12 (the README's release) and the newest release.
+ASYNC_GENERATION = ("async_generation.figures.json", "async_generation_trl1.16/async_generation.figures.json")
+
+
 def async_generation_headline() -> list[str]:
     """``benchmarks/async_generation.py``: overlapped step time against the physical limit, and accuracy at equal
-    steps against the synchronous runs' noise, per task and dynamic-sampling setting."""
-    record = _load("async_generation.figures.json")
-    if not record.get("rows"):
-        return []
-    parts = []
-    for r, v in zip(record["rows"], record["verdicts"], strict=True):
-        parts.append(
-            f"{r['task']} {'with' if r['dynamic_sampling'] else 'without'} dynamic sampling **{r['over_limit']:.2f}** "
-            f"(speed-up {r['speedup']:.2f}x of at most {1 / r['limit_ratio']:.2f}x; accuracy {r['accuracy_sync']:.3f} "
-            f"-> {r['accuracy_overlapped']:.3f}, {v['accuracy_gap']:+.3f} against a noise of {r['noise']:.3f})"
+    steps against the synchronous runs' noise, per task and dynamic-sampling setting, one line per TRL release."""
+    lines = []
+    for name in ASYNC_GENERATION:
+        record = _load(name)
+        if not record.get("rows"):
+            continue
+        parts = []
+        for r, v in zip(record["rows"], record["verdicts"], strict=True):
+            parts.append(
+                f"{r['task']} {'with' if r['dynamic_sampling'] else 'without'} dynamic sampling "
+                f"**{r['over_limit']:.2f}** (speed-up {r['speedup']:.2f}x of at most {1 / r['limit_ratio']:.2f}x; "
+                f"accuracy {r['accuracy_sync']:.3f} -> {r['accuracy_overlapped']:.3f}, {v['accuracy_gap']:+.3f} "
+                f"against a noise of {r['noise']:.3f})"
+            )
+        within = all(v["step_within"] and v["accuracy_within"] for v in record["verdicts"])
+        verdict = (
+            "every setting within 15% of the limit and within 2 sd of the noise"
+            if within
+            else ("NOT every setting within the bar")
         )
-    within = all(v["step_within"] and v["accuracy_within"] for v in record["verdicts"])
-    return [
-        f"- Overlapped generation (trl {record['trl']}, engine in its own process, {record['seeds']} seeds x "
-        f"{record['steps']} steps, {record['micro_steps']} micro-steps per rollout; `async_generation=True` against "
-        f"synchronous), overlapped step / physical limit max(generation, training): {'; '.join(parts)}; "
-        f"{'every setting within 15% of the limit and within 2 sd of the noise' if within else 'NOT every setting within the bar'} "
-        "([async_generation.md](benchmarks/results/async_generation.md))."
-    ]
+        lines.append(
+            f"- Overlapped generation (trl {record['trl']}, engine in its own process, {record['seeds']} seeds x "
+            f"{record['steps']} steps, {record['micro_steps']} micro-steps per rollout; `async_generation=True` "
+            f"against synchronous), overlapped step / physical limit max(generation, training): {'; '.join(parts)}; "
+            f"{verdict} ([report](benchmarks/results/{name.replace('.figures.json', '.md')}))."
+        )
+    return lines
 
 
 def learned_reward() -> list[str]:
