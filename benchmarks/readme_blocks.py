@@ -216,11 +216,8 @@ def async_generation_headline() -> list[str]:
                 f"against a noise of {r['noise']:.3f})"
             )
         within = all(v["step_within"] and v["accuracy_within"] for v in record["verdicts"])
-        verdict = (
-            "every setting within 15% of the limit and within 2 sd of the noise"
-            if within
-            else ("NOT every setting within the bar")
-        )
+        bar = "within 15% of the limit and within 2 sd of the noise"
+        verdict = f"every setting {bar}" if within else f"NOT every setting {bar}"
         lines.append(
             f"- Overlapped generation (trl {record['trl']}, engine in its own process, {record['seeds']} seeds x "
             f"{record['steps']} steps, {record['micro_steps']} micro-steps per rollout; `async_generation=True` "
