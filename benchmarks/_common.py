@@ -40,6 +40,10 @@ def results_dir(out: str | None, quick: bool) -> Path:
 
 
 DEMO_YAML = ROOT / "recipes" / "configs" / "demo" / "dapo" / "config_demo.yaml"
+#: ``--task(s)`` of the trainer benchmarks: the demo's problems (operands 0..29), or a harder variant with operands
+#: 0..49 from the same warm start (trained on the demo's problems): many more groups are all wrong, so at least half
+#: of them are uninformative.
+TASKS = {"demo": {}, "hard": {"max_operand": 49}}
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as common  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TASKS = {"demo": {}, "hard": {"max_operand": 49}}
+TASKS = common.TASKS  # --tasks (as in sample_efficiency.py --task)
 
 
 # -- the engine process (stand-in for `trl vllm-serve`) ---------------------------------------------------------------
@@ -76,10 +76,9 @@ def serve(conn, model_path: str, threads: int) -> None:
             return
         kind, payload = request
         if kind == "generate":
-            started = time.perf_counter()
             generator_seed += 1
             torch.manual_seed(generator_seed)
-            conn.send(_generate(model, tokenizer, **payload) | {"seconds": time.perf_counter() - started})
+            conn.send(_generate(model, tokenizer, **payload))
         elif kind == "weights":
             state = {name: torch.from_numpy(array) for name, array in payload}
             missing = set(dict(model.named_parameters())) - set(state)
@@ -187,7 +186,7 @@ def step_clock(generated):
 
     class Clock(TrainerCallback):
         def __init__(self):
-            self.points: list[tuple[float, float]] = []
+            self.points: list[tuple[float, float, float]] = []  # (wall, engine seconds waited, main-thread CPU)
 
         def on_step_begin(self, args, state, control, **kwargs):
             if not self.points:
@@ -196,15 +195,11 @@ def step_clock(generated):
         def on_step_end(self, args, state, control, **kwargs):
             self.points.append((time.perf_counter(), generated(), time.thread_time()))
 
-        def durations(self) -> list[float]:
-            return [b[0] - a[0] for a, b in zip(self.points, self.points[1:], strict=False)]
-
-        def waits(self) -> list[float]:
-            return [b[1] - a[1] for a, b in zip(self.points, self.points[1:], strict=False)]
-
-        def cpu(self) -> list[float]:
-            """CPU seconds of the trainer's main thread per step (its own work, whatever it waited for)."""
-            return [b[2] - a[2] for a, b in zip(self.points, self.points[1:], strict=False)]
+        def per_step(self) -> tuple[list[float], list[float], list[float]]:
+            """Per step: wall seconds, engine seconds waited for, CPU seconds of the trainer's main thread (its own
+            work, whatever it waited for)."""
+            pairs = list(zip(self.points, self.points[1:], strict=False))
+            return tuple([b[i] - a[i] for a, b in pairs] for i in range(3))
 
     return Clock()
 
@@ -263,7 +258,7 @@ def one_run(
     client = trainer.vllm_generation.vllm_client
     clients.append(getattr(client, "_client", client))
     trainer.train()
-    durations = clock.durations()
+    durations, waits, cpu = clock.per_step()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     steps_done = len(durations)
     return {
@@ -276,13 +271,11 @@ def one_run(
         "step_seconds_all": durations,
         # synchronous: the seconds per step the trainer waited for the engine (median of the steady steps); under
         # overlap the engine works in the background and this counts only the requests of the step it finished on
-        "generate_seconds_per_step": statistics.median(steady(clock.waits())),
-        "generate_seconds_all": clock.waits(),
-        "trainer_cpu_per_step": statistics.median(steady(clock.cpu())),
+        "generate_seconds_per_step": statistics.median(steady(waits)),
+        "generate_seconds_all": waits,
+        "trainer_cpu_per_step": statistics.median(steady(cpu)),
         # the rest of each step (synchronous: everything but waiting for the engine), step by step
-        "training_seconds_per_step": statistics.median(
-            steady([d - w for d, w in zip(durations, clock.waits(), strict=True)])
-        ),
+        "training_seconds_per_step": statistics.median(steady([d - w for d, w in zip(durations, waits, strict=True)])),
         "wait_seconds": [h.get("async/wait_time") for h in logs],
         "staleness_max": max((h.get("async/staleness/max", 0.0) for h in logs), default=0.0),
         "rounds": [h.get("dynamic_sampling/rounds", 1.0) for h in logs],

@@ -63,9 +63,7 @@ ALGORITHMS = {  # name: (label, preset, overrides)
     "gspo": ("GSPO", "gspo", {}),
 }
 TRAILING = 3  # evaluations averaged for "time to target"
-#: ``--task``: the demo's problems (operands 0..29), or a harder variant with operands 0..49 from the same warm start
-#: (trained on the demo's problems): many more groups are all wrong, so at least half of them are uninformative.
-TASKS = {"demo": {}, "hard": {"max_operand": 49}}
+TASKS = common.TASKS  # --task
 #: Default ``--target-gain`` per task: the target of a run is its warm start's own held-out accuracy plus this gain
 #: (warm starts from different SFT seeds start at different accuracies, so one absolute target would favour the
 #: best-started one). ``hard``: 0.05, the gain of the first single-warm-start report (0.121 -> 0.17), fixed before any

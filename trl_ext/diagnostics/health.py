@@ -74,6 +74,8 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import ExportableState
 
+from trl_ext.grpo.async_rollout import truncated_sampling
+
 logger = logging.getLogger(__name__)
 
 CONDITIONS = (
@@ -502,11 +504,7 @@ class HealthMonitor(TrainerCallback, ExportableState):
         if gap is not None:
             seen.append(f"mean log-prob gap {gap:.3f} nats per token")
         causes = []
-        found = [
-            f"{name}={getattr(args, name)}"
-            for name, on in (("top_p", lambda v: v < 1), ("top_k", lambda v: v > 0), ("min_p", lambda v: v > 0))
-            if getattr(args, name, None) is not None and on(getattr(args, name))
-        ]
+        found = truncated_sampling(args)
         if found:
             causes.append(
                 f"sampling is truncated ({', '.join(found)}): the correction is biased (TRL issue #6789); sample with "
