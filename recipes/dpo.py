@@ -23,6 +23,7 @@ from trl import ModelConfig, get_peft_config
 from trl_ext.console import quiet_libraries, use_console
 from trl_ext.data import format_prompts
 from trl_ext.dpo.trainer import DPOConfig, DPOTrainer, train_iterative_dpo
+from trl_ext.errors import reported_user_errors
 from trl_ext.recipe import common
 from trl_ext.recipe.args import DPOScriptArguments
 
@@ -94,4 +95,5 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
 
 if __name__ == "__main__":
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    main(*common.parse((DPOScriptArguments, DPOConfig, ModelConfig), "dpo"))
+    with reported_user_errors("trl-ext dpo"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+        main(*common.parse((DPOScriptArguments, DPOConfig, ModelConfig), "dpo"))

@@ -23,6 +23,7 @@ from trl_ext.console import quiet_libraries
 from trl_ext.data import format_prompts
 from trl_ext.diagnostics.eval_report import print_report, write_report
 from trl_ext.diagnostics.evaluation import EvalSettings, check_vllm, evaluate_model
+from trl_ext.errors import reported_user_errors
 from trl_ext.recipe import common
 from trl_ext.recipe.args import EvalArguments
 from trl_ext.reliability.checks import longest_prompt
@@ -36,7 +37,7 @@ def main(args: EvalArguments) -> dict:
     common.demo_threads(demo=demo)
 
     # Data: the recipes' held-out split, mapped by its layout; the reward that scores it (the demo: its own check)
-    data = common.load_script_data(args)
+    data = common.load_script_data(args, hold_out=False)  # a lone file is evaluated whole, nothing carved
     problems, split = data.held_out, args.dataset_test_split
     if problems is None and common.is_data_file(args.dataset_name):
         problems, split = data.train, "the whole file"
@@ -87,4 +88,5 @@ def main(args: EvalArguments) -> dict:
 
 if __name__ == "__main__":
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    main(*common.parse((EvalArguments,), None))
+    with reported_user_errors("trl-ext eval"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+        main(*common.parse((EvalArguments,), None))

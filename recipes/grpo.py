@@ -25,6 +25,7 @@ from trl import ModelConfig, get_peft_config
 from trl_ext import GRPOFamilyConfig, trainer_class_for
 from trl_ext.console import quiet_libraries
 from trl_ext.data import format_prompts
+from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.args import RLScriptArguments
 from trl_ext.recipe.common import (
     demo_threads,
@@ -136,7 +137,8 @@ def cli(preset: str = "grpo") -> dict:
     """Parse the command line for ``preset`` (``--preset`` / a YAML ``preset:`` may choose another) and run ``main``:
     also the entry point of ``dapo.py``, ``gspo.py`` and ``dr_grpo.py``."""
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    return main(*parse(preset))
+    with reported_user_errors(f"trl-ext {preset}"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+        return main(*parse(preset))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from trl import ModelConfig, RewardConfig
 from trl_ext.console import opening_line, quiet_libraries
 from trl_ext.demo import DemoTaskConfig, WarmStartConfig, build_tokenizer, greedy_accuracy, make_problems, warm_start
 from trl_ext.dpo.trainer import DPOConfig
+from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.args import DPOScriptArguments, PipelineArguments, RewardScriptArguments
 from trl_ext.recipe.common import (
     DEMO_CONFIG_DIR,
@@ -238,5 +239,6 @@ if __name__ == "__main__":
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
     parser = make_parser([PipelineArguments])  # no abbreviations, unknown flags named with the closest one
     check_flags(parser, sys.argv[1:])
-    (pipeline_args,) = parser.parse_args_and_config()
-    main(pipeline_args)
+    with reported_user_errors("trl-ext pipeline"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+        (pipeline_args,) = parser.parse_args_and_config()
+        main(pipeline_args)

@@ -21,6 +21,7 @@ from trl import ModelConfig, get_peft_config
 
 from trl_ext.console import library_lines_dropped, quiet_libraries, use_console
 from trl_ext.data import format_prompts
+from trl_ext.errors import reported_user_errors
 from trl_ext.ppo import RuleRewardModel, tokenize_prompts
 from trl_ext.recipe import common
 from trl_ext.recipe.args import PPOScriptArguments
@@ -89,4 +90,5 @@ def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: 
 
 
 if __name__ == "__main__":
-    main(*common.parse((PPOScriptArguments, PPOConfig, ModelConfig), "ppo"))
+    with reported_user_errors("trl-ext ppo"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+        main(*common.parse((PPOScriptArguments, PPOConfig, ModelConfig), "ppo"))

@@ -24,6 +24,7 @@ from trl import ModelConfig, RewardConfig, RewardTrainer, get_peft_config
 from trl_ext.console import quiet_libraries, use_console
 from trl_ext.demo import warm_start
 from trl_ext.dpo.pairs import mine_pairs
+from trl_ext.errors import reported_user_errors
 from trl_ext.recipe import common
 from trl_ext.recipe.args import RewardScriptArguments
 from trl_ext.reward_model import PREFERENCE_COLUMNS, preference_splits
@@ -101,4 +102,5 @@ def main(script_args: RewardScriptArguments, training_args: RewardConfig, model_
 
 if __name__ == "__main__":
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    main(*common.parse((RewardScriptArguments, RewardConfig, ModelConfig), "reward"))
+    with reported_user_errors("trl-ext reward"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+        main(*common.parse((RewardScriptArguments, RewardConfig, ModelConfig), "reward"))

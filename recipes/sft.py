@@ -17,6 +17,7 @@ from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
 
 from trl_ext.console import quiet_libraries, use_console
 from trl_ext.data import format_prompts
+from trl_ext.errors import reported_user_errors
 from trl_ext.recipe import common
 from trl_ext.recipe.args import SFTScriptArguments
 
@@ -58,4 +59,5 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
 
 if __name__ == "__main__":
     quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    main(*common.parse((SFTScriptArguments, SFTConfig, ModelConfig), "sft"))
+    with reported_user_errors("trl-ext sft"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+        main(*common.parse((SFTScriptArguments, SFTConfig, ModelConfig), "sft"))

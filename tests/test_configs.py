@@ -355,12 +355,13 @@ def test_deepspeed_zero2_and_zero3_train_identically_on_two_cpu_processes(tmp_pa
 
     model_dir = warm_start()  # the demo's SFT warm start (cached): right often enough that groups are informative
     train, _ = make_problems()
-    data = tmp_path / "train.jsonl"  # a file dataset has no held-out split: the recipe skips its greedy evaluation
+    data = tmp_path / "train.jsonl"  # no held-out split (dataset_test_split: none): no greedy evaluation
     rows = zip(train["prompt"], train["answer"], strict=True)
     data.write_text("\n".join(json.dumps({"prompt": p, "answer": a}) for p, a in rows))
     config = tmp_path / "tiny.yaml"
     config.write_text(
-        f"model_name_or_path: {os.path.abspath(model_dir)}\ndataset_name: {data}\nreward_funcs: [arithmetic]\n"
+        f"model_name_or_path: {os.path.abspath(model_dir)}\ndataset_name: {data}\ndataset_test_split: none\n"
+        "reward_funcs: [arithmetic]\n"
         "num_generations: 4\nper_device_train_batch_size: 8\nmax_completion_length: 4\n"
         "soft_overlong_punishment: false\nnum_minibatches: 2\nmax_steps: 4\noptim: sgd\nlearning_rate: 0.1\nmax_grad_norm: 1000.0\n"
         # two minibatches per rollout: old-policy log-probs, so surplus groups are carried over (a margin of 3 makes

@@ -368,7 +368,7 @@ def test_console_prints_compact_lines_and_no_bar_with_disable_tqdm(capsys):
 
     from trl_ext.console import ConsoleCallback
 
-    console = ConsoleCallback("dapo (RL)")
+    console = ConsoleCallback("dapo (RL)", held_out=True)
     state = SimpleNamespace(is_local_process_zero=True, max_steps=20, global_step=0)
     console.on_train_begin(SimpleNamespace(disable_tqdm=True), state, None)
     assert console.bar is None
@@ -379,8 +379,60 @@ def test_console_prints_compact_lines_and_no_bar_with_disable_tqdm(capsys):
     console.on_log(None, state, None, logs={"train_runtime": 3.0, "train_loss": 0.1})  # the end-of-training record
     printed = capsys.readouterr().out.splitlines()
     assert printed == [
-        "dapo (RL) step 10/20 | reward 0.412 | kept 0.78 | rounds 1.90 | clip 0.012 | entropy 0.500",
-        "dapo (RL) step 10/20 | reward 0.412 | kept 0.78 | rounds 1.90 | held-out 0.550",
+        "dapo (RL) step 10/20 | reward 0.412 | kept 0.78 | rounds 1.90 | clip 0.012 | entropy 0.500 | held-out -",
+        "dapo (RL) step 10/20 | reward 0.412 | kept 0.78 | rounds 1.90 | clip -     | entropy -     | held-out 0.550",
+    ]
+
+
+def test_console_lines_keep_one_format_across_rollouts_and_show_held_out_only_where_measured():
+    """DAPO with 2 optimizer steps per rollout, logged every step, held-out measured at steps 2 and 4: the steps
+    that did not generate carry no reward figures and the steps between evaluations no held-out figure; every line
+    still has the same columns in the same order, ``-`` where a figure was not logged, never an older value."""
+    from types import SimpleNamespace
+
+    from trl_ext.console import ConsoleCallback
+
+    console = ConsoleCallback("dapo (RL)", bar=False, held_out=True)
+    state = SimpleNamespace(is_local_process_zero=True, max_steps=10, global_step=0)
+    rollout = {"reward": 0.25, "dynamic_sampling/kept_group_frac": 0.5, "dynamic_sampling/rounds": 2.0}
+    steps = [
+        {"loss": 0.0, **rollout, "clip_ratio/region_mean": 0.0, "entropy": 0.9},  # step 1: generated
+        {"loss": 0.021, "clip_ratio/region_mean": 0.013, "entropy": 0.8, "held_out/accuracy": 0.4},  # step 2
+        {"loss": -0.002, **rollout, "reward": 0.5, "clip_ratio/region_mean": 0.0, "entropy": 0.7},  # step 3
+        {"loss": 0.03, "clip_ratio/region_mean": 0.02, "entropy": 0.6, "grad_norm": 0.1},  # step 4: no held-out
+        {"eval_loss": 1.0},  # a record without figures: no line
+    ]
+    for step, logs in enumerate(steps, start=1):
+        state.global_step = step
+        console.on_log(None, state, None, logs=logs)
+    assert console.lines == [
+        "dapo (RL) step  1/10 | reward 0.250 | kept 0.50 | rounds 2.00 | clip 0.000 | entropy 0.900 | held-out -",
+        "dapo (RL) step  2/10 | reward -     | kept -    | rounds -    | clip 0.013 | entropy 0.800 | held-out 0.400",
+        "dapo (RL) step  3/10 | reward 0.500 | kept 0.50 | rounds 2.00 | clip 0.000 | entropy 0.700 | held-out -",
+        "dapo (RL) step  4/10 | reward -     | kept -    | rounds -    | clip 0.020 | entropy 0.600 | held-out -",
+    ]
+
+
+def test_console_columns_are_set_by_the_first_log_and_a_new_figure_joins_at_the_end():
+    """Without ``held_out=True`` the held-out column appears when the first measurement does, after the others; SFT
+    (no reward) keeps its loss column."""
+    from trl_ext.console import columns, figures
+
+    first = {"loss": 0.5, "reward": 0.2, "entropy": 0.9}
+    shown = columns(first)
+    assert [label for _, label, _ in shown] == ["reward", "entropy"]  # an RL loss is not a column
+    shown = columns({"loss": 0.1, "entropy": 0.8, "held_out/accuracy": 0.3}, shown=shown)
+    assert [label for _, label, _ in shown] == ["reward", "entropy", "held-out"]
+    assert figures({"loss": 0.1, "entropy": 0.8, "held_out/accuracy": 0.3}, shown) == [
+        "reward -    ",
+        "entropy 0.800",
+        "held-out 0.300",
+    ]
+    sft = columns({"loss": 1.3344, "entropy": 1.35, "mean_token_accuracy": 0.507})
+    assert figures({"loss": 1.3344, "entropy": 1.35, "mean_token_accuracy": 0.507}, sft) == [
+        "loss 1.334",
+        "entropy 1.350",
+        "token acc 0.507",
     ]
 
 

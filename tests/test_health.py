@@ -390,3 +390,40 @@ def test_running_levels_are_saved_in_checkpoints_and_restored_on_resume(tmp_path
     assert len(b._window) == 4 and [r for r, _ in b._window] == pytest.approx([r for r, _ in a._window])
     assert [x for _, x in b._window] == pytest.approx([x for _, x in a._window])  # two steps from before the resume
     assert (b._kl_level, b._kl_count, b._entropy_start) == (pytest.approx(a._kl_level), a._kl_count, a._entropy_start)
+
+
+def test_warnings_by_kind_count_episodes_with_the_first_step_and_advice():
+    """Two reward-stall episodes and one truncation episode: one entry per kind, in the order they first fired."""
+    th = HealthThresholds(stall_window=5, stall_steps=0, truncated_patience=1, print_warnings=False)
+    flat = {"reward": 0.5, "completions/clipped_ratio": 0.0}
+    stream = [{**flat, "loss": (-1) ** i * 0.1} for i in range(6)]  # stalls from the 5th log
+    stream[5]["completions/clipped_ratio"] = 0.5  # truncation at the 6th
+    stream += [{"reward": 0.1 * i, "loss": 0.1} for i in range(5)]  # rising: the stall episode ends
+    stream += [{"reward": 0.4, "loss": (-1) ** i * 0.1} for i in range(5)]  # flat again: a second episode
+    monitor = HealthMonitor(th)
+    run(monitor, stream)
+    stalls = [e.step for e in monitor.events if e.condition == "reward_stall"]
+    assert len(stalls) == 2 and stalls[0] == 5
+    grouped = monitor.warnings_by_kind()
+    assert [(w["kind"], w["count"], w["step"], w["fatal"]) for w in grouped] == [
+        ("reward_stall", 2, 5, False),
+        ("truncation_high", 1, 6, False),
+    ]
+    assert grouped[0]["message"] == monitor.events[0].message
+    assert "Check a sample of completions" in grouped[0]["message"]
+
+
+def test_warnings_are_kept_in_checkpoints_and_the_end_summary_can_be_left_to_the_caller(caplog):
+    high = {"completions/clipped_ratio": 0.5}
+    monitor = HealthMonitor(HealthThresholds(truncated_patience=1, print_warnings=True), summary_at_end=False)
+    with caplog.at_level(logging.WARNING, logger="trl_ext.diagnostics.health"):
+        run(monitor, [high])
+        state = TrainerState()
+        state.is_world_process_zero = True
+        monitor.on_train_end(None, state, TrainerControl())
+    assert len(caplog.records) == 1  # the warning itself, no end-of-training list
+    resumed = HealthMonitor(monitor.thresholds)
+    resumed.load_levels(monitor.state()["attributes"]["levels"])
+    assert resumed.events == monitor.events and resumed.warnings_by_kind()[0]["kind"] == "truncation_high"
+    resumed.load_levels({})  # a checkpoint written before events were saved
+    assert resumed.events == []

@@ -14,10 +14,12 @@ import json
 import os
 import signal
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 from test_resume import _assert_same_continuation, _finish, _in_process, _launch
 
+from trl_ext.reliability import checkpoints
 from trl_ext.reliability.checkpoints import (
     MARKER_FILE,
     STAGING_DIR,
@@ -25,6 +27,7 @@ from trl_ext.reliability.checkpoints import (
     last_complete_checkpoint,
     list_checkpoints,
     recover_interrupted_publish,
+    save_failure_cause,
 )
 from trl_ext.reliability.preemption import PREEMPTED_EXIT_CODE, PREEMPTED_FILE, parse_signals
 
@@ -124,6 +127,55 @@ def test_a_failed_save_names_the_cause_free_space_and_last_checkpoint(tmp_path, 
     assert f"The last complete checkpoint, {out / 'checkpoint-3'}, is intact" in message
     assert not (out / STAGING_DIR).exists() and not (out / "checkpoint-6").exists()
     assert isinstance(raised.value.__cause__, OSError)
+
+
+TORCH_FULL_DISK = "[enforce fail at inline_container.cc:672] . unexpected pos 1012992 vs 1012880"
+
+
+def test_torch_writer_failure_is_a_full_disk_when_a_checkpoint_no_longer_fits():
+    """torch.save reports a full disk without errno; 1.4 MiB left (above the 1 MiB margin) cannot hold a 7.0 MiB
+    checkpoint, 20 MiB can (then torch's own message stays), and another RuntimeError is never taken for it."""
+    mib = 1 << 20
+    torch_error = RuntimeError(TORCH_FULL_DISK)
+    cause, fix = save_failure_cause(torch_error, int(1.4 * mib), int(1.4 * mib), 7 * mib)
+    assert cause == os.strerror(errno.ENOSPC)
+    assert fix.startswith("free space there (a checkpoint of this run takes about 7.0 MiB; or lower save_total_limit")
+    assert save_failure_cause(torch_error, 20 * mib, 20 * mib, 7 * mib)[0] == f"RuntimeError: {TORCH_FULL_DISK}"
+    other = RuntimeError("CUDA error: an illegal memory access was encountered")
+    assert save_failure_cause(other, int(1.4 * mib), int(1.4 * mib), 7 * mib)[0].startswith("RuntimeError: CUDA")
+    writer = RuntimeError("[enforce fail at inline_container.cc:445] . PytorchStreamWriter failed writing file data/3")
+    wrapped = RuntimeError("saving the optimizer failed")
+    wrapped.__cause__ = writer
+    assert save_failure_cause(wrapped, int(1.4 * mib), int(1.4 * mib), 7 * mib)[0] == os.strerror(errno.ENOSPC)
+
+
+@pytest.mark.parametrize("room", ["short", "plenty"])
+def test_torch_writer_failure_in_a_trainer_names_the_full_disk(tmp_path, monkeypatch, room):
+    """checkpoint-6's torch.save fails as on a full disk; the filesystem then reports half a checkpoint free (the
+    1 MiB margin switched off, so only the size rule can tell) or plenty (a writer failure that is not the disk)."""
+    out = tmp_path / "run"
+    trainer = _in_process("dapo", out)
+    original = trainer._save_rng_state
+    monkeypatch.setattr(checkpoints, "LOW_SPACE_BYTES", 0)
+
+    def failing(output_dir):
+        if trainer.state.global_step != 6:
+            return original(output_dir)
+        needed = checkpoints.checkpoint_bytes_needed(str(out))
+        free = needed // 2 if room == "short" else 100 * needed
+        monkeypatch.setattr(checkpoints.shutil, "disk_usage", lambda path: SimpleNamespace(free=free))
+        raise RuntimeError(TORCH_FULL_DISK)
+
+    trainer._save_rng_state = failing
+    with pytest.raises(CheckpointSaveError) as raised:
+        trainer.train()
+    message = str(raised.value)
+    assert f"The last complete checkpoint, {out / 'checkpoint-3'}, is intact" in message
+    if room == "short":
+        assert "Could not write checkpoint-6: No space left on device." in message, message
+        assert "a checkpoint of this run takes about" in message and TORCH_FULL_DISK not in message
+    else:
+        assert f"Could not write checkpoint-6: RuntimeError: {TORCH_FULL_DISK}." in message, message
 
 
 # -- slow: subprocesses --------------------------------------------------------------------------------------------

@@ -59,3 +59,119 @@ def test_recipe_takes_a_config_file_and_cli_overrides(tmp_path):
     result = _run("dapo.py", "--config", str(config), "--max_steps", "2")
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "cfg-run" / "summary.json").read_text())["optimizer_steps"] == 2
+
+
+def _announced(capsys, argv: list[str]) -> list[str]:
+    """What ``trl_ext.recipe.grpo.announce`` prints for the DAPO recipe parsed from ``argv`` (stand-in data)."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from trl_ext.recipe.grpo import announce, parse
+
+    script_args, training_args, model_args = parse("dapo", argv=argv)
+    rows = lambda n: Dataset.from_dict({"prompt": ["1+1="] * n, "answer": [2] * n})  # noqa: E731
+    data = SimpleNamespace(train=rows(12), held_out=rows(6), layout=None)
+    announce("dapo", "DAPOTrainer (DAPOConfig)", script_args, training_args, model_args, data, ["arithmetic"])
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("[dapo]")]
+
+
+def test_opening_line_says_the_learning_rate_and_where_it_came_from(capsys, tmp_path):
+    """A given model at the preset's lr (the papers' 1e-6) gets the source and a one-line hint; a flag, the user's
+    YAML and the demo's YAML are named as the source, and a chosen lr gets no hint."""
+    model = ["--model_name_or_path", "some/model", "--output_dir", str(tmp_path)]
+    opening, hint = _announced(capsys, model)
+    assert " | lr 1e-06 (dapo preset default) | " in opening
+    assert hint.startswith("[dapo] lr 1e-06 is the preset's default, the papers' setting for 7B+ models")
+    assert "--learning_rate" in hint
+    (opening,) = _announced(capsys, [*model, "--learning_rate", "5e-5"])
+    assert " | lr 5e-05 (--learning_rate) | " in opening
+    config = tmp_path / "config.yaml"
+    config.write_text("learning_rate: 2.0e-5\nmodel_name_or_path: some/model\n")
+    (opening,) = _announced(capsys, ["--config", str(config), "--output_dir", str(tmp_path)])
+    assert " | lr 2e-05 (config YAML) | " in opening
+    (opening,) = _announced(capsys, ["--output_dir", str(tmp_path)])  # the demo: its YAML sets 5e-4
+    assert " | lr 0.0005 (demo config) | " in opening
+
+
+def test_written_files_list_checkpoint_folders_in_step_order(tmp_path):
+    from trl_ext.recipe.common import written_files
+
+    for name in ("checkpoint-10", "checkpoint-2", "checkpoint-3", "runs", "checkpoint-x"):
+        (tmp_path / name).mkdir()
+    for name in ("checkpoint-10", "checkpoint-2"):
+        (tmp_path / name / "trainer_state.json").write_text("{}")  # complete; checkpoint-3 was cut short
+    (tmp_path / "model.safetensors").write_text("")
+    (tmp_path / "config.json").write_text("{}")
+    assert written_files(str(tmp_path)) == [
+        "config.json",
+        "model.safetensors",
+        "summary.json",
+        "checkpoint-2/",
+        "checkpoint-3/ (incomplete)",
+        "checkpoint-10/",
+    ]
+
+
+def _finished_trainer(output_dir, monitor):
+    """A stand-in for a trained GRPO trainer, as much of one as ``summarize`` reads."""
+    from types import SimpleNamespace
+
+    history = [{"step": 1, "reward": 0.25, "loss": 0.0}, {"step": 2, "loss": 0.01}, {"step": 3, "reward": 0.5}]
+    (output_dir / "metrics.jsonl").write_text("\n".join(json.dumps(row) for row in history) + "\n")
+    (output_dir / "checkpoint-3").mkdir()
+    (output_dir / "checkpoint-3" / "trainer_state.json").write_text("{}")
+    return SimpleNamespace(
+        args=SimpleNamespace(output_dir=str(output_dir), bf16=False, fp16=False, use_cpu=True),
+        state=SimpleNamespace(log_history=history, global_step=3),
+        accelerator=SimpleNamespace(is_main_process=True),
+        callback_handler=SimpleNamespace(callbacks=[monitor] if monitor is not None else []),
+    )
+
+
+def test_summary_reports_health_warnings_and_checkpoints(tmp_path, capsys):
+    """The health monitor's warnings (each kind once: count, first step, advice) are in the table, in a block after
+    it and in summary.json; the checkpoint folder is among the outputs."""
+    from trl_ext.diagnostics.health import HealthEvent, HealthMonitor
+    from trl_ext.recipe.grpo import summarize
+
+    monitor = HealthMonitor()
+    monitor.events = [
+        HealthEvent(step=240, condition="reward_stall", message="reward stalled. Check the rewards."),
+        HealthEvent(step=480, condition="reward_stall", message="reward stalled again."),
+        HealthEvent(step=500, condition="clip_high", message="30% of tokens clipped. Lower learning_rate."),
+        HealthEvent(step=700, condition="reward_stall", message="reward stalled a third time."),
+    ]
+    summary = summarize("dapo", _finished_trainer(tmp_path, monitor), "m", None, None, None, None, 0.0, 1.0)
+    printed = capsys.readouterr().out
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["health_warnings"] == summary["health_warnings"] == [
+        {"kind": "reward_stall", "count": 3, "step": 240, "message": "reward stalled. Check the rewards.",
+         "fatal": False},
+        {"kind": "clip_high", "count": 1, "step": 500, "message": "30% of tokens clipped. Lower learning_rate.",
+         "fatal": False},
+    ]  # fmt: skip
+    assert written["outputs"]["files"][-1] == "checkpoint-3/"
+    row = "  health           4 warnings: reward_stall x3 (first at step 240), clip_high x1 (first at step 500)\n"
+    assert row in printed
+    assert printed.rstrip().splitlines()[-3:] == [
+        "health warnings (the first of each kind, with what to do):",
+        "  reward_stall at step 240: reward stalled. Check the rewards.",
+        "  clip_high at step 500: 30% of tokens clipped. Lower learning_rate.",
+    ]
+    assert "checkpoint-3/" in printed.splitlines()[-4]  # the outputs row, just before the block
+
+
+def test_summary_says_no_health_warnings_and_nothing_without_a_monitor(tmp_path, capsys):
+    from trl_ext.diagnostics.health import HealthMonitor
+    from trl_ext.recipe.grpo import summarize
+
+    (tmp_path / "quiet").mkdir()
+    (tmp_path / "off").mkdir()
+    trainer = _finished_trainer(tmp_path / "quiet", HealthMonitor())
+    quiet = summarize("dapo", trainer, "m", None, None, None, None, 0, 1)
+    assert quiet["health_warnings"] == [] and "  health           no warnings\n" in capsys.readouterr().out
+    off = summarize("dapo", _finished_trainer(tmp_path / "off", None), "m", None, None, None, None, 0, 1)
+    printed = capsys.readouterr().out.splitlines()
+    assert off["health_warnings"] is None and not any(line.split()[:1] == ["health"] for line in printed)
+    assert printed[-1].startswith("  outputs ")

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from trl_ext.rewards.extract import boxed_contents, extract_answer, gold_answer, last_number
-from trl_ext.rewards.math import MathAccuracy, _Worker, signals_usable
+from trl_ext.rewards.extract import boxed_contents, braces_balanced, extract_answer, gold_answer, last_number
+from trl_ext.rewards.math import MathAccuracy, _Worker, reference_unscorable, signals_usable
 
 # (reference, completion, expected reward, options)
 CASES = [
@@ -77,6 +77,15 @@ CASES = [
     ("so the result is $\\boxed{\\frac{1}{3}}$.", "\\boxed{1/3}", 1.0, {}),
     ("", "\\boxed{42}", None, {}),
     ("\\boxed{}", "\\boxed{42}", None, {}),
+    # unscorable references (reference_unscorable): broken LaTeX or nothing to compare; text answers still compare
+    ("unparseable_latex", "\\boxed{unparseable_latex}", None, {}),  # markup, no expression: only a copy would score
+    ("\\frac{", "\\boxed{42}", None, {}),  # unbalanced braces
+    ("2\\sqrt{", "\\boxed{2}", None, {}),  # unbalanced, though math-verify reads the prefix 2
+    ("???", "\\boxed{???}", None, {}),  # no letter, digit or math symbol
+    ("Paris", "The answer is Paris.", 1.0, {}),
+    ("Paris", "\\boxed{London}", 0.0, {}),
+    ("C++", "\\boxed{C++}", 1.0, {}),  # no expression, no markup: compared as text
+    ("C++", "\\boxed{Java}", 0.0, {}),
     # extraction modes
     ("42", "The answer is 42", 0.0, {"extraction": "boxed"}),
     ("42", "\\boxed{42}", 0.0, {"extraction": "gsm8k"}),
@@ -97,6 +106,29 @@ def test_math_table(solution, completion, expected, options):
 
 def test_table_is_large_enough():
     assert len(CASES) >= 40
+
+
+@pytest.mark.parametrize(
+    ("gold", "parsed", "unscorable"),
+    [
+        ("$42$", (42, "42"), False),
+        ("$Paris$", (object(), "Paris"), False),  # any expression: scored
+        ("$C++$", ("C++",), False),  # text only, no markup, has letters: compared as text
+        ("$∞$", ("∞",), False),  # a math symbol is comparable
+        ("$x^$", ("x^",), True),  # markup, no expression
+        ("$unparseable_latex$", ("unparseable_latex",), True),
+        ("$2\\sqrt{$", (2, "2\\sqrt{"), True),  # unbalanced, whatever was read
+        ("$---$", ("---",), True),  # punctuation only
+        ("$$", (), True),  # nothing parsed
+    ],
+)
+def test_reference_unscorable_rule(gold, parsed, unscorable):
+    assert reference_unscorable(gold, parsed) is unscorable
+
+
+def test_braces_balanced_skips_escaped_braces():
+    assert braces_balanced("\\frac{1}{2}") and braces_balanced("\\{1, 2\\}") and braces_balanced("\\{")
+    assert not braces_balanced("\\frac{") and not braces_balanced("}{") and not braces_balanced("a}")
 
 
 def test_batch_with_trl_kwargs_and_metrics():

@@ -37,11 +37,12 @@ def recipe_argv(tmp_path_factory):
 
     model_dir = os.path.abspath(warm_start())  # cached under outputs/demo-warm-start
     train, _ = make_problems()
-    data = tmp_path_factory.mktemp("data") / "train.jsonl"  # a file dataset: no held-out evaluation, faster
+    data = tmp_path_factory.mktemp("data") / "train.jsonl"  # no held-out split (none below): faster
     rows = zip(train["prompt"], train["answer"], strict=True)
     data.write_text("\n".join(json.dumps({"prompt": p, "answer": a}) for p, a in rows))
     return [
-        "--model_name_or_path", model_dir, "--dataset_name", str(data), "--reward_funcs", "arithmetic",
+        "--model_name_or_path", model_dir, "--dataset_name", str(data), "--dataset_test_split", "none",
+        "--reward_funcs", "arithmetic",
         "--num_generations", "4", "--per_device_train_batch_size", "8", "--max_completion_length", "4",
         "--max_steps", "2", "--logging_steps", "1", "--learning_rate", "1e-3", "--seed", "0",
         "--use_cpu", "true", "--bf16", "false", "--save_strategy", "no", "--disable_tqdm", "true",

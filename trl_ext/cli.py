@@ -10,6 +10,10 @@
 A command runs ``recipes/<command>.py`` exactly as ``python recipes/<command>.py`` would (``__main__``, same
 ``sys.argv``), so every flag and ``--config`` YAML works the same way; a registered preset without a recipe file of
 its own (``trl_ext.grpo.presets.PRESETS``) runs ``recipes/grpo.py --preset <name>``.
+
+``trl-ext --help`` imports nothing heavy (no torch): the recipes and the probe are imported when a command runs. A
+user error (a flag, a file, the data's columns, a config value: ``trl_ext.errors.UserError``) prints its message
+alone and exits with code 2; ``TRL_EXT_DEBUG=1`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -19,19 +23,31 @@ import runpy
 import sys
 from collections.abc import Sequence
 
-from trl_ext.diagnostics import probe
-from trl_ext.grpo.presets import PRESETS, preset_names
-from trl_ext.recipe.common import RECIPES_DIR
+from trl_ext.errors import reported_user_errors
+from trl_ext.recipe.paths import RECIPES_DIR
 
 RECIPES = ("grpo", "dapo", "gspo", "dr_grpo", "sft", "dpo", "ppo", "reward", "pipeline", "eval")
+# The preset table's names (trl_ext.grpo.presets.PRESETS, which imports TRL and torch), kept here so that
+# `trl-ext --help` is instant; tests/test_cli.py keeps the two equal.
+PRESET_NAMES = ("dapo", "dr_grpo", "grpo", "gspo", "gspo_token")
+PRESETS_MODULE = "trl_ext.grpo.presets"
+PROBE_MODULE = "trl_ext.diagnostics.probe"
+
+
+def preset_names() -> set[str]:
+    """The presets ``trl-ext <name>`` runs: the table's names, plus any registered at run time, which only a process
+    that has imported the table can hold (so it is read from ``sys.modules``, never imported here)."""
+    table = sys.modules.get(PRESETS_MODULE)
+    return set(PRESET_NAMES) | set(getattr(table, "PRESETS", {}))
 
 
 def usage() -> str:
     return (
         "usage: trl-ext <command> [flags]\n\n"
-        f"recipes:  {' | '.join(RECIPES)}  (recipes/<command>.py; --help lists its flags)\n"
-        f"presets:  {' | '.join(preset_names())}  (trl-ext <preset>, or trl-ext grpo --preset <preset>)\n"
+        f"recipes:  {' | '.join(RECIPES)}  (recipes/<command>.py; --help: its main flags, --help-all: all)\n"
+        f"presets:  {' | '.join(PRESET_NAMES)}  (trl-ext <preset>, or trl-ext grpo --preset <preset>)\n"
         "probe:    pre-flight probe of a model on a task (trl-ext probe --help)\n"
+        "errors:   a mistake in a flag, file or config prints its message alone; TRL_EXT_DEBUG=1 adds the traceback\n"
     )
 
 
@@ -39,21 +55,30 @@ def resolve(command: str, flags: Sequence[str]) -> tuple[str, list[str]]:
     """``(recipe file, argv)`` that ``trl-ext <command> <flags>`` runs."""
     name = command.lower().replace("-", "_")
     path = os.path.join(RECIPES_DIR, f"{name}.py")
-    if name in RECIPES or (name not in PRESETS and os.path.exists(path)):
+    presets = preset_names()
+    if name in RECIPES or (name not in presets and os.path.exists(path)):
         return path, list(flags)
-    if name in PRESETS:
+    if name in presets:
         return os.path.join(RECIPES_DIR, "grpo.py"), ["--preset", name, *flags]
     raise SystemExit(f"trl-ext: unknown command {command!r}.\n\n{usage()}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """Run ``trl-ext <command> <flags>`` (``argv``: the command line after ``trl-ext``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return
     command, flags = argv[0], argv[1:]
+    with reported_user_errors(f"trl-ext {command}"):
+        run(command, flags)
+
+
+def run(command: str, flags: list[str]) -> None:
+    """The probe module, or the recipe file of ``command``, as ``__main__`` with ``flags`` as its ``sys.argv``."""
     if command == "probe":
-        probe.main(flags)
+        sys.argv = ["trl-ext probe", *flags]  # argparse names the command after argv[0]
+        runpy.run_module(PROBE_MODULE, run_name="__main__")
         return
     path, flags = resolve(command, flags)
     if not os.path.exists(path):

@@ -9,8 +9,9 @@
   turns all of this off and shows everything as the libraries print it.
 - :class:`ConsoleCallback` replaces transformers' ``ProgressCallback`` / ``PrinterCallback`` (which print the raw
   metrics dict of every log): a tqdm bar for the phase whose postfix carries the figures that matter, and one short
-  line per log (``tqdm.write``, so it does not break the bar). It only prints; every metric still reaches
-  ``state.log_history``, ``metrics.jsonl`` and each tracker of ``report_to``. :func:`use_console` installs it.
+  line per log (``tqdm.write``, so it does not break the bar), in fixed columns (:func:`columns`, ``-`` where a log
+  lacks a figure). It only prints; every metric still reaches ``state.log_history``, ``metrics.jsonl`` and each
+  tracker of ``report_to``. :func:`use_console` installs it.
 - :func:`opening_line` and :func:`summary_table` are the first and last things a recipe prints.
 - :func:`library_lines_dropped` drops whole lines a library prints with ``print`` (TRL's PPOTrainer announces each
   phase with ``===training policy===``), passing everything else through.
@@ -29,10 +30,13 @@ from typing import Any
 from tqdm import tqdm
 from transformers import TrainerCallback
 
-LIBRARY_WARNINGS_ENV = "TRL_EXT_LIBRARY_WARNINGS"
+from trl_ext.diagnostics.held_out import HELD_OUT_KEY
 
-# (log key, label, format) of the figures shown in the bar's postfix and the per-log line, in this order; a figure
-# absent from a log is left out (SFT has no reward, GRPO no kept-group fraction, ...).
+LIBRARY_WARNINGS_ENV = "TRL_EXT_LIBRARY_WARNINGS"
+PLACEHOLDER = "-"  # a column's figure that this log does not carry
+
+# (log key, label, format) of the figures shown in the bar's postfix and the per-log line, in this order; a phase shows
+# those its first log carries (``columns``: SFT has no reward, GRPO no kept-group fraction, ...).
 FIGURES: tuple[tuple[str, str, str], ...] = (
     ("loss", "loss", "{:.3f}"),  # shown for SFT / DPO; RL losses are near zero by construction (see below)
     ("reward", "reward", "{:.3f}"),
@@ -45,7 +49,7 @@ FIGURES: tuple[tuple[str, str, str], ...] = (
     ("objective/scores", "score", "{:.3f}"),
     ("policy/clipfrac_avg", "clip", "{:.3f}"),
     ("objective/entropy", "entropy", "{:.3f}"),
-    ("held_out/accuracy", "held-out", "{:.3f}"),
+    (HELD_OUT_KEY, "held-out", "{:.3f}"),
 )
 _RL_KEYS = {"reward", "objective/scores"}  # with these, "loss" is a surrogate whose value means little: not shown
 
@@ -145,36 +149,59 @@ class _TqdmHandler(logging.Handler):
             self.handleError(record)
 
 
-def figures(logs: dict[str, Any], held_out: float | None = None) -> list[str]:
-    """``["reward 0.412", "kept 0.78", ...]``: the figures of ``FIGURES`` present in ``logs`` (``held_out``: the
-    latest held-out accuracy, shown until a newer one arrives)."""
-    values = dict(logs)
-    if held_out is not None and "held_out/accuracy" not in values:
-        values["held_out/accuracy"] = held_out
-    rl = any(key in values for key in _RL_KEYS)
-    shown, labels = [], set()
+def columns(
+    logs: dict[str, Any], held_out: bool = False, shown: Sequence[tuple[str, str, str]] = ()
+) -> list[tuple[str, str, str]]:
+    """The ``FIGURES`` entries a phase shows: ``shown`` (the columns so far, kept in place) followed by those of
+    ``logs`` not yet among them, in ``FIGURES`` order (of two figures with one label, the first; with a reward,
+    ``loss`` is never a column: see ``_RL_KEYS``), and the held-out column when ``held_out`` says the phase measures
+    it, before any log carries it. A phase's first log thus sets its columns; a figure a later log brings for the
+    first time joins at the end, and no column ever moves or goes."""
+    keys = {key for key, _, _ in shown}
+    rl = any(key in logs or key in keys for key in _RL_KEYS)
+    chosen, labels = list(shown), {label for _, label, _ in shown}
     for key, label, fmt in FIGURES:
-        value = values.get(key)
-        if value is None or (key == "loss" and rl) or label in labels or not isinstance(value, int | float):
+        wanted = key in logs or (held_out and key == HELD_OUT_KEY)
+        if not wanted or (key == "loss" and rl) or label in labels:
             continue
         labels.add(label)
-        shown.append(f"{label} {fmt.format(value)}")
-    return shown
+        chosen.append((key, label, fmt))
+    return chosen
+
+
+def figures(logs: dict[str, Any], shown: Sequence[tuple[str, str, str]] | None = None) -> list[str]:
+    """``["reward 0.412", "kept 0.78", "held-out -    ", ...]``: one entry per column of ``shown`` (default:
+    ``columns(logs)``), in that order, ``-`` padded to the figure's width where ``logs`` has no number for it. A
+    fixed set of columns keeps every line of a phase in one format: with several optimizer steps per rollout only
+    the steps that generated carry the reward figures, and held-out accuracy is only on the step it was measured at
+    (never repeated from an older step as if new)."""
+    shown = columns(logs) if shown is None else shown
+    out = []
+    for key, label, fmt in shown:
+        value = logs.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out.append(f"{label} {fmt.format(value)}")
+        else:
+            out.append(f"{label} {PLACEHOLDER:<{len(fmt.format(0.0))}}")
+    return out
 
 
 class ConsoleCallback(TrainerCallback):
     """A tqdm bar named after the phase, its postfix the latest figures, and one compact line per log.
 
+    Every line of a phase has the same columns in the same order (``columns``: those of its first log with figures,
+    ``held_out=True`` adding the held-out column from the start), a figure that a log does not carry shown as ``-``.
     Install with :func:`use_console` (it also removes transformers' printing callbacks). Prints on the local main
     process only; changes nothing in ``logs``.
     """
 
-    def __init__(self, phase: str, leave: bool = True, bar: bool | None = None):
+    def __init__(self, phase: str, leave: bool = True, bar: bool | None = None, held_out: bool = False):
         self.phase = phase
         self.leave = leave
         self.show_bar = bar  # None: a bar unless the training arguments say disable_tqdm
+        self.held_out = held_out
         self.bar: tqdm | None = None
-        self.held_out: float | None = None
+        self.columns: list[tuple[str, str, str]] = []  # set by the first log with figures, extended only at the end
         self.lines: list[str] = []  # what was written, for tests and notebooks
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -197,17 +224,17 @@ class ConsoleCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_local_process_zero or not logs:
             return
-        if "held_out/accuracy" in logs:
-            self.held_out = logs["held_out/accuracy"]
         if "train_runtime" in logs:  # transformers' end-of-training record: the summary says it better
             return
-        shown = figures(logs, self.held_out)
-        if not shown:
-            return
+        if not any(key in logs for key, _, _ in FIGURES):
+            return  # no figure in the log (e.g. an evaluation's eval_* record)
+        self.columns = columns(logs, self.held_out, self.columns)
+        shown = figures(logs, self.columns)
         if self.bar is not None:
             self.bar.set_postfix_str(", ".join(shown), refresh=False)
         width = len(str(state.max_steps))
         line = f"{self.phase} step {state.global_step:>{width}}/{state.max_steps} | " + " | ".join(shown)
+        line = line.rstrip()
         self.lines.append(line)
         tqdm.write(line, file=sys.stdout)
 
@@ -218,14 +245,17 @@ class ConsoleCallback(TrainerCallback):
             self.bar = None
 
 
-def use_console(trainer: Any, phase: str, leave: bool = True, bar: bool | None = None) -> ConsoleCallback:
+def use_console(
+    trainer: Any, phase: str, leave: bool = True, bar: bool | None = None, held_out: bool = False
+) -> ConsoleCallback:
     """Swap ``trainer``'s ``ProgressCallback`` / ``PrinterCallback`` (raw metrics dicts) for a :class:`ConsoleCallback`
-    (``bar=None``: a progress bar unless ``disable_tqdm``; the compact lines are printed either way)."""
+    (``bar=None``: a progress bar unless ``disable_tqdm``; the compact lines are printed either way; ``held_out``:
+    the phase logs held-out accuracy now and then, so its lines carry that column from the first)."""
     from transformers import PrinterCallback, ProgressCallback
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    console = ConsoleCallback(phase, leave=leave, bar=bar)
+    console = ConsoleCallback(phase, leave=leave, bar=bar, held_out=held_out)
     trainer.add_callback(console)
     return console
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import random
@@ -30,6 +31,8 @@ from trl_ext.console import use_console
 from trl_ext.diagnostics import evaluation
 from trl_ext.rewards.arithmetic import arithmetic_reward
 
+logger = logging.getLogger(__name__)
+
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 CHARS = "0123456789+-*= "
 
@@ -46,7 +49,7 @@ class DemoTaskConfig:
 
 @dataclass
 class DemoModelConfig:
-    """A Qwen2-style decoder of about 0.6M parameters (593,792 with the demo vocabulary)."""
+    """A Qwen2-style decoder of 0.6M parameters (593,792 with the demo vocabulary of 18 tokens)."""
 
     hidden_size: int = 128
     intermediate_size: int = 384
@@ -57,22 +60,93 @@ class DemoModelConfig:
     seed: int = 0
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """A character-level tokenizer for the arithmetic task, with ``<pad>`` and ``<eos>`` tokens."""
+class CharTokenizer(PreTrainedTokenizerFast):
+    """The demo's character tokenizer: one token per character of ``CHARS``; any other character becomes ``<unk>``,
+    so the model cannot tell it apart from another and decoding drops it. Encoding text that holds such characters
+    logs a warning naming them (once per character, not once per batch), because a run on text data would otherwise
+    train on digits and spaces alone without a word said. Saved, it loads back as a plain fast tokenizer."""
+
+    def __call__(self, text: Any = None, *args: Any, **kwargs: Any) -> Any:
+        self.warn_dropped(text, kwargs.get("text_target"))
+        return super().__call__(text, *args, **kwargs)
+
+    def encode(self, text: Any, *args: Any, **kwargs: Any) -> list[int]:
+        self.warn_dropped(text)
+        return super().encode(text, *args, **kwargs)
+
+    def warn_dropped(self, *texts: Any) -> set[str]:
+        """Warn about characters of ``texts`` (strings or lists of them) outside ``CHARS`` and the special tokens
+        that no earlier warning named; returns the characters dropped."""
+        strings = [t for t in _strings(texts) if not set(t) <= _KNOWN]
+        dropped = {c for t in strings for c in _without_special(t, self.all_special_tokens) if c not in _KNOWN}
+        new = dropped - self.__dict__.setdefault("_warned_chars", set())
+        if new:
+            self._warned_chars |= new
+            example = next(t for t in strings if new & set(t))
+            logger.warning(dropped_message(new, example))
+        return dropped
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> tuple[str, ...]:
+        """Save as ``PreTrainedTokenizerFast`` would: ``tokenizer_config.json`` names that class, which any
+        transformers release can load (this subclass's name it cannot)."""
+        files = super().save_pretrained(save_directory, *args, **kwargs)
+        config_path = os.path.join(save_directory, "tokenizer_config.json")
+        with open(config_path) as f:
+            config = json.load(f)
+        config["tokenizer_class"] = PreTrainedTokenizerFast.__name__
+        with open(config_path, "w") as f:
+            f.write(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        return files
+
+
+_KNOWN = set(CHARS)
+
+
+def _strings(values: Any) -> list[str]:
+    """Every string in ``values`` (a string, or nested lists and tuples of them; anything else is skipped)."""
+    if isinstance(values, str):
+        return [values]
+    if isinstance(values, list | tuple):
+        return [s for value in values for s in _strings(value)]
+    return []
+
+
+def _without_special(text: str, special: list[str]) -> str:
+    for token in special:
+        text = text.replace(token, "")
+    return text
+
+
+def dropped_message(dropped: set[str], example: str) -> str:
+    """The warning for text whose characters ``dropped`` the demo tokenizer has no token for."""
+    shown = ", ".join(repr(c) for c in sorted(dropped)[:20]) + (", ..." if len(dropped) > 20 else "")
+    example = example if len(example) <= 60 else example[:57] + "..."
+    kept = "".join(c for c in example if c in _KNOWN)
+    return (
+        f"The demo tokenizer (trl_ext.demo.build_tokenizer) has no token for {len(dropped)} character(s) of this "
+        f"text: {shown}. Each becomes <unk>, so the model cannot see them and decoding drops them: {example!r} reads "
+        f"as {kept!r}. It covers the arithmetic demo only ({CHARS!r}); for text, use a real tokenizer "
+        "(AutoTokenizer.from_pretrained of your model)."
+    )
+
+
+def build_tokenizer() -> CharTokenizer:
+    """A character-level tokenizer for the arithmetic task (digits, ``+-*=`` and space), with ``<pad>`` and
+    ``<eos>`` tokens; other characters are read as ``<unk>`` and warned about (:class:`CharTokenizer`)."""
     vocab = {PAD: 0, EOS: 1, UNK: 2}
     for char in CHARS:
         vocab[char] = len(vocab)
     backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     backend.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=PAD, eos_token=EOS, unk_token=UNK)
+    tokenizer = CharTokenizer(tokenizer_object=backend, pad_token=PAD, eos_token=EOS, unk_token=UNK)
     tokenizer.padding_side = "left"
     tokenizer.model_max_length = 64
     return tokenizer
 
 
 def build_model(tokenizer: PreTrainedTokenizerFast, config: DemoModelConfig | None = None) -> Qwen2ForCausalLM:
-    """A randomly initialised tiny Qwen2 causal LM (float32, CPU-friendly)."""
+    """A randomly initialised tiny Qwen2 causal LM (float32, CPU-friendly; 0.6M parameters with the defaults)."""
     config = config or DemoModelConfig()
     torch.manual_seed(config.seed)
     model_config = Qwen2Config(

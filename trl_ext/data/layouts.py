@@ -47,6 +47,7 @@ from typing import Any
 
 from datasets import Dataset
 
+from trl_ext.errors import UserError
 from trl_ext.rewards.extract import boxed_contents, gsm8k_answer
 from trl_ext.scoring import is_conversational
 
@@ -158,7 +159,7 @@ def _check_column(path: str, columns: list[str], flag: str) -> None:
     if top not in columns:
         close = difflib.get_close_matches(top, columns, n=1, cutoff=0.5)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"{flag}={path!r}: the dataset has no column {top!r} (columns: {columns}).{hint}")
+        raise UserError(f"{flag}={path!r}: the dataset has no column {top!r} (columns: {columns}).{hint}")
 
 
 def detect_layout(
@@ -167,8 +168,8 @@ def detect_layout(
     """The layout of ``dataset``: the flags' mapping when given (``prompt_column`` / ``answer_column``, checked
     against the columns), else the first recognized layout of the table above.
 
-    Raises ``ValueError`` naming the columns and the flags to map them when nothing fits (no prompt column), unless
-    ``strict=False`` (SFT text, DPO preference pairs), which keeps such a dataset as it is."""
+    Raises ``UserError`` (a ``ValueError``) naming the columns and the flags to map them when nothing fits (no prompt
+    column), unless ``strict=False`` (SFT text, DPO preference pairs), which keeps such a dataset as it is."""
     columns = list(dataset.column_names)
     known = next((layout for layout in _KNOWN if layout.required_columns <= set(columns)), None)
     if prompt_column is None and answer_column is None:
@@ -179,7 +180,7 @@ def detect_layout(
         if not strict:
             return Layout("as given", "prompt", None)
         guess = next((c for c in _PROMPT_CANDIDATES if c in columns), columns[0] if columns else "<column>")
-        raise ValueError(
+        raise UserError(
             f"the dataset's layout is not one trl-ext recognizes (columns: {columns}). Name its columns: "
             f"--dataset_prompt_column {guess} --dataset_answer_column <column with the final answer> (a dotted path "
             "reaches a nested field, e.g. reward_model.ground_truth), or the same keys in the YAML config."
@@ -190,7 +191,7 @@ def detect_layout(
         _check_column(answer_column, columns, "dataset_answer_column")
     base = known or Layout("custom", prompt_column or "prompt", None)
     if prompt_column is None and "prompt" not in columns and known is None:
-        raise ValueError(
+        raise UserError(
             f"dataset_answer_column={answer_column!r} is set, but no column holds the prompts (columns: {columns}): "
             "add --dataset_prompt_column <column>."
         )
@@ -311,7 +312,7 @@ def apply_layout(dataset: Dataset, layout: Layout, with_completion: bool = False
 def _checked_prompts(mapped: Dataset, layout: Layout) -> Dataset:
     first = mapped[0]["prompt"] if len(mapped) and "prompt" in mapped.column_names else None
     if first is not None and not isinstance(first, str) and not is_conversational(first):
-        raise ValueError(
+        raise UserError(
             f"the prompt column {layout.prompt_column!r} holds {type(first).__name__} values; prompts must be text or "
             "a list of chat messages ({'role', 'content'}). Name the right column with --dataset_prompt_column."
         )

@@ -10,7 +10,7 @@ for every row; TRL renders a conversational prompt with the tokenizer's chat tem
   blank line when one is given;
 - conversational prompt, tokenizer with a template: as it is, ``system_prompt`` prepended when the conversation has
   no system message;
-- conversational prompt, tokenizer without a template: a ``ValueError`` naming the fix (transformers would fail at
+- conversational prompt, tokenizer without a template: a ``UserError`` naming the fix (transformers would fail at
   the first generation step with its chat-template error).
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 
 from datasets import Dataset
 
+from trl_ext.errors import UserError
 from trl_ext.scoring import is_conversational
 
 
@@ -49,7 +50,7 @@ def format_prompts(
     chat = has_chat_template(tokenizer)
     conversational = is_conversational(dataset[0]["prompt"])
     if conversational and not chat:
-        raise ValueError(
+        raise UserError(
             f"{name}'s prompts are chat messages, but the tokenizer ({type(tokenizer).__name__}) has no chat template "
             "to render them. Use a model whose tokenizer has one (an -Instruct or -Chat model), give a template with "
             "--chat_template <file.jinja>, or map a plain-text column with --dataset_prompt_column."

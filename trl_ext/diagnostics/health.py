@@ -56,7 +56,8 @@ step.
 **Resume.** The running levels (the KL EMA, the starting entropy, the reward window, the streaks and the active
 episodes) are saved in every checkpoint (the monitor is a ``transformers`` ``ExportableState``: they go into
 ``trainer_state.json`` under ``stateful_callbacks["HealthMonitor"]``) and restored at the start of a resumed run, so
-a resumed run warns exactly as the uninterrupted one would.
+a resumed run warns exactly as the uninterrupted one would; so are the warnings given (``events``), so that a
+resumed run's summary lists those of the whole run.
 
 **Reward-stall window.** The trend is measured over at least ``stall_window`` logs and, when the trainer's
 ``logging_steps`` is known, at least ``stall_steps`` training steps (200 logs at ``logging_steps=1``): a per-step
@@ -264,13 +265,17 @@ class HealthMonitor(TrainerCallback, ExportableState):
     """Watches logged metrics and warns, once per episode, with the suggested action (see :mod:`trl_ext.diagnostics.health`).
 
     ``check(logs, step)`` is the whole logic and needs no trainer; ``on_log`` calls it, writes the ``health/*``
-    metrics into the logs and stops training on a fatal condition. ``events`` holds every warning given.
+    metrics into the logs and stops training on a fatal condition. ``events`` holds every warning given (kept in
+    checkpoints, so a resumed run still has those of before the resume); :meth:`warnings_by_kind` groups them for a
+    run's summary. ``summary_at_end=False`` leaves out the end-of-training list on stderr, for a caller that reports
+    the warnings itself (the recipes' summary table and ``summary.json``).
     """
 
-    def __init__(self, thresholds: HealthThresholds | dict | None = None):
+    def __init__(self, thresholds: HealthThresholds | dict | None = None, summary_at_end: bool = True):
         if isinstance(thresholds, dict):  # as saved in a checkpoint (``state()``)
             thresholds = HealthThresholds(**thresholds)
         self.thresholds = thresholds or HealthThresholds()
+        self.summary_at_end = summary_at_end
         self.reset()
 
     def reset(self) -> None:
@@ -293,6 +298,7 @@ class HealthMonitor(TrainerCallback, ExportableState):
         levels = {name: getattr(self, name) for name in self._LEVELS}
         levels["_window"] = [list(item) for item in self._window]
         levels["active"] = sorted(self.active)
+        levels["events"] = [asdict(event) for event in self.events]
         return {"args": {"thresholds": asdict(self.thresholds)}, "attributes": {"levels": levels}}
 
     def load_levels(self, levels: dict[str, Any]) -> None:
@@ -302,6 +308,7 @@ class HealthMonitor(TrainerCallback, ExportableState):
                 setattr(self, name, levels[name])
         self._window = deque(tuple(item) for item in levels.get("_window", []))
         self.active = set(levels.get("active", []))
+        self.events = [HealthEvent(**event) for event in levels.get("events", [])]  # absent from older checkpoints
 
     @property
     def levels(self) -> dict[str, Any]:
@@ -615,6 +622,20 @@ class HealthMonitor(TrainerCallback, ExportableState):
                 logger.warning("[trl-ext health] step %d, %s: %s", step, name, message)
         return metrics
 
+    def warnings_by_kind(self) -> list[dict[str, Any]]:
+        """The warnings given so far, one entry per condition in the order they first fired: ``{"kind", "count"
+        (episodes), "step" (the first), "message" (the first, with its suggested fix), "fatal"}``. What a run's
+        summary reports: a condition that returns several times in a long run is one line with its count."""
+        grouped: dict[str, dict[str, Any]] = {}
+        for event in self.events:
+            entry = grouped.setdefault(
+                event.condition,
+                {"kind": event.condition, "count": 0, "step": event.step, "message": event.message, "fatal": False},
+            )
+            entry["count"] += 1
+            entry["fatal"] = entry["fatal"] or event.fatal
+        return list(grouped.values())
+
     def summary(self) -> str:
         """One line per warning given so far."""
         if not self.events:
@@ -652,5 +673,5 @@ class HealthMonitor(TrainerCallback, ExportableState):
         return control
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
-        if self.events and self.thresholds.print_warnings and state.is_world_process_zero:
+        if self.events and self.summary_at_end and self.thresholds.print_warnings and state.is_world_process_zero:
             logger.warning(self.summary())

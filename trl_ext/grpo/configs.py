@@ -19,6 +19,7 @@ Which trainer runs which config, and the names the command line, Python and YAML
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 
@@ -27,6 +28,41 @@ from trl import GRPOConfig
 from trl_ext.grpo.async_rollout import check_async_config
 from trl_ext.reliability.preemption import DEFAULT_PREEMPTION_SIGNALS, parse_signals
 from trl_ext.reliability.reward_guard import validate_reward_settings
+
+logger = logging.getLogger(__name__)
+
+
+#: The shortest overlong buffer (L_cache of DAPO Eq. 13) that still ramps: below it the penalty is a step (see
+#: ``warn_step_like_overlong_buffer``).
+MIN_RAMP_TOKENS = 4
+
+
+def warn_step_like_overlong_buffer(max_completion_length: int, buffer_len: int, factor: float) -> bool:
+    """Warn at construction when the default overlong buffer is too short for Eq. 13's ramp; True if it warned.
+
+    DAPO's soft overlong punishment (arXiv 2503.14476, Eq. 13) is 0 up to ``L_max - L_cache`` tokens, then falls
+    linearly to -1 at ``L_max``, one step of ``1/L_cache`` per token, so that a completion a little into the buffer
+    loses a little. Under ``MIN_RAMP_TOKENS`` (4) tokens the first penalized token already costs a third or more of
+    the full penalty and a completion cut at ``max_completion_length`` (TRL truncates there, so its length is
+    ``L_max``) gets all of it: the "soft" penalty is a step on truncation. With the 20% default this happens below
+    ``max_completion_length=20``, where a model that does not yet stop early has most completions truncated and the
+    logged ``reward`` turns negative while its accuracy is positive.
+    """
+    if buffer_len >= MIN_RAMP_TOKENS:
+        return False
+    first = max_completion_length - buffer_len + 1
+    penalized = f"{first}" if first == max_completion_length else f"{first}-{max_completion_length}"
+    logger.warning(
+        f"overlong_buffer_len={buffer_len} token(s) (20% of max_completion_length={max_completion_length}): DAPO's "
+        f"soft overlong punishment (Eq. 13) ramps over that many tokens, so it is a step, not a ramp. Completions of "
+        f"{penalized} tokens (the last {buffer_len} of {max_completion_length} lengths) are "
+        f"penalized, and every completion cut at max_completion_length gets the full -{factor:g} "
+        "(overlong_penalty_factor), added to the logged reward (a model that rarely stops early gets it on most "
+        "completions: the total reward can be negative while rewards/<accuracy>/mean is positive). Raise "
+        f"max_completion_length (the buffer is 20% of it: {5 * MIN_RAMP_TOKENS} or more gives a ramp of "
+        f"{MIN_RAMP_TOKENS}+ tokens), set overlong_buffer_len explicitly, or set soft_overlong_punishment=False."
+    )
+    return True
 
 
 @dataclass
@@ -49,9 +85,11 @@ class GRPOFamilyConfig(GRPOConfig):
         dynamic_sampling_metric (`list[str]` or `None`, defaults to `None`):
             Names of the reward functions (as logged under ``rewards/<name>/mean``) whose weighted sum decides whether
             a group is informative: DAPO Eq. 11 filters on the task's accuracy, and verl's recipe on ``acc``, not on
-            shaping terms. ``None``: every reward function except the shaping ones the trainer adds itself (DAPO's
-            soft overlong punishment, TRL's ``soft_overlong_punishment_reward``). Unknown names fail when the
-            trainer is built, listing the known ones. Advantages still use every reward function.
+            shaping terms. ``None``: every reward function except the shaping ones, known by their mark
+            (``trl_ext.rewards.shaping``: DAPO's trainer-added soft overlong punishment, the registry's
+            ``soft_overlong``, ``repetition``, ``length_budget`` and ``len_reward``, or a function of yours marked
+            with ``mark_shaping``). Unknown names fail when the trainer is built, listing the known ones. Advantages
+            still use every reward function.
         dynamic_sampling_reward_range (`list[float]` or `None`, defaults to `None`):
             ``[min, max]`` of the reward scale, used only to label uninformative groups as all-min ("too hard") or
             all-max ("too easy") in the logs. ``None``: the extremes seen so far in training.
@@ -119,7 +157,8 @@ class GRPOFamilyConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Reward function name(s) whose weighted sum decides whether a group is informative (DAPO Eq. 11: "
-            "the accuracy). None: all reward functions except the overlong shaping reward."
+            "the accuracy). None: all reward functions except the shaping ones (overlong, length; "
+            "trl_ext.rewards.shaping)."
         },
     )
     dynamic_sampling_reward_range: list[float] | None = field(
@@ -275,7 +314,8 @@ class GRPOFamilyConfig(GRPOConfig):
         ):
             raise ValueError(
                 f"dynamic_sampling_metric={self.dynamic_sampling_metric} must be a non-empty list of reward function "
-                "names (e.g. ['accuracy']), or None for every reward function except the overlong shaping one."
+                "names (e.g. ['accuracy']), or None for every reward function except the shaping ones (overlong, "
+                "length)."
             )
         if self.dynamic_sampling_reward_range is not None:
             low_high = list(self.dynamic_sampling_reward_range)
@@ -357,6 +397,9 @@ class DAPOConfig(GRPOFamilyConfig):
         if self.soft_overlong_punishment:
             if self.overlong_buffer_len is None:
                 self.overlong_buffer_len = max(1, int(0.2 * self.max_completion_length))
+                warn_step_like_overlong_buffer(
+                    self.max_completion_length, self.overlong_buffer_len, self.overlong_penalty_factor
+                )
             if not 0 < self.overlong_buffer_len <= self.max_completion_length:
                 raise ValueError(
                     f"overlong_buffer_len={self.overlong_buffer_len} must be in (0, max_completion_length="

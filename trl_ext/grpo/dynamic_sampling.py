@@ -38,9 +38,10 @@ What it costs (issue 14; ``benchmarks/dynamic_sampling.py`` measures it):
   stream (TRL's sampler still advances). ``dynamic_sampling/skipped_prompts`` counts them.
 
 - **The metric** (``dynamic_sampling_metric``): the weighted sum of the named reward functions; by default every
-  reward function except the shaping ones the trainer adds itself (``shaping_reward_names``: DAPO's soft overlong
-  punishment). The paper keeps prompts with 0 < #correct < G, and verl filters on ``acc``: a length penalty that
-  varies inside an all-correct group must not make it "informative".
+  reward function except the shaping ones, known by their mark (``trl_ext.rewards.shaping``: DAPO's trainer-added
+  overlong punishment, the registry's ``soft_overlong`` and length rewards, or your own). The paper keeps prompts
+  with 0 < #correct < G, and verl filters on ``acc``: a length penalty that varies inside an all-correct group must
+  not make it "informative".
 - **Advantages of the batch that is trained.** Whenever something was dropped, the kept rows' advantages are
   recomputed from their stored per-function rewards with the assembled batch's statistics
   (``group_filter.group_advantages``: TRL's formula for every ``scale_rewards`` and ``multi_objective_aggregation``).
@@ -120,6 +121,7 @@ from trl_ext.grpo.ds_rounds import (
 from trl_ext.grpo.ds_skip import SkipPredictor
 from trl_ext.grpo.group_filter import group_advantages, group_stats, informative_groups, nanstd
 from trl_ext.reliability.checkpoints import AtomicCheckpointMixin
+from trl_ext.rewards.shaping import is_shaping_reward
 from trl_ext.scoring import combine_rewards
 
 logger = logging.getLogger(__name__)
@@ -281,10 +283,6 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
     ``args.dynamic_sampling`` False (or a plain ``GRPOConfig``), every method defers to TRL unchanged.
     """
 
-    #: Reward functions that shape the reward but say nothing about the task's accuracy: left out of the default
-    #: ``dynamic_sampling_metric`` (DAPO filters on accuracy; verl's recipe filters on ``acc``, not the overlong term).
-    shaping_reward_names: tuple[str, ...] = ("soft_overlong_punishment_reward",)
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._ds_capture: dict[str, torch.Tensor] | None = None
@@ -333,8 +331,11 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
         """Indices of the reward functions whose weighted sum decides whether a group is informative."""
         names = list(self.reward_func_names)
         requested = getattr(self.args, "dynamic_sampling_metric", None)
+        marked = [is_shaping_reward(func) for func in self.reward_funcs]
+        shaping = [name for name, is_shaping in zip(names, marked, strict=True) if is_shaping]
         if requested is None:
-            columns = [i for i, name in enumerate(names) if name not in self.shaping_reward_names]
+            # DAPO Eq. 11 filters on accuracy: shaping terms (marked, trl_ext.rewards.shaping) are left out
+            columns = [i for i, is_shaping in enumerate(marked) if not is_shaping]
             return columns or list(range(len(names)))
         requested = [requested] if isinstance(requested, str) else list(requested)
         unknown = [name for name in requested if name not in names]
@@ -342,7 +343,7 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
             raise ValueError(
                 f"dynamic_sampling_metric={requested} names no reward function of this trainer ({unknown} unknown). "
                 f"Known reward functions: {names}. Name the task reward(s) (e.g. the accuracy reward), or leave it "
-                f"unset for every reward function except the shaping ones {list(self.shaping_reward_names)}."
+                f"unset for every reward function except the shaping ones {shaping}."
             )
         return [i for i, name in enumerate(names) if name in requested]
 

@@ -31,11 +31,13 @@ from typing import Any
 import trl
 from trl.rewards import get_soft_overlong_punishment
 
+from trl_ext.grpo import rollout_rhythm
 from trl_ext.grpo.async_rollout import AsyncGenerationMixin, warn_truncated_importance_sampling
 from trl_ext.grpo.configs import DAPOConfig, GRPOFamilyConfig, GSPOConfig
 from trl_ext.grpo.dynamic_sampling import DynamicSamplingMixin
 from trl_ext.grpo.gspo_token import GSPOTokenMixin
 from trl_ext.reliability.mixin import GRPOReliabilityMixin
+from trl_ext.rewards.shaping import mark_shaping
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +92,18 @@ class GRPOTrainer(GRPOReliabilityMixin, AsyncGenerationMixin, DynamicSamplingMix
         _check_ratio_level(args)
         warn_truncated_importance_sampling(args)
         super().__init__(model, reward_funcs, args, *rest, **kw)
+        self._logs_rollout = rollout_rhythm.steps_per_rollout(self.args) > 1
+        warning = rollout_rhythm.rhythm_warning(self.args)
+        if warning is not None and self.accelerator.is_main_process:
+            logger.warning(warning)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        # With several optimizer steps per rollout the reward figures sit on the rows whose window holds a rollout:
+        # every training row says which rollout its updates trained on (trl_ext.grpo.rollout_rhythm).
+        if getattr(self, "_logs_rollout", False) and self.model.training and "loss" in logs:
+            every = rollout_rhythm.generate_every(self.args)
+            logs["rollout"] = float(rollout_rhythm.rollout_index(self._step, every))
+        super().log(logs, start_time)
 
 
 class DAPOTrainer(GRPOTrainer):
@@ -131,7 +145,8 @@ class DAPOTrainer(GRPOTrainer):
     @staticmethod
     def _with_overlong_reward(reward_funcs: Any, args: DAPOConfig) -> tuple[list, DAPOConfig]:
         funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
-        overlong = get_soft_overlong_punishment(args.max_completion_length, args.overlong_buffer_len)
+        # a shaping term: dynamic sampling's default metric leaves it out (DAPO Eq. 11 filters on accuracy)
+        overlong = mark_shaping(get_soft_overlong_punishment(args.max_completion_length, args.overlong_buffer_len))
         if args.reward_weights is not None and len(args.reward_weights) != len(funcs):
             raise ValueError(
                 f"reward_weights has {len(args.reward_weights)} values but {len(funcs)} reward functions were given "

@@ -46,9 +46,13 @@ class DataArguments:
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
-    dataset_test_split: str = field(
+    dataset_test_split: str | None = field(
         default="test",
-        metadata={"help": "Held-out split, or a local file of held-out problems (demo: 240 problems)."},
+        metadata={
+            "help": "Held-out split, or a local file of held-out problems (demo: 240 problems). Data without one "
+            "(a lone file, a dataset with no test split) that has a reference column holds out 10 percent of its rows "
+            "(at most 100; seed 0; said on the opening line) and trains on the rest. none: no held-out split."
+        },
     )
     dataset_prompt_column: str | None = field(
         default=None,

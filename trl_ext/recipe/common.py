@@ -18,7 +18,7 @@ import sys
 import time
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import yaml
@@ -30,7 +30,7 @@ from transformers.utils import is_torch_bf16_gpu_available
 from trl import TrlParser, get_quantization_config
 
 from trl_ext.console import format_duration, opening_line, precision_label, quiet_libraries, summary_table
-from trl_ext.data import Layout, TaskData, cap_held_out, is_data_file, load_data, load_task_data
+from trl_ext.data import Layout, TaskData, cap_held_out, held_out_label, is_data_file, load_data, load_task_data
 from trl_ext.demo import (
     WarmStartConfig,
     build_model,
@@ -40,6 +40,10 @@ from trl_ext.demo import (
     warm_start_sft_kwargs,
 )
 from trl_ext.diagnostics.held_out import held_out_accuracy
+from trl_ext.errors import MissingFileError, UserError, as_user_errors, missing_path_message
+from trl_ext.recipe.help import HELP_ALL, short_help, wants_help
+from trl_ext.recipe.paths import RECIPES_DIR
+from trl_ext.reliability.checkpoints import list_checkpoints
 from trl_ext.reliability.checks import (
     check_config_keys,
     check_quantization,
@@ -57,7 +61,6 @@ __all__ = ["cap_held_out", "is_data_file", "load_data"]  # re-exported from trl_
 
 logger = logging.getLogger(__name__)
 SUMMARY_FILE = "summary.json"
-RECIPES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "recipes")
 DEMO_CONFIG_DIR = os.path.join(RECIPES_DIR, "configs", "demo")
 
 
@@ -82,11 +85,20 @@ def load_recipe(name: str) -> types.ModuleType:
     return module
 
 
-def make_parser(dataclass_types: Sequence[type]) -> TrlParser:
+class RecipeParser(TrlParser):
+    """``TrlParser`` whose usage errors (a value argparse cannot read, e.g. ``--max_steps ten``) print one line, not
+    argparse's usage line of every field (hundreds of lines)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}. (--help lists the flags.)", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+
+
+def make_parser(dataclass_types: Sequence[type]) -> RecipeParser:
     """``TrlParser`` over ``dataclass_types`` that takes no abbreviation (``--learning_rat`` is not
-    ``--learning_rate``) and whose ``--help`` works: a bare ``%`` in any help text (ours, TRL's, transformers') is
-    escaped, since argparse formats help strings with ``%``."""
-    parser = TrlParser(tuple(dataclass_types), allow_abbrev=False)
+    ``--learning_rate``), reports a bad value in one line (``RecipeParser``) and whose ``--help-all`` works: a bare
+    ``%`` in any help text (ours, TRL's, transformers') is escaped, since argparse formats help strings with ``%``."""
+    parser = RecipeParser(tuple(dataclass_types), allow_abbrev=False)
     for action in parser._actions:
         if isinstance(action.help, str):
             action.help = re.sub(r"%(?!\()", "%%", action.help)
@@ -96,7 +108,7 @@ def make_parser(dataclass_types: Sequence[type]) -> TrlParser:
 def check_flags(parser: TrlParser, argv: Sequence[str]) -> None:
     """Every ``--flag`` of ``argv`` must be one of the parser's: an unknown one stops here (exit 2) naming the closest
     flag, where ``HfArgumentParser`` raised a traceback listing the leftovers."""
-    known = {option for action in parser._actions for option in action.option_strings} | {"--config"}
+    known = {option for action in parser._actions for option in action.option_strings} | {"--config", HELP_ALL}
     for arg in argv:
         if not arg.startswith("--"):
             continue
@@ -127,32 +139,76 @@ def given_fields(argv: Sequence[str]) -> set[str]:
     return given | set(config_yaml(argv))
 
 
+def given_sources(argv: Sequence[str]) -> dict[str, str]:
+    """Where each field of ``given_fields`` was set, for the opening line: ``"--name"`` for a flag (it wins over the
+    YAML), ``"demo config"`` for a key of the demo YAML a recipe loads when given no model or config, else ``"config
+    YAML"``."""
+    config = argv[argv.index("--config") + 1] if "--config" in argv and argv.index("--config") + 1 < len(argv) else ""
+    demo = os.path.abspath(config).startswith(os.path.abspath(DEMO_CONFIG_DIR) + os.sep)
+    sources = dict.fromkeys(config_yaml(argv), "demo config" if demo else "config YAML")
+    for arg in argv:
+        if arg.startswith("--") and arg != "--config":
+            name = arg[2:].split("=", 1)[0]
+            sources[name] = f"--{name}"
+    return sources
+
+
+def recipe_prog(recipe: str | None) -> str:
+    """``trl-ext <recipe>``: how help and errors name the command (the script's name when ``recipe`` is None)."""
+    return f"trl-ext {recipe or os.path.splitext(os.path.basename(sys.argv[0]))[0]}"
+
+
+def print_help(parser: TrlParser, dataclass_types: Sequence[type], recipe: str | None, argv: Sequence[str]) -> None:
+    """``--help``: the short, grouped help (``trl_ext.recipe.help``); ``--help-all``: every field, as TRL prints it."""
+    if wants_help(argv) == "all":
+        parser.print_help()
+    else:
+        demo = os.path.relpath(demo_config_path(recipe), os.path.dirname(RECIPES_DIR)) if recipe else None
+        print(short_help(parser, dataclass_types, parser.prog, demo), end="")
+
+
+def check_config_file(argv: Sequence[str]) -> None:
+    """``--config`` must name an existing file (the closest name is suggested), not end the command line."""
+    index = argv.index("--config")
+    if index + 1 >= len(argv):
+        raise UserError("--config needs a YAML file: --config recipes/configs/<model>/<algo>/config_<variant>.yaml.")
+    if not os.path.isfile(argv[index + 1]):
+        raise MissingFileError(missing_path_message(argv[index + 1], "--config"))
+
+
 def parse(dataclass_types: Sequence[type], recipe: str | None, argv: list[str] | None = None) -> tuple:
     """The one recipe parser: ``TrlParser`` over ``dataclass_types`` (``make_parser``: no abbreviations, unknown
-    flags named with the closest one). With neither ``--config`` nor ``--model_name_or_path`` the demo's YAML
-    (``demo_config_path(recipe)``) supplies the values; CLI flags override it either way. Every YAML file is checked
+    flags named with the closest one); ``--help`` prints the short help, ``--help-all`` every field
+    (``print_help``). A missing ``--config`` file, and a value a config refuses (its ``__post_init__`` checks:
+    TRL's, transformers', a preset's), are ``UserError``s. With neither ``--config`` nor ``--model_name_or_path``
+    the demo's YAML (``demo_config_path(recipe)``) supplies the values; CLI flags override it either way. Every YAML file is checked
     first: an unknown key fails, naming the key and the closest field (``check_config_keys``), where ``TrlParser``
     would silently ignore a typo. ``bf16`` / ``use_cpu`` are fitted to the hardware unless set
     (``supported_precision``); ``report_to`` trackers must be installed (``check_report_to``). The first dataclass
-    (the script arguments) gets ``given_fields``: the fields set by flag or YAML. ``recipe=None``: no demo YAML
+    (the script arguments) gets ``given_fields``: the fields set by flag or YAML, and ``given_sources``: which of the
+    two set each. ``recipe=None``: no demo YAML
     (``trl-ext eval``, whose defaults are its dataclass's)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = make_parser(dataclass_types)
-    if "-h" in argv or "--help" in argv:
-        parser.print_help()
+    parser.prog = recipe_prog(recipe)  # errors and help say `trl-ext dapo`, not `dapo.py`
+    if wants_help(argv):
+        print_help(parser, dataclass_types, recipe, argv)
         raise SystemExit(0)
     check_flags(parser, argv)
     if recipe and "--config" not in argv and not any(a.startswith("--model_name_or_path") for a in argv):
         argv = ["--config", demo_config_path(recipe), *argv]
-    if "--config" in argv:
-        check_config_keys(argv[argv.index("--config") + 1], list(dataclass_types))
-    given = given_fields(argv)
-    trains = any("bf16" in getattr(t, "__dataclass_fields__", {}) for t in dataclass_types)
-    parsed = parser.parse_args_and_config(args=supported_precision(argv) if trains else argv)
-    for values in parsed:
-        if hasattr(values, "report_to"):
-            check_report_to(values.report_to)
+    with as_user_errors(ValueError):  # a config value refused at construction: the user's to fix, not a bug
+        if "--config" in argv:
+            check_config_file(argv)
+            check_config_keys(argv[argv.index("--config") + 1], list(dataclass_types))
+        given = given_fields(argv)
+        trains = any("bf16" in getattr(t, "__dataclass_fields__", {}) for t in dataclass_types)
+        parsed = parser.parse_args_and_config(args=supported_precision(argv) if trains else argv)
+        for values in parsed:
+            if hasattr(values, "report_to"):
+                check_report_to(values.report_to)
     parsed[0].given_fields = given
+    parsed[0].given_sources = given_sources(argv)
     return parsed
 
 
@@ -186,7 +242,7 @@ def supported_precision(argv: list[str]) -> list[str]:
     argv = list(argv)
     given, bf16 = _setting(argv, "bf16")
     if given and bf16 and not _setting(argv, "use_cpu")[1]:
-        raise ValueError(
+        raise UserError(
             "bf16=True, but this machine has no GPU that supports bf16. Drop --bf16 (and bf16 from the config) to "
             "let the recipe use fp32 here, or pass --use_cpu true to train with bf16 autocast on the CPU."
         )
@@ -212,24 +268,26 @@ def reward_functions(names: list[str], options: dict | str | None = None) -> lis
         try:
             options = json.loads(options)
         except json.JSONDecodeError as error:
-            raise ValueError(
+            raise UserError(
                 f"reward_options={options!r} is not valid JSON; write e.g. "
                 '\'{"length_budget": {"budget": 3}}\' or set it as a mapping in the YAML config.'
             ) from error
     known = set(available_rewards())
     rules = [n for n in names if n in known]
-    built = iter(get_rewards(rules, {k: v for k, v in (options or {}).items() if k in rules}) if rules else [])
+    with as_user_errors(ValueError):  # an option a reward does not take: the registry names it and the closest
+        built = iter(get_rewards(rules, {k: v for k, v in (options or {}).items() if k in rules}) if rules else [])
     funcs = []
     for name in names:
         if name in known:
             funcs.append(next(built))
             continue
         if not looks_like_model(name):
-            get_rewards([name])  # raises: unknown reward, with the known names and the closest one
+            with as_user_errors(ValueError):
+                get_rewards([name])  # raises: unknown reward, with the known names and the closest one
         try:
             funcs.append(load_reward_model(name))
         except ValueError as error:
-            raise ValueError(
+            raise UserError(
                 f"reward {name!r} is neither a registry name ({', '.join(sorted(known))}) nor a loadable reward "
                 f"model: {error} Give a registry name, or a folder written by `trl-ext reward` (or any "
                 "AutoModelForSequenceClassification checkpoint)."
@@ -260,7 +318,7 @@ def task_rewards(script_args: Any, layout: Layout | None) -> tuple[list, list[st
         if layout is None:
             raise ValueError("task_rewards: no reward_funcs named and no data layout to choose the task reward from.")
         if layout.reference_column is None:
-            raise ValueError(
+            raise UserError(
                 f"the dataset has no reference column that trl-ext recognizes ({layout.describe()}), so no task reward "
                 "can score it. Name the column with the final answer, --dataset_answer_column <column> (a dotted path "
                 "reaches a nested field), or choose rewards with --reward_funcs (trl_ext.rewards.available_rewards())."
@@ -350,16 +408,22 @@ def check_model_folder(path: str) -> None:
         if checkpoints
         else "Give a folder written by save_pretrained (a run's output_dir or checkpoint-N folder) or a Hub id"
     )
-    raise ValueError(f"{path} holds no model (no config.json or adapter_config.json). {hint}.")
+    raise UserError(f"{path} holds no model (no config.json or adapter_config.json). {hint}.")
 
 
 def written_files(output_dir: str) -> list[str]:
-    """The files a run left in ``output_dir`` (not its checkpoint folders), sorted: what the summary lists, so that it
-    says ``adapter_model.safetensors`` under PEFT and ``model.safetensors`` otherwise."""
+    """What a run left in ``output_dir``: its files, sorted (``summary.json`` among them), then its ``checkpoint-N/``
+    folders in step order (``(incomplete)`` after one a killed save left half-written). What the summary lists, so
+    that it says ``adapter_model.safetensors`` under PEFT and ``model.safetensors`` otherwise, and which checkpoints
+    there are to resume from or evaluate."""
     if not os.path.isdir(output_dir):
         return []
     names = {n for n in os.listdir(output_dir) if os.path.isfile(os.path.join(output_dir, n))}
-    return sorted(names | {SUMMARY_FILE})
+    checkpoints = [
+        f"{os.path.basename(path)}/{'' if complete else ' (incomplete)'}"
+        for _, path, complete in list_checkpoints(output_dir)
+    ]
+    return sorted(names | {SUMMARY_FILE}) + checkpoints
 
 
 def fresh_demo_policy() -> tuple[PreTrainedModel, Any]:
@@ -503,11 +567,15 @@ def finish(
     return report(recipe, output_dir, before, after, trainer.state.global_step, started)
 
 
-def load_script_data(script_args: Any, strict: bool = True, with_completion: bool = False) -> TaskData:
+def load_script_data(
+    script_args: Any, strict: bool = True, with_completion: bool = False, hold_out: bool = True
+) -> TaskData:
     """The recipe's data (``trl_ext.data.load_task_data``): training and held-out sets mapped by their layout, the
     held-out set cut to ``held_out_max_problems``. ``strict=False`` (SFT, DPO on preference pairs) keeps a layout it
-    does not recognize as it is; ``with_completion`` (SFT) maps a worked solution to ``completion``."""
-    return load_task_data(script_args, strict=strict, with_completion=with_completion)
+    does not recognize as it is; ``with_completion`` (SFT) maps a worked solution to ``completion``. ``hold_out``
+    (the training recipes; not ``trl-ext eval``, which evaluates a lone file whole): data with a reference column
+    but no held-out split gets one carved from its rows (``trl_ext.data.carve_held_out``)."""
+    return load_task_data(script_args, strict=strict, with_completion=with_completion, hold_out=hold_out)
 
 
 def announce(
@@ -522,13 +590,13 @@ def announce(
     rewards: Sequence[str] | None = None,
 ) -> None:
     """The opening line of a recipe (``trl_ext.console``): what runs, on what (the data's layout and how it maps,
-    the rewards), for how long, in what precision."""
+    the rewards), for how long, at what learning rate (``learning_rate_part``), in what precision."""
     quiet_libraries()
     if getattr(training_args, "process_index", 0) != 0:
         return
     train_dataset, eval_dataset = data
     name = "built-in arithmetic demo" if script_args.dataset_name is None else script_args.dataset_name
-    held_out = f"{len(eval_dataset)} held-out" if eval_dataset is not None else "no held-out split"
+    held_out = held_out_label(eval_dataset)
     if recipe == "sft":
         default_model = "demo model, random init"
     elif warm_start_is_cached(sft=demo_warm_start_config(getattr(script_args, "demo_warm_start_seed", None))):
@@ -545,10 +613,33 @@ def announce(
         if rewards
         else None,
         steps or (f"{max_steps} steps" if max_steps and max_steps > 0 else None),
+        learning_rate_part(script_args, training_args),
         precision_label(training_args),
         f"outputs in {training_args.output_dir}",
     ]
     print(opening_line(recipe, parts), flush=True)
+
+
+def learning_rate_source(script_args: Any, training_args: Any) -> str:
+    """Where the learning rate came from: a flag (``"--learning_rate"``), the user's YAML (``"config YAML"``), the
+    demo's YAML (``"demo config"``), else a default: the preset's (``"dapo preset default"``) or the config class's
+    (``"SFTConfig default"``)."""
+    source = getattr(script_args, "given_sources", {}).get("learning_rate")
+    if source is None and "learning_rate" in getattr(script_args, "given_fields", set()):
+        source = "given"
+    if source is not None:
+        return source
+    preset = getattr(script_args, "preset", None)
+    return f"{preset} preset default" if preset else f"{type(training_args).__name__} default"
+
+
+def learning_rate_part(script_args: Any, training_args: Any) -> str | None:
+    """``"lr 5e-05 (--learning_rate)"`` for the opening line: a preset's paper default left in place on a small model
+    is the first thing to check when the policy does not move, so the line says the value and who chose it."""
+    lr = getattr(training_args, "learning_rate", None)
+    if not isinstance(lr, int | float):
+        return None
+    return f"lr {lr:g} ({learning_rate_source(script_args, training_args)})"
 
 
 DEMO_TRAINED = "outputs/dapo-demo"  # where `trl-ext dapo` (recipes/configs/demo/dapo/config_demo.yaml) saves its model

@@ -7,11 +7,12 @@
 - ``summarize`` / ``format_summary``: what a run reports (table, ``summary.json``, ``curves.png`` from
   ``metrics.jsonl``, written by ``MetricsFileCallback`` as training goes).
 
-What a run prints (``trl_ext.console``): one opening line (trainer, preset, model, data, steps, precision, output
-folder), a progress bar per phase (warm start, held-out evaluation, RL) whose postfix carries the live figures, one
-compact line per log, and a summary table at the end. Held-out greedy accuracy (``trl_ext.diagnostics.held_out``: the
-task reward of the greedy completion on the test split) is measured before RL, during RL every
-``held_out_eval_steps`` (adaptive by default: under 5% of the run) and after.
+What a run prints (``trl_ext.console``): one opening line (trainer, preset, model, data, steps, learning rate and its
+source, precision, output folder), a progress bar per phase (warm start, held-out evaluation, RL) whose postfix
+carries the live figures, one compact line per log in fixed columns, and a summary table at the end (with the health
+monitor's warnings, each kind once with its advice, also in ``summary.json``). Held-out greedy accuracy
+(``trl_ext.diagnostics.held_out``: the task reward of the greedy completion on the test split) is measured before RL,
+during RL every ``held_out_eval_steps`` (adaptive by default: under 5% of the run) and after.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from trl_ext.console import format_duration, precision_label, summary_table, use
 from trl_ext.data import TaskData
 from trl_ext.diagnostics.health import HealthMonitor, HealthThresholds
 from trl_ext.diagnostics.held_out import HELD_OUT_KEY, HeldOutEvaluation
+from trl_ext.errors import as_user_errors
 from trl_ext.grpo.configs import GRPOFamilyConfig
 from trl_ext.grpo.presets import PRESETS, lookup
 from trl_ext.recipe import common
@@ -81,7 +83,8 @@ def parse(
     if name is None and isinstance(preset, str):
         name = preset
     if name is not None:
-        lookup(name)  # an unknown name fails here, listing the known ones
+        with as_user_errors(ValueError):
+            lookup(name)  # an unknown name fails here, listing the known ones
         name = name.lower().replace("-", "_")
     row = PRESETS[name] if name is not None else None
     config_class = row.config if row is not None else preset
@@ -287,7 +290,8 @@ def announce(
     data: TaskData,
     rewards: list[str],
 ) -> None:
-    """The opening line of a GRPO-family run (``common.announce`` with the real batch and the data's layout)."""
+    """The opening line of a GRPO-family run (``common.announce`` with the real batch and the data's layout), and
+    ``paper_lr_hint`` under it when it applies."""
     common.announce(
         recipe,
         trainer_name,
@@ -298,6 +302,24 @@ def announce(
         steps_line(training_args),
         layout=data.layout,
         rewards=rewards,
+    )
+    hint = paper_lr_hint(recipe, script_args, training_args, model_args)
+    if hint is not None and training_args.process_index == 0:
+        print(hint, flush=True)
+
+
+def paper_lr_hint(
+    recipe: str, script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_args: ModelConfig
+) -> str | None:
+    """One line when the user's own model runs at the preset's learning rate: the papers' setting, chosen for 7B+
+    models trained for thousands of steps, can leave a small model's policy nearly where it started over a few
+    hundred (a clip fraction of 0.000 throughout). None with the demo model or a learning rate the user chose."""
+    if model_args.model_name_or_path is None or "learning_rate" in getattr(script_args, "given_fields", set()):
+        return None
+    return (
+        f"[{recipe}] lr {training_args.learning_rate:g} is the preset's default, the papers' setting for 7B+ models "
+        "trained for thousands of steps; on a smaller model or a shorter run it may barely move the policy: choose "
+        "one with --learning_rate."
     )
 
 
@@ -338,15 +360,17 @@ def attach_monitors(
 ) -> HeldOutEvaluation | None:
     """The console (progress bar, one line per log), held-out evaluation during RL and the health monitor; with a
     reward model among ``reward_funcs``, the monitor watches it against the gold figures (held-out accuracy, the
-    first rule reward) for over-optimization."""
-    use_console(trainer, f"{recipe} (RL)")
+    first rule reward) for over-optimization. The monitor's warnings go to the summary (``summarize``), not to a
+    second list on stderr at the end of training."""
+    evaluates = before is not None and script_args.held_out_eval_steps != 0
+    use_console(trainer, f"{recipe} (RL)", held_out=evaluates)
     if script_args.health_monitor:
         models = [f"rewards/{reward_model_name(f)}/mean" for f in reward_funcs if is_reward_model(f)]
         rules = [f"rewards/{get_callable_name(f)}/mean" for f in reward_funcs if not is_reward_model(f)]
         thresholds = HealthThresholds(proxy_metrics=models or None, gold_metrics=[HELD_OUT_KEY, *rules[:1]])
-        HealthMonitor(thresholds).attach(trainer)
+        HealthMonitor(thresholds, summary_at_end=False).attach(trainer)
     held_out = None
-    if before is not None and script_args.held_out_eval_steps != 0:
+    if evaluates:
         # attached last, so first: its held_out/accuracy is in the log before the health monitor reads it
         held_out = HeldOutEvaluation(evaluate, every=script_args.held_out_eval_steps, start=before).attach(trainer)
     return held_out
@@ -357,6 +381,13 @@ def accuracy_after(trainer: Any, evaluate: Callable, held_out: HeldOutEvaluation
     if held_out is not None and held_out.points and held_out.points[-1][0] == trainer.state.global_step:
         return held_out.points[-1][1]
     return evaluate(trainer.model, "after RL" if trainer.accelerator.is_main_process else False)
+
+
+def health_warnings(trainer: Any) -> list[dict[str, Any]] | None:
+    """The health monitor's warnings of the run, one entry per kind (``HealthMonitor.warnings_by_kind``: kind, count,
+    first step, message with its fix); None when no monitor watched it (``--health_monitor false``)."""
+    monitor = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, HealthMonitor)), None)
+    return None if monitor is None else monitor.warnings_by_kind()
 
 
 def summarize(
@@ -388,6 +419,7 @@ def summarize(
         "mean_reward_last_log": history[-1]["reward"] if history else None,
         "optimizer_steps": trainer.state.global_step,
         "wall_time_s": round(time.time() - started, 1),
+        "health_warnings": health_warnings(trainer),
     }
     ds_logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
     if ds_logs:
@@ -448,6 +480,29 @@ def format_summary(summary: dict[str, Any], format_duration) -> str:
             ("round limit hit", f"{summary['dynamic_sampling_limit_hit_frac']:.0%} of steps"),
             ("generation + scoring", f"{generation:.3f} s/step, {dropped:.3f} s of it on dropped groups"),
         ]
+    warnings = summary.get("health_warnings")
+    if warnings is not None:
+        rows.append(("health", health_row(warnings)))
     outputs = summary["outputs"]
     rows.append(("outputs", f"{outputs['folder']}/: {', '.join(outputs['files'])}"))
-    return summary_table(f"== {summary['recipe']} ({summary['trainer']}) ==", rows)
+    table = summary_table(f"== {summary['recipe']} ({summary['trainer']}) ==", rows)
+    return "\n".join([table, *health_block(warnings or [])])
+
+
+def health_row(warnings: Sequence[dict[str, Any]]) -> str:
+    """The summary table's health row: ``"no warnings"`` or ``"3 warnings: reward_stall x3 (first at step 240)"``."""
+    if not warnings:
+        return "no warnings"
+    total = sum(w["count"] for w in warnings)
+    kinds = ", ".join(f"{w['kind']} x{w['count']} (first at step {w['step']})" for w in warnings)
+    return f"{total} warning{'s' if total > 1 else ''}: {kinds}"
+
+
+def health_block(warnings: Sequence[dict[str, Any]]) -> list[str]:
+    """The lines after the summary table: each kind of health warning once, its first message with the suggested
+    fix, so that advice given mid-run (on stderr, scrolled away in a long run) is also where the run ends."""
+    if not warnings:
+        return []
+    return ["health warnings (the first of each kind, with what to do):"] + [
+        f"  {w['kind']} at step {w['step']}: {w['message']}" for w in warnings
+    ]

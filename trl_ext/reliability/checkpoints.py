@@ -26,9 +26,11 @@ only ever exists complete, for ``get_last_checkpoint``, for ``resume_from_checkp
 Faults while saving (``docs/PREEMPTION.md``):
 
 - A save that fails (no space left, permission denied, I/O error) raises ``CheckpointSaveError`` on every process,
-  naming the cause in words (torch reports a full disk as ``unexpected pos ...`` without an errno: the free space of
-  the filesystem decides then), the free space left and the last complete checkpoint; the unfinished staging folder
-  is removed at once.
+  naming the cause in words, the free space left and the last complete checkpoint; the unfinished staging folder is
+  removed at once. torch's zip writer reports a full disk without an errno (``[enforce fail at inline_container.cc]
+  . unexpected pos ...``, ``PytorchStreamWriter failed writing file``): such a failure is a full disk when the free
+  space, once the staging folder is removed, is less than a checkpoint needs (the size of the last complete one, or
+  of the model's weights before the first), or when under 1 MiB was left.
 - ``save_total_limit`` rotation first renames an old checkpoint into the staging area, then deletes it: a kill
   half-way through a deletion leaves no half-deleted ``checkpoint-N`` behind, and the newest checkpoint is never
   touched.
@@ -65,6 +67,7 @@ COUNTERS_FILE = "trl_ext_counters.json"
 REPLACED_PREFIX = "replaced-"  # the older copy of a checkpoint being replaced, in the staging area
 DELETING_PREFIX = "deleting-"  # a checkpoint being deleted by the rotation, in the staging area
 LOW_SPACE_BYTES = 1 << 20  # under this much free space, an error without errno while writing is a full disk
+_TORCH_WRITE_FAILURE = re.compile(r"unexpected pos \d+ vs \d+|PytorchStreamWriter failed writing")
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 
@@ -198,13 +201,46 @@ def _size(count: int | None) -> str:
     return str(count)
 
 
-def save_failure_cause(error: BaseException | None, free_before_cleanup: int | None) -> tuple[str, str]:
-    """``(cause in words, what to do)`` for an error raised while writing a checkpoint."""
+def is_torch_write_failure(error: BaseException | None) -> bool:
+    """Whether ``error`` (or an error it was raised from) is torch's zip writer failing to write, which is how
+    ``torch.save`` reports a full disk: no errno, only ``unexpected pos X vs Y`` or ``failed writing file``."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, RuntimeError) and _TORCH_WRITE_FAILURE.search(str(error)):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def checkpoint_bytes_needed(run_dir: str, model: Any = None) -> int | None:
+    """About what one checkpoint of this run takes on disk: the size of its last complete checkpoint (the next one
+    holds the same files), else the bytes of the model's weights (every checkpoint holds them at least once)."""
+    last = last_complete_checkpoint(run_dir)
+    if last is not None:
+        return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(last) for name in names)
+    if model is None:
+        return None
+    return sum(getattr(p, "ds_numel", p.numel()) * p.element_size() for p in model.parameters())  # ZeRO-3: whole
+
+
+def save_failure_cause(
+    error: BaseException | None,
+    free_before_cleanup: int | None,
+    free_after_cleanup: int | None = None,
+    bytes_needed: int | None = None,
+) -> tuple[str, str]:
+    """``(cause in words, what to do)`` for an error raised while writing a checkpoint. An error without errno is
+    a full disk when under ``LOW_SPACE_BYTES`` were left, or when it is torch's writer failing and the free space
+    once the unfinished checkpoint is removed (``free_after_cleanup``) is below what a checkpoint needs."""
     code = _errno_of(error) if error is not None else None
-    if code is None and free_before_cleanup is not None and free_before_cleanup < LOW_SPACE_BYTES:
-        code = errno.ENOSPC  # torch: "[enforce fail at inline_container.cc] . unexpected pos", no errno
+    low = free_before_cleanup is not None and free_before_cleanup < LOW_SPACE_BYTES
+    too_small = free_after_cleanup is not None and bytes_needed is not None and free_after_cleanup < bytes_needed
+    if code is None and (low or (too_small and is_torch_write_failure(error))):
+        code = errno.ENOSPC
     if code in (errno.ENOSPC, errno.EDQUOT):
-        return os.strerror(code), "free space there (or lower save_total_limit, or set save_only_model)"
+        room = f"a checkpoint of this run takes about {_size(bytes_needed)}; " if bytes_needed else ""
+        return os.strerror(code), f"free space there ({room}or lower save_total_limit, or set save_only_model)"
     if code in (errno.EACCES, errno.EPERM, errno.EROFS):
         return os.strerror(code), "make output_dir writable (or choose another output_dir)"
     if code is not None:
@@ -422,7 +458,9 @@ class AtomicCheckpointMixin:
                 os.rmdir(os.path.dirname(staging))  # only if empty
             except OSError:
                 pass
-        cause, fix = save_failure_cause(error, free_before)
+        free_after = _free_bytes(run_dir)
+        needed = checkpoint_bytes_needed(run_dir, getattr(self, "model", None))
+        cause, fix = save_failure_cause(error, free_before, free_after, needed)
         last = last_complete_checkpoint(run_dir)
         kept = (
             f"The last complete checkpoint, {last}, is intact: {fix}, then resume from it with "
@@ -432,7 +470,7 @@ class AtomicCheckpointMixin:
         )
         where = "" if error is not None else f" on another process than process {self.accelerator.process_index}"
         message = (
-            f"Could not write checkpoint-{self.state.global_step}{where}: {cause}. {_size(_free_bytes(run_dir))} free "
+            f"Could not write checkpoint-{self.state.global_step}{where}: {cause}. {_size(free_after)} free "
             f"on the filesystem of {run_dir}; the unfinished {staging} was removed. {kept}"
         )
         logger.error(message)

@@ -8,6 +8,8 @@ a non-finite loss, atomic checkpoints and an exact resume.
   token, ``max_completion_length`` (and the longest prompt) against the model's context, ``use_vllm`` without vLLM.
 - ``trl_ext.reliability.reward_guard``: every callable reward is wrapped (``reward_errors``, ``reward_timeout``; read with
   ``getattr`` so that configs without these fields keep the defaults ``"raise"`` / ``None``).
+- ``trl_ext.reliability.unscorable``: ``rewards/<name>/none_frac`` logged per function and round; a function that
+  scores no completion of the first rounds is named in a warning, and the run stops when no task reward scores any.
 - ``FiniteLossMixin`` (here): a NaN or infinite loss stops the run before the optimizer step, with the step, the
   batch's prompts, the inputs that are non-finite, the batch saved to ``output_dir`` and the last checkpoint kept.
 - ``trl_ext.reliability.checkpoints.AtomicCheckpointMixin``: checkpoints are complete or absent; resumes are checked;
@@ -45,6 +47,8 @@ from trl_ext.reliability import checks
 from trl_ext.reliability.checkpoints import AtomicCheckpointMixin, any_process, last_complete_checkpoint
 from trl_ext.reliability.preemption import PreemptionMixin
 from trl_ext.reliability.reward_guard import guard_reward_funcs
+from trl_ext.reliability.unscorable import UnscorableWatch
+from trl_ext.rewards.shaping import is_shaping_reward
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +151,20 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
         checks.check_tokenizer(self._tokenizer)
         if isinstance(model, str):  # loaded by TRL
             checks.check_context_length(getattr(self.model, "config", None), self.args, self._tokenizer, dataset)
+        self._unscorable = UnscorableWatch(
+            list(self.reward_func_names), [is_shaping_reward(f) for f in self.reward_funcs]
+        )
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's per-function rewards (gathered across processes), with ``rewards/<name>/none_frac`` logged and the
+        first rounds watched for functions that score nothing (``trl_ext.reliability.unscorable``)."""
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        training = self.model.training
+        main = self.accelerator.is_main_process
+        metrics = self._metrics["train" if training else "eval"]
+        for key, value in self._unscorable.observe(rewards_per_func, training=training, main_process=main).items():
+            metrics[key].append(value)
+        return rewards_per_func
 
     # -- exact resume ----------------------------------------------------------------------------------------------
 

@@ -67,6 +67,22 @@ def _closing_braces(text: str) -> dict[int, int]:
     return closing
 
 
+def braces_balanced(text: str) -> bool:
+    """Whether every unescaped ``{`` of ``text`` is closed by a later ``}`` and no ``}`` closes nothing (``\\{`` and
+    ``\\}`` are set braces, not groups). A LaTeX answer whose groups do not balance is cut off or malformed."""
+    depth, i, n = 0, 0, len(text)
+    while i < n:
+        char = text[i]
+        if char == "\\":
+            i += 2
+            continue
+        depth += (char == "{") - (char == "}")
+        if depth < 0:
+            return False
+        i += 1
+    return depth == 0
+
+
 def boxed_contents(text: str) -> list[str]:
     """Contents of every ``\\boxed{...}`` / ``\\fbox{...}`` in order, braces balanced; ``\\boxed 5`` is allowed too.
 

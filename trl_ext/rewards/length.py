@@ -45,7 +45,10 @@ class _TRLLengthReward:
 
 
 class SoftOverlong(_TRLLengthReward):
-    """DAPO's soft overlong punishment (TRL's implementation), in [-1, 0]."""
+    """DAPO's soft overlong punishment (TRL's implementation), in [-1, 0]. A shaping reward
+    (``trl_ext.rewards.shaping``): dynamic sampling's default metric leaves it out."""
+
+    shaping_reward = True
 
     def __init__(self, max_completion_len: int, soft_punish_cache: int = 0, name: str = "soft_overlong"):
         if max_completion_len < 1:
@@ -62,7 +65,9 @@ class SoftOverlong(_TRLLengthReward):
 
 
 class Repetition(_TRLLengthReward):
-    """TRL's n-gram repetition penalty, in [max_penalty, 0]."""
+    """TRL's n-gram repetition penalty, in [max_penalty, 0]. A shaping reward (``trl_ext.rewards.shaping``)."""
+
+    shaping_reward = True
 
     def __init__(self, ngram_size: int = 3, max_penalty: float = -1.0, name: str = "repetition"):
         if ngram_size < 1:
@@ -75,7 +80,10 @@ class Repetition(_TRLLengthReward):
 
 
 class LengthBudget:
-    """Penalty for exceeding (``max``) or missing (``exact``) a token budget, relative to the budget."""
+    """Penalty for exceeding (``max``) or missing (``exact``) a token budget, relative to the budget. A shaping reward
+    (``trl_ext.rewards.shaping``)."""
+
+    shaping_reward = True
 
     def __init__(
         self,

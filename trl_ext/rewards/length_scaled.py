@@ -46,7 +46,11 @@ class _Correctness:
 
 
 class KimiLength(_Correctness):
-    """Kimi k1.5's length reward within each prompt's group (module doc)."""
+    """Kimi k1.5's length reward within each prompt's group (module doc). A shaping reward
+    (``trl_ext.rewards.shaping``): it is added to the accuracy and varies with length inside an all-correct group.
+    ``CosineLength`` is not marked: it replaces the accuracy reward (its sign is the correctness)."""
+
+    shaping_reward = True
 
     def __init__(
         self,

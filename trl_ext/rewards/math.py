@@ -18,7 +18,11 @@ Implements the rule-based outcome reward of DeepSeek-R1 (arXiv 2501.12948, secti
   ``process`` otherwise.
 
 Reward per completion: 1.0 correct, 0.0 wrong, no answer found, or timed out; ``None`` when the *reference* cannot
-be parsed (TRL then ignores the example for this reward rather than teaching from a broken label).
+be scored (TRL then ignores the example for this reward rather than teaching from a broken label). The rule, in
+:func:`reference_unscorable`: a reference is unscorable when its final answer is empty or its LaTeX is broken
+(unbalanced ``{}``, or LaTeX markup ``\\ { } ^ _`` from which math-verify reads no expression), or when it holds no
+letter, digit or math symbol (``???``). A text answer math-verify reads no expression from (``C++``, ``∞``) is
+still compared as text, and words (``Paris``, ``(B)``) are read and compared as math-verify reads them.
 """
 
 from __future__ import annotations
@@ -27,22 +31,25 @@ import json
 import logging
 import os
 import queue
+import re
 import selectors
 import signal
 import subprocess
 import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
 
-from trl_ext.rewards.extract import extract_answer, gold_answer, parse_strategies
+from trl_ext.rewards.extract import braces_balanced, extract_answer, gold_answer, parse_strategies
 from trl_ext.rewards.text import column, completion_texts
 
 BACKENDS = ("auto", "signal", "process")
 EXTRACTIONS = ("auto", "boxed", "gsm8k", "answer_is", "last_number", "math_verify")
+_LATEX_MARKUP = re.compile(r"[\\{}^_]")
 _QUIET = False
 
 
@@ -86,6 +93,37 @@ def _parse_gold(latex: str, timeout: int) -> tuple:
     return tuple(parse(latex, extraction_config=config, parsing_timeout=timeout))
 
 
+def reference_unscorable(gold: str, parsed: Sequence[Any]) -> bool:
+    """Whether the reference answer ``gold`` (as :func:`~rewards.extract.gold_answer` gives it) cannot be scored,
+    given ``parsed``, what math-verify's ``parse`` returned for it (expressions, then the text; the text alone when
+    it read no expression).
+
+    Unscorable, so that the example teaches nothing rather than 0.0 from a broken label:
+
+    * nothing parsed (an empty answer, ``$$``);
+    * unbalanced braces (``\\frac{``, ``2\\sqrt{``): cut-off LaTeX, even where math-verify reads a prefix (``2``);
+    * no expression read from text with LaTeX markup (``\\``, braces, ``^`` or ``_``: ``\\hello``, ``x^``,
+      ``unparseable_latex``): markup says it was meant as math, and math-verify could not read that math, so only a
+      completion repeating the broken text verbatim could score;
+    * no letter, digit or math symbol at all (``???``, ``---``): nothing a completion could be compared with.
+
+    Otherwise the reference is scored: as math-verify's expression (``42``, ``\\frac{1}{2}``, and words, which it
+    reads as products of symbols: ``Paris``, ``(B)``), or as text when it read none from text without markup
+    (``C++``, ``∞``): a real answer that only a text comparison can check.
+    """
+    if not parsed or not braces_balanced(gold):
+        return True
+    if any(not isinstance(item, str) for item in parsed):
+        return False
+    return bool(_LATEX_MARKUP.search(gold)) or not any(_comparable(char) for char in gold)
+
+
+def _comparable(char: str) -> bool:
+    """A letter, a digit or a math symbol (Unicode L*, N*, Sm: ``x``, ``7``, ``∞``, ``+``), not punctuation."""
+    category = unicodedata.category(char)
+    return category[0] in "LN" or category == "Sm"
+
+
 def score_one(
     solution: Any,
     text: str,
@@ -113,8 +151,9 @@ def score_one(
 
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-    gold = _parse_gold(gold_answer(solution), parse_timeout)
-    if not gold:
+    latex = gold_answer(solution)
+    gold = _parse_gold(latex, parse_timeout)
+    if reference_unscorable(latex, gold):
         return None, "gold_unparseable"
     answer, _ = extract_answer(text, extraction, multiple_boxed)
     if answer is None:
@@ -208,7 +247,8 @@ class MathAccuracy:
             answers with the reference (multi-answer problems).
         solution_column: dataset column with the reference; ``None`` uses ``answer`` (the final answer) if present,
             else ``solution``. A full GSM8K or MATH solution is fine: its final answer is extracted. A reference that
-            is not an answer (a dict, a list, ``None``, empty text) scores ``None`` (unscorable), never 0.0.
+            is not an answer (a dict, a list, ``None``, empty text) or cannot be scored (broken LaTeX such as
+            ``\\frac{``, or no letter or digit: :func:`reference_unscorable`) scores ``None``, never 0.0.
         timeout_backend: ``"auto"``, ``"signal"`` or ``"process"`` (see the module docstring).
         parse_timeout, verify_timeout: math-verify's per-call limits, in whole seconds (``signal.alarm``).
         hard_timeout: wall-clock limit per completion in the process backend; the helper is killed and replaced

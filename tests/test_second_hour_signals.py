@@ -1,0 +1,246 @@
+"""What a Python user is told in the second hour: the preset's rollout rhythm and the logged rows it leaves without
+reward figures, reward functions that score nothing (None/NaN), an overlong buffer too short to ramp, and shaping
+rewards recognized by their mark (not their name) in dynamic sampling's accuracy metric."""
+
+from __future__ import annotations
+
+import logging
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from helpers import tiny_args
+
+from trl_ext import DAPOTrainer
+from trl_ext.grpo import rollout_rhythm
+from trl_ext.grpo.configs import warn_step_like_overlong_buffer
+from trl_ext.grpo.group_filter import informative_groups
+from trl_ext.reliability.reward_guard import GuardedReward, RewardFunctionError
+from trl_ext.reliability.unscorable import UnscorableWatch
+from trl_ext.rewards import get_reward
+from trl_ext.rewards.shaping import is_shaping_reward, mark_shaping
+
+NAN = float("nan")
+
+
+def position_reward(completions, **kwargs):
+    """0, 1, 2, 3 within each group of 4: every group informative."""
+    return [float(i % 4) for i in range(len(completions))]
+
+
+def none_every_third(completions, **kwargs):
+    return [None if i % 3 == 0 else 1.0 for i in range(len(completions))]
+
+
+def always_none(completions, **kwargs):
+    return [None] * len(completions)
+
+
+def even_answer_reward(completions, answer, **kwargs):
+    """[0, 1, 0, 1] in a group whose answer is even; all 0 otherwise."""
+    return [float(i % 2) if int(a) % 2 == 0 else 0.0 for i, a in enumerate(answer)]
+
+
+def _rhythm(spg, ga=1, iterations=1, logging_steps=1, max_steps=-1, **extra):
+    return SimpleNamespace(
+        steps_per_generation=spg,
+        gradient_accumulation_steps=ga,
+        num_iterations=iterations,
+        logging_steps=logging_steps,
+        logging_strategy="steps",
+        max_steps=max_steps,
+        **extra,
+    )
+
+
+# -- item 1: the rollout rhythm ------------------------------------------------------------------------------------
+
+
+def test_rows_with_a_rollout_by_hand():
+    assert rollout_rhythm.rows_with_rollout(_rhythm(16), 1) == (1, 16)
+    assert rollout_rhythm.rows_with_rollout(_rhythm(16), 2) == (1, 8)
+    assert rollout_rhythm.rows_with_rollout(_rhythm(16), 16) == (1, 1)
+    # a rollout every 32 micro-steps, rows of 3 x 2 = 6 micro-steps: rollouts at 0, 32, 64 fall in rows 0, 5, 10 of 16
+    assert rollout_rhythm.rows_with_rollout(_rhythm(32, ga=2), 3) == (3, 16)
+    assert [rollout_rhythm.rollout_index(s, 16) for s in (0, 1, 16, 17, 32, 33)] == [0, 1, 1, 2, 2, 3]
+
+
+def test_rhythm_warning_only_when_rows_miss_the_figures():
+    text = rollout_rhythm.rhythm_warning(_rhythm(16, logging_steps=2, max_steps=10, num_minibatches=16))
+    assert "trains 16 optimizer steps per rollout (num_minibatches=16, so steps_per_generation=16)" in text
+    assert "with logging_steps=2 they appear on 1 of every 5 logged rows" in text
+    assert "With max_steps=10 the run generates 1 rollout(s)" in text
+    assert "set logging_steps to a multiple of 16" in text and "num_minibatches=1" in text
+    assert rollout_rhythm.rhythm_warning(_rhythm(16, logging_steps=32)) is None  # every row holds a rollout
+    assert rollout_rhythm.rhythm_warning(_rhythm(1)) is None  # TRL's rhythm
+    assert rollout_rhythm.rhythm_warning(_rhythm(4, ga=4)) is None  # TRL's default, with accumulation
+    # a run shorter than the pattern counts its own rows: 10 steps logged every 2 (the issue's run), or every 0.5 x 4
+    assert rollout_rhythm.rows_with_rollout(_rhythm(16, max_steps=10), 2) == (1, 5)
+    assert "on 1 of every 2 logged rows" in rollout_rhythm.rhythm_warning(_rhythm(16, logging_steps=0.5, max_steps=4))
+    assert rollout_rhythm.rhythm_warning(_rhythm(16, logging_steps=2, max_steps=2)) is None  # one row, one rollout
+
+
+def test_dapo_trainer_warns_about_its_rhythm_and_rows_carry_the_rollout_index(
+    tiny_model, tokenizer, problems, tmp_path, caplog
+):
+    args = tiny_args(
+        "dapo", tmp_path, num_minibatches=2, max_steps=3, soft_overlong_punishment=False, dynamic_sampling=False
+    )
+    with caplog.at_level(logging.WARNING, logger="trl_ext"):
+        trainer = DAPOTrainer(
+            tiny_model, [position_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
+        )
+    warnings = [r.getMessage() for r in caplog.records if "optimizer steps per rollout" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "DAPOConfig trains 2 optimizer steps per rollout" in warnings[0]
+    assert "with logging_steps=1 they appear on 1 of every 2 logged rows" in warnings[0]
+    assert "With max_steps=3 the run generates 2 rollout(s)" in warnings[0]
+    trainer.train()
+    rows = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["rollout"] for h in rows] == [1.0, 1.0, 2.0]
+    assert ["reward" in h for h in rows] == [True, False, True]
+
+
+# -- item 2: None / NaN rewards ------------------------------------------------------------------------------------
+
+
+def test_unscorable_fractions_and_one_warning_for_a_function_that_never_scores(caplog):
+    watch = UnscorableWatch(["acc", "fmt", "overlong"], shaping=[False, False, True], rounds=2)
+    rewards = torch.tensor([[1.0, NAN, -0.5], [NAN, NAN, 0.0], [0.0, NAN, 0.0], [NAN, NAN, -1.0]])
+    with caplog.at_level(logging.WARNING, logger="trl_ext.reliability.unscorable"):
+        first = watch.observe(rewards)
+        assert first == {"rewards/acc/none_frac": 0.5, "rewards/fmt/none_frac": 1.0, "rewards/overlong/none_frac": 0.0}
+        assert not caplog.records  # one round is not enough to tell
+        watch.observe(rewards[:2], training=False)  # evaluation rounds are not watched
+        assert not caplog.records
+        second = watch.observe(rewards[:2])
+        assert second["rewards/acc/none_frac"] == 0.5
+        watch.observe(rewards)  # past the watched rounds: counted, never reported again
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and watch.warned == ["fmt"]
+    assert "reward function 'fmt' returned None/NaN" in messages[0]
+    assert "all 6 completions of the first 2 generation rounds" in messages[0]
+    assert "does not apply to this data" in messages[0] and "or it is broken" in messages[0]
+
+
+def test_every_task_reward_unscorable_stops_naming_them():
+    watch = UnscorableWatch(["acc", "overlong"], shaping=[False, True], rounds=2)
+    rewards = torch.tensor([[NAN, -0.5], [NAN, 0.0]])
+    watch.observe(rewards)  # the first round alone does not stop
+    with pytest.raises(RewardFunctionError) as info:
+        watch.observe(rewards)
+    message = str(info.value)
+    assert "['acc'] returned None/NaN" in message and "all 4 completions of the first 2 generation rounds" in message
+    assert "only the shaping rewards ['overlong'] score them" in message
+    assert "do not apply to this data" in message and "or they are broken" in message
+    only = UnscorableWatch(["overlong"], shaping=[True], rounds=1)  # all shaping: they are the task rewards
+    with pytest.raises(RewardFunctionError, match="every advantage is 0"):
+        only.observe(torch.tensor([[NAN], [NAN]]))
+
+
+def test_trainer_logs_none_fractions_and_warns_about_the_function_that_never_scores(
+    tiny_model, tokenizer, problems, tmp_path, caplog
+):
+    args = tiny_args("dapo", tmp_path, max_steps=3, soft_overlong_punishment=False, dynamic_sampling=False)
+    funcs = [position_reward, none_every_third, always_none]
+    trainer = DAPOTrainer(tiny_model, funcs, args=args, train_dataset=problems[0], processing_class=tokenizer)
+    with caplog.at_level(logging.WARNING, logger="trl_ext.reliability.unscorable"):
+        trainer.train()
+    rows = [h for h in trainer.state.log_history if "loss" in h]
+    # 8 completions per round: indices 0, 3, 6 are None for none_every_third
+    assert [h["rewards/none_every_third/none_frac"] for h in rows] == [3 / 8] * 3
+    assert [h["rewards/always_none/none_frac"] for h in rows] == [1.0] * 3
+    assert [h["rewards/position_reward/none_frac"] for h in rows] == [0.0] * 3
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "reward function 'always_none' returned None/NaN" in messages[0]
+    assert "all 24 completions of the first 3 generation rounds" in messages[0]
+
+
+def test_trainer_stops_when_its_only_task_reward_never_scores(tiny_model, tokenizer, problems, tmp_path):
+    # DAPO's defaults: the trainer adds the overlong shaping term, dynamic sampling refills the uninformative rounds
+    args = tiny_args("dapo", tmp_path, max_steps=5, overlong_buffer_len=4)
+    trainer = DAPOTrainer(tiny_model, [always_none], args=args, train_dataset=problems[0], processing_class=tokenizer)
+    with pytest.raises(RewardFunctionError, match=r"\['always_none'\] returned None/NaN.*soft_overlong_punishment"):
+        trainer.train()
+    assert trainer.state.global_step == 0  # stopped in the first step's refill rounds, before any update
+
+
+# -- item 8: an overlong buffer too short to ramp ------------------------------------------------------------------
+
+
+def test_tiny_default_overlong_buffer_warns_with_the_penalized_lengths(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="trl_ext.grpo.configs"):
+        args = tiny_args("dapo", tmp_path, max_completion_length=8)
+    assert args.overlong_buffer_len == 1  # int(0.2 * 8)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith("overlong_buffer_len=1 token(s) (20% of max_completion_length=8)")
+    assert "Completions of 8 tokens (the last 1 of 8 lengths) are penalized" in message
+    assert "the full -1 (overlong_penalty_factor)" in message
+    for fix in ("Raise max_completion_length", "set overlong_buffer_len explicitly", "soft_overlong_punishment=False"):
+        assert fix in message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trl_ext.grpo.configs"):
+        assert warn_step_like_overlong_buffer(12, 2, 0.5)
+        assert "Completions of 11-12 tokens (the last 2 of 12 lengths)" in caplog.text and "full -0.5" in caplog.text
+        caplog.clear()
+        assert tiny_args("dapo", tmp_path, max_completion_length=20).overlong_buffer_len == 4  # a 4-token ramp
+        tiny_args("dapo", tmp_path, max_completion_length=8, overlong_buffer_len=2)  # chosen explicitly
+        tiny_args("dapo", tmp_path, max_completion_length=8, soft_overlong_punishment=False)
+    assert not caplog.records
+
+
+# -- item 10b: shaping rewards by their mark -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, options, shaping",
+    [
+        ("soft_overlong", {"max_completion_len": 4}, True),
+        ("repetition", {}, True),
+        ("length_budget", {"budget": 4}, True),
+        ("len_reward", {}, True),
+        ("accuracy", {}, False),
+        ("format", {}, False),
+        ("cosine", {}, False),  # replaces the accuracy reward: its sign is the correctness
+    ],
+)
+def test_registry_rewards_carry_the_shaping_mark(name, options, shaping):
+    func = get_reward(name, **options)
+    assert is_shaping_reward(func) is shaping
+    assert is_shaping_reward(GuardedReward(func)) is shaping  # seen through the reward guard
+
+
+def test_dynamic_sampling_metric_leaves_out_marked_shaping_rewards_whatever_their_name(
+    tiny_model, tokenizer, problems, tmp_path
+):
+    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_rounds=1)
+    overlong = get_reward("soft_overlong", max_completion_len=4, soft_punish_cache=4)  # --reward_funcs soft_overlong
+    trainer = DAPOTrainer(
+        tiny_model, [even_answer_reward, overlong], args=args, train_dataset=problems[0], processing_class=tokenizer
+    )
+    assert trainer.reward_func_names == ["even_answer_reward", "soft_overlong"]
+    assert trainer._ds_metric_columns == [0]
+    trainer.model.train()
+    answers = [int(a) for a in problems[0]["answer"]]
+    odd, even = next(i for i, a in enumerate(answers) if a % 2), next(i for i, a in enumerate(answers) if a % 2 == 0)
+    inputs = [problems[0][i] for i in (odd, even) for _ in range(4)]
+    ids = [[5] * n for n in (1, 2, 3, 4)] * 2  # lengths 1..4 in each group: the overlong reward varies
+    per_func = trainer._calculate_rewards(inputs, [r["prompt"] for r in inputs], ["1"] * 8, ids)
+    assert per_func[:4, 1].tolist() == pytest.approx([-0.25, -0.5, -0.75, -1.0])
+    # the odd-answer group: accuracy all 0, overlong varying -> uninformative
+    assert informative_groups(trainer._ds_capture["metric"], 4).tolist() == [False, True]
+
+
+def test_a_function_of_yours_is_left_out_once_marked(tiny_model, tokenizer, problems, tmp_path):
+    def brevity(completions, **kwargs):
+        return [-0.1 * len(c) for c in completions]
+
+    args = tiny_args("dapo", tmp_path, overlong_buffer_len=4)
+    build = dict(args=args, train_dataset=problems[0], processing_class=tokenizer)
+    unmarked = DAPOTrainer(tiny_model, [even_answer_reward, brevity], **build)
+    assert unmarked._ds_metric_columns == [0, 1]  # the trainer-added overlong term (column 2) is marked
+    assert is_shaping_reward(unmarked.reward_funcs[2]) and not is_shaping_reward(unmarked.reward_funcs[1])
+    marked = DAPOTrainer(tiny_model, [even_answer_reward, mark_shaping(brevity)], **build)
+    assert marked._ds_metric_columns == [0]
+    assert math.isclose(marked.reward_weights[2].item(), 1.0)  # overlong_penalty_factor

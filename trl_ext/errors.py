@@ -1,0 +1,78 @@
+"""User errors: a mistake in what the user gave (a flag, a file, the data's columns, a config value), as opposed to a
+bug. A recipe run from the command line (``trl-ext <recipe>``, ``python recipes/<recipe>.py``) prints a user error's
+message alone and exits with code 2 (``reported_user_errors``); ``TRL_EXT_DEBUG=1`` shows the traceback. Any other
+exception keeps its traceback. Importing this module costs nothing (no torch), so the console script can use it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+DEBUG_VARIABLE = "TRL_EXT_DEBUG"
+EXIT_CODE = 2  # argparse's code for a usage error
+
+
+class UserError(ValueError):
+    """A message for the user, who can fix what it names; a ``ValueError``, so that callers and tests catching
+    ``ValueError`` still do."""
+
+
+class MissingFileError(UserError, FileNotFoundError):
+    """A path the user gave does not exist (also a ``FileNotFoundError``)."""
+
+
+def missing_path_message(path: str, what: str) -> str:
+    """``"<what>='data/gsm8k.jsonl': no such file. Did you mean 'data/gsm8k_like.jsonl'?"``: the closest existing name
+    in the same folder (``difflib``), or the folder's absence, so that a typo is one glance away from its fix.
+    ``what`` is a field (``dataset_name``) or a flag (``--config``)."""
+    given = f"{what} {path}" if what.startswith("-") else f"{what}={path!r}"  # a flag, or a field's value
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        return f"{given}: no such file (the folder {folder!r} does not exist either)."
+    entries = sorted(os.listdir(folder))
+    close = difflib.get_close_matches(os.path.basename(path), entries, n=1, cutoff=0.6)
+    if close:
+        return f"{given}: no such file. Did you mean {os.path.join(os.path.dirname(path), close[0])!r}?"
+    return f"{given}: no such file in {os.path.abspath(folder)}. Give the path of an existing file."
+
+
+def debug() -> bool:
+    """Whether ``TRL_EXT_DEBUG`` asks for tracebacks (any value but empty, ``0``, ``false``, ``no``)."""
+    return os.environ.get(DEBUG_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def format_user_error(prog: str, error: BaseException) -> str:
+    """``<prog>: error: <message>`` and, on its own line, how to see the traceback."""
+    return f"{prog}: error: {error}\n({DEBUG_VARIABLE}=1 shows the traceback)"
+
+
+@contextmanager
+def reported_user_errors(prog: str) -> Iterator[None]:
+    """Run the body; a ``UserError`` escaping it is printed to stderr as ``<prog>: error: <message>`` and ends the
+    process with exit code 2, unless ``TRL_EXT_DEBUG=1`` (then it propagates with its traceback). Other exceptions
+    (bugs) always propagate."""
+    try:
+        yield
+    except UserError as error:
+        if debug():
+            raise
+        print(format_user_error(prog, error), file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_CODE) from None
+
+
+@contextmanager
+def as_user_errors(*types: type[Exception]) -> Iterator[None]:
+    """Re-raise an exception of ``types`` (default ``ValueError``) escaping the body as a ``UserError`` with the
+    same message (the original chained, for ``TRL_EXT_DEBUG``): for a step whose every such failure is the user's to
+    fix, e.g. the checks a config runs on its values at construction, or the reward registry refusing a name."""
+    caught = types or (ValueError,)
+    try:
+        yield
+    except UserError:
+        raise
+    except caught as error:
+        raise UserError(str(error)) from error
