@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 DEBUG_VARIABLE = "TRL_EXT_DEBUG"
@@ -23,6 +23,13 @@ class UserError(ValueError):
 
 class MissingFileError(UserError, FileNotFoundError):
     """A path the user gave does not exist (also a ``FileNotFoundError``)."""
+
+
+def did_you_mean(name: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
+    """``" Did you mean 'x'?"``, the closest of ``choices`` to ``name`` (``difflib``, at least ``cutoff`` alike), or
+    ``""``: the hint every "unknown name" message of the package ends with."""
+    match = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=cutoff)
+    return f" Did you mean {match[0]!r}?" if match else ""
 
 
 def missing_path_message(path: str, what: str) -> str:

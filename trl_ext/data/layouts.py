@@ -39,7 +39,6 @@ code) is :attr:`Layout.task_rewards`.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -47,7 +46,7 @@ from typing import Any
 
 from datasets import Dataset
 
-from trl_ext.errors import UserError
+from trl_ext.errors import UserError, did_you_mean
 from trl_ext.rewards.extract import boxed_contents, gsm8k_answer
 from trl_ext.scoring import is_conversational
 
@@ -157,8 +156,7 @@ def get_path(row: dict[str, Any], path: str) -> Any:
 def _check_column(path: str, columns: list[str], flag: str) -> None:
     top = path.split(".")[0]
     if top not in columns:
-        close = difflib.get_close_matches(top, columns, n=1, cutoff=0.5)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(top, columns, cutoff=0.5)
         raise UserError(f"{flag}={path!r}: the dataset has no column {top!r} (columns: {columns}).{hint}")
 
 

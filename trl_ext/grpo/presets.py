@@ -8,12 +8,12 @@ here; README "Add a preset" shows Dr. GRPO's row as the worked example.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import trl
 
+from trl_ext.errors import did_you_mean
 from trl_ext.grpo.configs import DAPOConfig, DrGRPOConfig, GRPOFamilyConfig, GRPOPaperConfig, GSPOConfig
 from trl_ext.grpo.trainers import DAPOTrainer, GRPOTrainer, GSPOTokenTrainer, GSPOTrainer
 
@@ -38,11 +38,6 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def _close_match(name: str, choices: list[str]) -> str:
-    match = difflib.get_close_matches(name, choices, n=1)
-    return f" Did you mean {match[0]!r}?" if match else ""
-
-
 def preset_names() -> list[str]:
     return sorted(PRESETS)
 
@@ -51,9 +46,7 @@ def lookup(name: str) -> Preset:
     """The table row of ``name`` (``-`` and ``_`` interchangeable, any case); unknown names raise, listing the known."""
     key = name.lower().replace("-", "_")
     if key not in PRESETS:
-        raise ValueError(
-            f"Unknown preset {name!r}. Known presets: {preset_names()}.{_close_match(key, list(PRESETS))}"
-        )
+        raise ValueError(f"Unknown preset {name!r}. Known presets: {preset_names()}.{did_you_mean(key, PRESETS)}")
     return PRESETS[key]
 
 
@@ -63,7 +56,7 @@ def get_preset(name: str, **overrides: Any) -> GRPOFamilyConfig:
     known = {f.name for f in fields(row.config) if f.init}
     unknown = sorted(set(overrides) - known)
     if unknown:
-        hints = "".join(_close_match(u, sorted(known)) for u in unknown)
+        hints = "".join(did_you_mean(u, sorted(known)) for u in unknown)
         raise ValueError(f"Unknown field(s) {unknown} for preset {name!r} ({row.config.__name__}).{hints}")
     return row.config(**{**row.overrides, **overrides})
 

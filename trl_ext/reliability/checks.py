@@ -11,19 +11,15 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from trl_ext.errors import did_you_mean
 from trl_ext.reliability.reward_guard import reward_columns  # noqa: F401  (re-exported: checks use it)
 
 _PROMPT_SAMPLE = 256  # prompts tokenized to estimate the longest prompt (cheap at any dataset size)
-
-
-def _close(name: str, choices: Iterable[str]) -> str:
-    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return f" Did you mean {match[0]!r}?" if match else ""
 
 
 def _columns(dataset: Any) -> list[str] | None:
@@ -296,5 +292,5 @@ def check_config_keys(config: str | dict[str, Any], dataclass_types: Sequence[ty
         names = ", ".join(cls.__name__ for cls in dataclass_types)
         raise ValueError(
             f"config file {path}: unknown key {key!r}{' (and ' + str(unknown[1:]) + ')' if unknown[1:] else ''}."
-            f"{_close(key, sorted(known))} Keys must be fields of {names}; fix the spelling or remove the line."
+            f"{did_you_mean(key, sorted(known))} Keys must be fields of {names}; fix the spelling or remove the line."
         )

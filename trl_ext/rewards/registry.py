@@ -28,12 +28,12 @@ Every class also takes ``name`` (the logged ``__name__``), to use one reward twi
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trl_ext.errors import did_you_mean
 from trl_ext.rewards.arithmetic import arithmetic_reward
 from trl_ext.rewards.code import CodeReward
 from trl_ext.rewards.code_format import CodeFormat
@@ -106,8 +106,7 @@ def get_reward(name: str, /, **options: Any) -> Callable:
     Raises ``ValueError`` naming the bad name (with the known names and a close match) or the bad option.
     """
     if name not in _REGISTRY:
-        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, _REGISTRY)
         raise ValueError(f"unknown reward {name!r}.{hint} Known rewards: {available_rewards()}")
     entry = _REGISTRY[name]
     accepted = entry.accepted()
@@ -116,8 +115,7 @@ def get_reward(name: str, /, **options: Any) -> Callable:
         if unknown:
             fixed = sorted(set(unknown) & set(entry.fixed))
             note = f" ({fixed} is set by the name {name!r})" if fixed else ""
-            close = difflib.get_close_matches(unknown[0], sorted(accepted), n=1, cutoff=0.5)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(unknown[0], sorted(accepted), cutoff=0.5)
             raise ValueError(
                 f"unknown option(s) {unknown} for reward {name!r}{note}.{hint} It accepts {sorted(accepted)}"
             )
