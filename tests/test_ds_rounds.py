@@ -42,13 +42,13 @@ def _groups(problems, parities, num_generations=4):
 
 def _record_sizes(trainer, method: str = "_generate") -> list[int]:
     """The length of the first argument of each call of ``trainer.<method>`` (``_generate``: the prompts of one
-    generation round; ``_run_round``: its rows on this process), appended as rounds run."""
+    generation round; ``run_round``: its rows on this process), appended as rounds run."""
     sizes = []
     original = getattr(trainer, method)
 
-    def recording(rows):
+    def recording(rows, *rest):
         sizes.append(len(rows))
-        return original(rows)
+        return original(rows, *rest)
 
     setattr(trainer, method, recording)
     return sizes
@@ -218,7 +218,7 @@ def _trainer_with_deferred_logps(tiny_model, tokenizer, problems, tmp_path) -> D
 
 def test_old_and_ref_logps_only_for_trained_rows(tiny_model, tokenizer, problems, tmp_path, forward_rows):
     trainer = _trainer_with_deferred_logps(tiny_model, tokenizer, problems, tmp_path)
-    generated = _record_sizes(trainer, "_run_round")
+    generated = _record_sizes(trainer, "run_round")
     out = trainer._generate_and_score_completions(_groups(problems, "eoeo"))
     assert len(generated) > 1 and sum(generated) > 16  # something was dropped and refilled
     assert out["completion_ids"].size(0) == 16
@@ -288,13 +288,13 @@ def test_gathered_bytes_are_the_selected_rows_only(tiny_model, tokenizer, proble
     )
     trainer.model.train()
     rounds = []
-    run_round = trainer._run_round
+    run_round = trainer.run_round
 
-    def recording(inputs):
-        rounds.append(run_round(inputs))
+    def recording(inputs, scratch):
+        rounds.append(run_round(inputs, scratch))
         return rounds[-1]
 
-    trainer._run_round = recording
+    trainer.run_round = recording
     trainer._generate_and_score_completions(_groups(problems, "oe"))
     assert len(rounds) > 1
     keys = ["prompt_ids", "prompt_mask", "completion_ids", "completion_mask"]
@@ -352,7 +352,7 @@ def test_surplus_is_carried_once_bounded_with_its_own_old_logps(tokenizer, probl
     trainer._generate_and_score_completions(_groups(problems, "eeeo"))  # 3 of 4 informative: a refill of 4
     metrics = trainer._metrics["train"]
     surplus = metrics["dynamic_sampling/surplus_groups"][-1]
-    carried = trainer._ds_carry
+    carried = trainer.dynamic_sampler.carry
     assert surplus > 0 and carried is not None
     # bounded: at most 0.5 x 4 groups, and exactly min(surplus, 2)
     assert carried.num_rows == 4 * min(int(surplus), 2)
@@ -384,11 +384,11 @@ def test_surplus_is_carried_once_bounded_with_its_own_old_logps(tokenizer, probl
     )
     assert metrics["dynamic_sampling/carried_groups_used"][-1] == n // 4
     # at most once: what is carried out of step 2 comes from step 2's own rounds
-    if trainer._ds_carry is not None:
+    if trainer.dynamic_sampler.carry is not None:
         assert not any(
-            torch.equal(trainer._ds_carry.output["completion_ids"][i], carried.output["completion_ids"][i])
-            and torch.equal(trainer._ds_carry.output["prompt_ids"][i], carried.output["prompt_ids"][i])
-            for i in range(min(n, trainer._ds_carry.num_rows))
+            torch.equal(trainer.dynamic_sampler.carry.output["completion_ids"][i], carried.output["completion_ids"][i])
+            and torch.equal(trainer.dynamic_sampler.carry.output["prompt_ids"][i], carried.output["prompt_ids"][i])
+            for i in range(min(n, trainer.dynamic_sampler.carry.num_rows))
         )
 
 
@@ -398,12 +398,12 @@ def test_first_round_is_oversampled_once_groups_are_dropped_where_surplus_is_car
     sizes = _record_sizes(trainer)
     trainer.model.train()
     trainer._generate_and_score_completions(_groups(problems, "eeee"))  # nothing dropped: TRL's own batch
-    assert sizes == [16] and trainer._ds_rate.estimate() == 1.0
+    assert sizes == [16] and trainer.dynamic_sampler.rate.estimate() == 1.0
     trainer._generate_and_score_completions(_groups(problems, "eooo"))  # 3 of 4 dropped: a refill
     metrics = trainer._metrics["train"]
     assert sizes[1] == 16 and metrics["dynamic_sampling/first_round_groups"][:2] == [4.0, 4.0]
-    rate = trainer._ds_rate.estimate()
-    carried = trainer._ds_carry.num_rows // 4 if trainer._ds_carry is not None else 0
+    rate = trainer.dynamic_sampler.rate.estimate()
+    carried = trainer.dynamic_sampler.carry.num_rows // 4 if trainer.dynamic_sampler.carry is not None else 0
     assert rate < 1.0
     expected = first_round_groups(4, carried, rate, 1.25, 1, cap=8, remaining=30 * 4, carrying=True)
     del sizes[:]
@@ -419,7 +419,7 @@ def test_first_round_is_trls_batch_where_surplus_would_be_discarded(tokenizer, p
     trainer.model.train()
     for _ in range(3):
         trainer._generate_and_score_completions(_groups(problems, "eo"))
-    assert trainer._ds_rate.estimate() < 1.0
+    assert trainer.dynamic_sampler.rate.estimate() < 1.0
     assert trainer._metrics["train"]["dynamic_sampling/first_round_groups"] == [2.0, 2.0, 2.0]
 
 
@@ -441,7 +441,7 @@ def test_no_carry_where_unsound_or_off(tokenizer, problems, tmp_path, overrides)
     trainer.model.train()
     trainer._generate_and_score_completions(_groups(problems, "eeeo"))
     assert trainer._metrics["train"]["dynamic_sampling/surplus_groups"][-1] > 0
-    assert trainer._ds_carry is None
+    assert trainer.dynamic_sampler.carry is None
     assert trainer._metrics["train"]["dynamic_sampling/carried_groups_out"] == [0.0]
 
 
@@ -456,7 +456,7 @@ def test_no_carry_for_gspo(tiny_model, tokenizer, problems, tmp_path, preset):
         tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
     )
     assert trainer.args.gradient_accumulation_steps % (trainer.args.steps_per_generation * trainer.num_iterations)
-    assert not trainer._carry_allowed()
+    assert not trainer.carries_surplus()
     probe = ProbeArguments.from_training_args(
         get_preset(preset, output_dir=str(tmp_path), dynamic_sampling=True, bf16=False)
     )

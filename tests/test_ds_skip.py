@@ -75,9 +75,9 @@ def test_skipping_generates_fewer_groups_on_persistent_data(tokenizer, problems,
         if skip:
             skipped = [h["dynamic_sampling/skipped_prompts"] for h in logs]
             assert sum(skipped[6:]) > 0
-            assert trainer._ds_skip.streaks  # odd-answer prompts have zero-variance streaks
+            assert trainer.dynamic_sampler.skip.streaks  # odd-answer prompts have zero-variance streaks
             answers = [int(a) for a in problems[0]["answer"]]
-            assert all(answers[i] % 2 for i in trainer._ds_skip.streaks)  # indices of the 16-row subset = first 16
+            assert all(answers[i] % 2 for i in trainer.dynamic_sampler.skip.streaks)  # indices of the 16-row subset = first 16
         else:
             assert "dynamic_sampling/skipped_prompts" not in logs[0]
     # half the prompts are always uninformative: about 2 groups per kept one without skipping, fewer with it
@@ -99,7 +99,7 @@ def test_skip_history_is_checkpointed_and_resumed_exactly(tokenizer, problems, t
     checkpoint = tmp_path / "full" / "out" / "checkpoint-3"
     resumed = _trainer(tokenizer, problems, tmp_path / "resumed", True, max_steps=6, learning_rate=1e-2)
     resumed.train(resume_from_checkpoint=str(checkpoint))
-    assert resumed._ds_skip.state_dict() == full._ds_skip.state_dict()
+    assert resumed.dynamic_sampler.skip.state_dict() == full.dynamic_sampler.skip.state_dict()
     params = [torch.cat([p.detach().flatten() for p in t.model.parameters()]) for t in (full, resumed)]
     assert torch.equal(params[0], params[1])
     skipped = [

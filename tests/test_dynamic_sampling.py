@@ -66,7 +66,7 @@ def test_metric_excludes_shaping_reward_so_constant_accuracy_groups_are_dropped(
     ids = [[5] * n for n in (1, 2, 3, 4)] * 2  # lengths 1..4 in each group: the overlong reward varies
     per_func = trainer._calculate_rewards(inputs, prompts, completions, ids)
     assert per_func[:4, 1].tolist() == pytest.approx([-0.25, -0.5, -0.75, -1.0])  # Eq. 13, L_max - L_cache = 0
-    metric = trainer._ds_capture["metric"]
+    metric = trainer.reward_capture["metric"]
     # group 0 (odd answer): accuracy all 0, overlong varies -> uninformative; group 1: accuracy [0,1,0,1]
     assert informative_groups(metric, 4).tolist() == [False, True]
     assert metric.tolist() == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0]
@@ -358,18 +358,18 @@ def test_iterable_dataset_refills_from_the_stream_and_resumes_exactly(tokenizer,
     from trl_ext.grpo.dynamic_sampling import IterablePromptStream
 
     full = _iterable_trainer(tokenizer, problems, tmp_path / "full", save_strategy="steps", save_steps=2)
-    assert isinstance(full._ds_stream, IterablePromptStream)
+    assert isinstance(full.dynamic_sampler.stream, IterablePromptStream)
     full.train()
     rounds = [h["dynamic_sampling/rounds"] for h in full.state.log_history if "dynamic_sampling/rounds" in h]
     assert len(rounds) == 4 and max(rounds) > 1  # refill rounds drew prompts from the stream
-    assert full._ds_stream.position > 0 or full._ds_stream.epoch > 0
+    assert full.dynamic_sampler.stream.position > 0 or full.dynamic_sampler.stream.epoch > 0
     checkpoint = tmp_path / "full" / "out" / "checkpoint-2"
     assert (checkpoint / "dynamic_sampling_state.json").exists()
 
     resumed = _iterable_trainer(tokenizer, problems, tmp_path / "resumed")
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert torch.equal(_params(resumed), _params(full))
-    assert resumed._ds_stream.state_dict() == full._ds_stream.state_dict()
+    assert resumed.dynamic_sampler.stream.state_dict() == full.dynamic_sampler.stream.state_dict()
     after = [h["dynamic_sampling/rounds"] for h in resumed.state.log_history if "dynamic_sampling/rounds" in h]
     assert after == rounds  # the checkpoint's log history, then the same two steps as the uninterrupted run
 

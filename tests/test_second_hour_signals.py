@@ -220,7 +220,7 @@ def test_dynamic_sampling_metric_leaves_out_marked_shaping_rewards_whatever_thei
         tiny_model, [even_answer_reward, overlong], args=args, train_dataset=problems[0], processing_class=tokenizer
     )
     assert trainer.reward_func_names == ["even_answer_reward", "soft_overlong"]
-    assert trainer._ds_metric_columns == [0]
+    assert trainer.metric_columns == [0]
     trainer.model.train()
     answers = [int(a) for a in problems[0]["answer"]]
     odd, even = next(i for i, a in enumerate(answers) if a % 2), next(i for i, a in enumerate(answers) if a % 2 == 0)
@@ -229,7 +229,7 @@ def test_dynamic_sampling_metric_leaves_out_marked_shaping_rewards_whatever_thei
     per_func = trainer._calculate_rewards(inputs, [r["prompt"] for r in inputs], ["1"] * 8, ids)
     assert per_func[:4, 1].tolist() == pytest.approx([-0.25, -0.5, -0.75, -1.0])
     # the odd-answer group: accuracy all 0, overlong varying -> uninformative
-    assert informative_groups(trainer._ds_capture["metric"], 4).tolist() == [False, True]
+    assert informative_groups(trainer.reward_capture["metric"], 4).tolist() == [False, True]
 
 
 def test_a_function_of_yours_is_left_out_once_marked(tiny_model, tokenizer, problems, tmp_path):
@@ -239,8 +239,8 @@ def test_a_function_of_yours_is_left_out_once_marked(tiny_model, tokenizer, prob
     args = tiny_args("dapo", tmp_path, overlong_buffer_len=4)
     build = dict(args=args, train_dataset=problems[0], processing_class=tokenizer)
     unmarked = DAPOTrainer(tiny_model, [even_answer_reward, brevity], **build)
-    assert unmarked._ds_metric_columns == [0, 1]  # the trainer-added overlong term (column 2) is marked
+    assert unmarked.metric_columns == [0, 1]  # the trainer-added overlong term (column 2) is marked
     assert is_shaping_reward(unmarked.reward_funcs[2]) and not is_shaping_reward(unmarked.reward_funcs[1])
     marked = DAPOTrainer(tiny_model, [even_answer_reward, mark_shaping(brevity)], **build)
-    assert marked._ds_metric_columns == [0]
+    assert marked.metric_columns == [0]
     assert math.isclose(marked.reward_weights[2].item(), 1.0)  # overlong_penalty_factor

@@ -222,7 +222,7 @@ def test_round_limit_trains_on_nothing_and_warns_once(tiny_model, tokenizer, pro
     assert [h["dynamic_sampling/limit_hit"] for h in logs] == [1.0, 1.0, 1.0]
     assert [h["dynamic_sampling/rounds"] for h in logs] == [2.0, 2.0, 2.0]
     assert [h["dynamic_sampling/kept_group_frac"] for h in logs] == [0.0, 0.0, 0.0]
-    warnings = [r for r in caplog.records if "dynamic_sampling_max_rounds=2" in r.getMessage()]
+    warnings = [r for r in caplog.records if "dynamic_sampling_max_generation_batches=2" in r.getMessage()]
     assert len(warnings) == 1 and "SFT" in warnings[0].getMessage()
 
 

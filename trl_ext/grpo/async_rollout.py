@@ -14,7 +14,7 @@ How it is built over TRL (1.12 to 1.16), without copying TRL's generation:
   sampling parameters are exactly those submitted, and raises if TRL's call changed shape). Everything else (the
   gathers and broadcasts of server mode, decoding, rewards, advantages, logs) is TRL's code, run in the training
   process's main thread, so multi-process collectives happen in the same order on every process.
-- **Rounds advance between micro-steps.** The rollout is a generator (``DynamicSamplingMixin._ds_rounds``, or one
+- **Rounds advance between micro-steps.** The rollout is a generator (``DynamicSamplingMixin.rollout_rounds``, or one
   round without dynamic sampling) that yields each round's prompts. Before and after every ``training_step`` (a
   micro-step) and between its forward and backward (``compute_loss``) the trainer polls: when the engine has answered
   (the main process decides; one broadcast of a flag), TRL scores the round and dynamic sampling decides on a refill,
@@ -81,7 +81,9 @@ from typing import Any
 import torch
 from accelerate.utils import broadcast, gather_object
 
-from trl_ext.grpo.dynamic_sampling import PromptStream, _scratch_logs
+from trl_ext.grpo.deferred_logps import can_defer, fill_deferred_logps
+from trl_ext.grpo.ds_logs import merge_plain_logs, scratch_logs
+from trl_ext.grpo.prompt_stream import PromptStream
 
 logger = logging.getLogger(__name__)
 
@@ -336,7 +338,7 @@ class AsyncGenerationMixin:
         if not self._async_enabled:
             return
         check_async_trainer(self)
-        if not self._ds_enabled:
+        if not self.dynamic_sampling_enabled:
             self._async_stream = PromptStream(len(self.train_dataset), seed=self.args.seed + _STREAM_SEED_OFFSET)
         generation = self.vllm_generation
         if self.accelerator.is_main_process and not isinstance(generation.vllm_client, PrefetchingClient):
@@ -350,9 +352,9 @@ class AsyncGenerationMixin:
     def _async_client(self) -> PrefetchingClient | None:
         return getattr(self.vllm_generation, "vllm_client", None) if self.accelerator.is_main_process else None
 
-    def _carry_allowed(self) -> bool:
+    def carries_surplus(self) -> bool:
         # a carried group is trained one batch after its own: 2 batches old under overlap
-        allowed = super()._carry_allowed()
+        allowed = super().carries_surplus()
         return allowed and (not self._async_enabled or int(self.args.max_staleness) >= 2)
 
     # -- hooks ---------------------------------------------------------------------------------------------------
@@ -399,7 +401,9 @@ class AsyncGenerationMixin:
         more = self.state.global_step + self._async_steps_per_batch() < self.state.max_steps
         # The next batch, generated while this one trains: submitted before this batch's log-prob pass unless its
         # first round depends on this batch's bookkeeping (carried surplus, GRESO's skip history).
-        early = more and not (self._ds_enabled and (self._carry_allowed() or self._ds_skip is not None))
+        early = more and not (
+            self.dynamic_sampling_enabled and (self.carries_surplus() or self.dynamic_sampler.skip is not None)
+        )
         if early:
             self._async_begin(inputs, block)
         batch = self._async_batch(pipeline, block, waited)
@@ -482,9 +486,9 @@ class AsyncGenerationMixin:
     def _async_begin(self, template: list[dict[str, Any]], block: int) -> None:
         """Start the rollout of the next generation batch and submit its first round."""
         pipeline = _Pipeline(version=block)
-        if self._ds_enabled:
-            pipeline.carried_version = self._async_carry_version if self._ds_carry is not None else None
-            pipeline.rounds = self._ds_rounds(template, from_stream=True)
+        if self.dynamic_sampling_enabled:
+            pipeline.carried_version = self._async_carry_version if self.dynamic_sampler.carry is not None else None
+            pipeline.rounds = self.rollout_rounds(template, from_stream=True)
         else:
             pipeline.rounds = self._async_plain_rounds(template)
         self._async_pipeline = pipeline
@@ -551,7 +555,11 @@ class AsyncGenerationMixin:
         inputs, scratch = pipeline.request
         pipeline.request = None
         self._last_loaded_step = self.state.global_step  # the engine's weights are those of pipeline.version
-        result = self._ds_execute(inputs, scratch) if self._ds_enabled else self._async_plain_execute(inputs, scratch)
+        result = (
+            self.run_round(inputs, scratch)
+            if self.dynamic_sampling_enabled
+            else self._async_plain_execute(inputs, scratch)
+        )
         try:
             request = pipeline.rounds.send(result)
         except StopIteration as stop:
@@ -563,13 +571,14 @@ class AsyncGenerationMixin:
         """TRL's ``_generate_and_score_completions`` on one round, its no-grad log-prob passes deferred (computed with
         the weights that train the batch) and its per-call logs kept aside until the batch is trained."""
         metrics, logs = self._metrics["train"], self._logs
-        round_metrics, round_logs = defaultdict(list), _scratch_logs(logs)
+        round_metrics, round_logs = defaultdict(list), scratch_logs(logs)
         self._metrics["train"], self._logs = round_metrics, round_logs
-        self._ds_defer = set()
+        if can_defer(self):
+            self.deferred_passes.start()
         try:
             output = super()._generate_and_score_completions(inputs)
         finally:
-            deferred, self._ds_defer = frozenset(self._ds_defer or ()), None
+            deferred = self.deferred_passes.stop()
             self._metrics["train"], self._logs = metrics, logs
         return _PlainRollout(output=output, deferred=deferred, scratch=(round_metrics, round_logs))
 
@@ -577,15 +586,15 @@ class AsyncGenerationMixin:
         """The trained batch of a finished rollout, with its staleness logged and checked."""
         state = pipeline.state
         metrics = self._metrics["train"]
-        if self._ds_enabled:
-            batch = self._ds_finish(state)
+        if self.dynamic_sampling_enabled:
+            batch = self.train_batch(state)
             used = int(metrics["dynamic_sampling/carried_groups_used"][-1])
             fillers = int(metrics["dynamic_sampling/filler_groups"][-1])
             fresh = state.num_groups - used - fillers
             staleness = [block - pipeline.version] * fresh
             if used:
                 staleness += [block - pipeline.carried_version] * used
-            if self._ds_carry is not None:
+            if self.dynamic_sampler.carry is not None:
                 self._async_carry_version = pipeline.version
         else:
             batch = self._async_plain_batch(state)
@@ -606,20 +615,9 @@ class AsyncGenerationMixin:
         return batch
 
     def _async_plain_batch(self, state: _PlainRollout) -> dict[str, Any]:
-        round_metrics, round_logs = state.scratch
+        round_metrics, _ = state.scratch
         if state.deferred and getattr(self, "vllm_importance_sampling_correction", False):
             for key in [k for k in round_metrics if k.startswith("sampling/")]:
-                del round_metrics[key]  # computed from placeholders; logged again for the batch by _fill_logps
-        metrics = self._metrics["train"]
-        for key, values in round_metrics.items():
-            if key == "num_tokens":
-                metrics[key] = list(values[-1:])
-            else:
-                metrics[key].extend(values)
-        for key, value in round_logs.items():
-            if isinstance(value, dict):
-                for column, entries in value.items():
-                    self._logs[key][column].extend(entries)
-            else:
-                self._logs[key].extend(value)
-        return self._fill_logps(state.output, state.deferred)
+                del round_metrics[key]  # computed from placeholders; logged again for the batch below
+        merge_plain_logs(self._metrics["train"], self._logs, state.scratch)
+        return fill_deferred_logps(self, state.output, state.deferred)

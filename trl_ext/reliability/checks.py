@@ -99,6 +99,11 @@ def check_reward_columns(reward_funcs: Sequence[Any], dataset: Any, name: str = 
             )
 
 
+def tokenizer_of(processing_class: Any) -> Any:
+    """The tokenizer of a trainer's ``processing_class`` (a processor's ``tokenizer``, or the tokenizer itself)."""
+    return getattr(processing_class, "tokenizer", processing_class)
+
+
 def check_tokenizer(tokenizer: Any) -> None:
     """TRL pads prompt and completion batches; with no pad token it falls back to the EOS token, and with neither
     every batch fails at the first step."""

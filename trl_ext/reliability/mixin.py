@@ -61,7 +61,7 @@ class NonFiniteLossError(RuntimeError):
 
 
 def _prompt_texts(trainer: Any, inputs: dict[str, Any], limit: int = 3) -> list[str]:
-    tokenizer = getattr(trainer, "_tokenizer", None) or getattr(trainer, "processing_class", None)
+    tokenizer = checks.tokenizer_of(getattr(trainer, "processing_class", None))
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
     for key, mask_key in (("prompt_ids", "prompt_mask"), ("prompt_input_ids", None), ("input_ids", "attention_mask")):
         ids = inputs.get(key)
@@ -148,9 +148,11 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
             params["reward_funcs"] = guarded
         self._repeat_sampler = None
         super().__init__(*bound.args[1:], **bound.kwargs)
-        checks.check_tokenizer(self._tokenizer)
+        checks.check_tokenizer(checks.tokenizer_of(self.processing_class))
         if isinstance(model, str):  # loaded by TRL
-            checks.check_context_length(getattr(self.model, "config", None), self.args, self._tokenizer, dataset)
+            checks.check_context_length(
+                getattr(self.model, "config", None), self.args, checks.tokenizer_of(self.processing_class), dataset
+            )
         self._unscorable = UnscorableWatch(
             list(self.reward_func_names), [is_shaping_reward(f) for f in self.reward_funcs]
         )

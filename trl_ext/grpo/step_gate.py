@@ -1,0 +1,54 @@
+"""An optimizer step whose accumulation window trained no token changes nothing.
+
+Dynamic sampling fills a batch with zero-weight groups when its generation budget runs out. Their gradient is zero,
+but AdamW would still apply its momentum and weight decay and advance its step count. ``UntrainedStepGate`` counts
+the tokens each micro-batch trains on (``count``, called from the trainer's ``compute_loss``) and, in the Trainer's
+``on_pre_optimizer_step`` callback, when no process trained a single token in the window, drops every gradient
+(``p.grad = None``): torch's optimizers skip a parameter without a gradient, so the weights and the optimizer state
+(moments, step counts) stay exactly as they were. The Trainer still counts the step: ``global_step`` and the LR
+schedule advance (the schedule stays a function of the step count, so ``max_steps``, logging, saving and exact
+resume are unchanged). ``dynamic_sampling/skipped_optimizer_steps`` logs it.
+
+Not applied under DeepSpeed, whose engine keeps the gradients in its own buffers and owns the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+
+class UntrainedStepGate(TrainerCallback):
+    """Skip the optimizer's update for a window without trained tokens (module docstring)."""
+
+    def __init__(self, accelerator: Any, record: Callable[[float], None]) -> None:
+        self.accelerator = accelerator
+        self.record = record
+        self.window_tokens = 0
+
+    def count(self, inputs: dict[str, Any]) -> None:
+        """Add the tokens a micro-batch trains on (its loss mask) to the window's count."""
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        self.window_tokens += int(mask.sum())
+
+    def window_trained_nothing(self) -> bool:
+        """Whether no process trained a token since the last call (a collective: every process calls it)."""
+        tokens = torch.tensor(float(self.window_tokens), device=self.accelerator.device)
+        self.window_tokens = 0
+        if self.accelerator.num_processes > 1:
+            tokens = self.accelerator.reduce(tokens, reduction="sum")
+        empty = bool(tokens.item() == 0)
+        self.record(float(empty))
+        return empty
+
+    def on_pre_optimizer_step(self, args, state, control, optimizer: Any = None, **kwargs: Any):
+        if optimizer is None or not self.window_trained_nothing():
+            return
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                param.grad = None
