@@ -97,7 +97,9 @@ def main(out: str, mode: str = "on_policy") -> None:
                 "weights_equal_across_ranks": all(torch.equal(gathered[0], g) for g in gathered),
                 "dynamic_sampling_logs": logs,
                 "refill_rows": refill_rows,
-                "skip_history": trainer.dynamic_sampler.skip.state_dict() if trainer.dynamic_sampler.skip is not None else None,
+                "skip_history": trainer.dynamic_sampler.skip.state_dict()
+                if trainer.dynamic_sampler.skip is not None
+                else None,
             },
             f,
         )

@@ -77,7 +77,9 @@ def test_skipping_generates_fewer_groups_on_persistent_data(tokenizer, problems,
             assert sum(skipped[6:]) > 0
             assert trainer.dynamic_sampler.skip.streaks  # odd-answer prompts have zero-variance streaks
             answers = [int(a) for a in problems[0]["answer"]]
-            assert all(answers[i] % 2 for i in trainer.dynamic_sampler.skip.streaks)  # indices of the 16-row subset = first 16
+            assert all(
+                answers[i] % 2 for i in trainer.dynamic_sampler.skip.streaks
+            )  # indices of the 16-row subset = first 16
         else:
             assert "dynamic_sampling/skipped_prompts" not in logs[0]
     # half the prompts are always uninformative: about 2 groups per kept one without skipping, fewer with it

@@ -66,7 +66,7 @@ def test_metric_excludes_shaping_reward_so_constant_accuracy_groups_are_dropped(
     ids = [[5] * n for n in (1, 2, 3, 4)] * 2  # lengths 1..4 in each group: the overlong reward varies
     per_func = trainer._calculate_rewards(inputs, prompts, completions, ids)
     assert per_func[:4, 1].tolist() == pytest.approx([-0.25, -0.5, -0.75, -1.0])  # Eq. 13, L_max - L_cache = 0
-    metric = trainer.reward_capture["metric"]
+    metric = trainer.dynamic_sampling_metric(per_func)
     # group 0 (odd answer): accuracy all 0, overlong varies -> uninformative; group 1: accuracy [0,1,0,1]
     assert informative_groups(metric, 4).tolist() == [False, True]
     assert metric.tolist() == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0]

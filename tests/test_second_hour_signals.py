@@ -229,7 +229,7 @@ def test_dynamic_sampling_metric_leaves_out_marked_shaping_rewards_whatever_thei
     per_func = trainer._calculate_rewards(inputs, [r["prompt"] for r in inputs], ["1"] * 8, ids)
     assert per_func[:4, 1].tolist() == pytest.approx([-0.25, -0.5, -0.75, -1.0])
     # the odd-answer group: accuracy all 0, overlong varying -> uninformative
-    assert informative_groups(trainer.reward_capture["metric"], 4).tolist() == [False, True]
+    assert informative_groups(trainer.dynamic_sampling_metric(per_func), 4).tolist() == [False, True]
 
 
 def test_a_function_of_yours_is_left_out_once_marked(tiny_model, tokenizer, problems, tmp_path):

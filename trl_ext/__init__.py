@@ -20,6 +20,12 @@ _HOMES = {
     "trl_ext.grpo.configs": ["DAPOConfig", "DrGRPOConfig", "GRPOFamilyConfig", "GRPOPaperConfig", "GSPOConfig"],
     "trl_ext.grpo.presets": ["get_preset", "preset_names", "trainer_class_for"],
     "trl_ext.grpo.trainers": ["DAPOTrainer", "GRPOTrainer", "GSPOTokenTrainer", "GSPOTrainer"],
+    "trl_ext.grpo.async_rollout": [
+        "AsyncDAPOTrainer",
+        "AsyncGRPOTrainer",
+        "AsyncGSPOTokenTrainer",
+        "AsyncGSPOTrainer",
+    ],
     "trl_ext.dpo.trainer": ["DPOConfig", "DPOTrainer", "train_iterative_dpo"],
     "trl_ext.dpo.pairs": ["build_pairs", "mine_pairs"],
     "trl_ext.diagnostics.health": ["HealthMonitor", "HealthThresholds"],
@@ -28,6 +34,10 @@ _HOMES = {
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
+    "AsyncDAPOTrainer",
+    "AsyncGRPOTrainer",
+    "AsyncGSPOTokenTrainer",
+    "AsyncGSPOTrainer",
     "DAPOConfig",
     "DAPOTrainer",
     "DPOConfig",
@@ -71,6 +81,7 @@ if TYPE_CHECKING:  # static analysis and IDEs see the real names
     from trl_ext.diagnostics.probe import ProbeArguments, probe_model, run_probe
     from trl_ext.dpo.pairs import build_pairs, mine_pairs
     from trl_ext.dpo.trainer import DPOConfig, DPOTrainer, train_iterative_dpo
+    from trl_ext.grpo.async_rollout import AsyncDAPOTrainer, AsyncGRPOTrainer, AsyncGSPOTokenTrainer, AsyncGSPOTrainer
     from trl_ext.grpo.configs import DAPOConfig, DrGRPOConfig, GRPOFamilyConfig, GRPOPaperConfig, GSPOConfig
     from trl_ext.grpo.presets import get_preset, preset_names, trainer_class_for
     from trl_ext.grpo.trainers import DAPOTrainer, GRPOTrainer, GSPOTokenTrainer, GSPOTrainer

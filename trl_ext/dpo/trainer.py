@@ -51,6 +51,7 @@ from typing import Any
 import torch
 import trl
 from datasets import Dataset
+from transformers import ProcessorMixin
 from trl.trainer.utils import selective_log_softmax
 
 from trl_ext.dpo.pairs import PairStats, mine_pairs
@@ -181,7 +182,9 @@ class DPOTrainer(trl.DPOTrainer):
         # always uses its fused LM head, Liger or not, and no longer has the attribute.
         liger_loss = getattr(self, "use_liger_kernel", False)
         return (
-            getattr(self.args, "length_diagnostics", True) and not liger_loss and not getattr(self, "_is_vlm", False)
+            getattr(self.args, "length_diagnostics", True)
+            and not liger_loss
+            and not isinstance(self.processing_class, ProcessorMixin)
         )
 
     @contextlib.contextmanager

@@ -15,8 +15,9 @@ How it is built over TRL (1.12 to 1.16), without copying TRL's generation:
   gathers and broadcasts of server mode, decoding, rewards, advantages, logs) is TRL's code, run in the training
   process's main thread, so multi-process collectives happen in the same order on every process.
 - **Rounds advance between micro-steps.** The rollout is a generator (``DynamicSamplingMixin.rollout_rounds``, or one
-  round without dynamic sampling) that yields each round's prompts. Before and after every ``training_step`` (a
-  micro-step) and between its forward and backward (``compute_loss``) the trainer polls: when the engine has answered
+  round without dynamic sampling) that yields each round's prompts. Between micro-steps (the Trainer's
+  ``on_step_begin`` / ``on_substep_end`` / ``on_step_end`` callbacks) and between a micro-step's forward and backward
+  (``compute_loss``) the trainer polls: when the engine has answered
   (the main process decides; one broadcast of a flag), TRL scores the round and dynamic sampling decides on a refill,
   which is submitted at once. So refill rounds are generated while the previous batch trains, not after, as far as
   there are micro-steps to hide them in. Old-policy and reference log-probs are deferred (dynamic sampling's
@@ -26,8 +27,8 @@ How it is built over TRL (1.12 to 1.16), without copying TRL's generation:
   pushed to the server with TRL's ``sync_weights`` (once per generation batch, while no generation is in flight:
   ``PrefetchingClient`` refuses a weight update otherwise), the next batch's first round is submitted, and this
   batch is assembled and its deferred log-probs computed with the current weights (the submission waits for that
-  only where the next round depends on this batch's bookkeeping: carried surplus, GRESO's skip history). TRL's own per-step sync is
-  pinned off (``_last_loaded_step``).
+  only where the next round depends on this batch's bookkeeping: carried surplus, GRESO's skip history). TRL's own
+  per-step sync is absorbed by ``PrefetchingClient``: the weights reach the server only through ``PrefetchingClient.sync``.
 
 What is corrected, and how. Batch k+1 is sampled from pi_{k} (the weights that trained batch k started from) and
 trained from pi_{k+1}: one generation batch stale (``async/staleness/*``, in generation batches; TRL's minibatches
@@ -72,232 +73,32 @@ import json
 import logging
 import os
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Generator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from accelerate.utils import broadcast, gather_object
+from transformers import TrainerCallback
 
+from trl_ext.grpo.async_checks import (  # noqa: F401 - the config's and trainer's rules, importable from here too
+    check_async_config,
+    check_async_trainer,
+    truncated_sampling,
+    warn_truncated_importance_sampling,
+)
 from trl_ext.grpo.deferred_logps import can_defer, fill_deferred_logps
 from trl_ext.grpo.ds_logs import merge_plain_logs, scratch_logs
+from trl_ext.grpo.prefetching_client import PrefetchingClient, engine_sampling_params
 from trl_ext.grpo.prompt_stream import PromptStream
+from trl_ext.grpo.trainers import DAPOTrainer, GRPOTrainer, GSPOTokenTrainer, GSPOTrainer
 
 logger = logging.getLogger(__name__)
 
 ASYNC_STATE_FILE = "async_rollout_state.json"
 ASYNC_ROLLOUT_FILE = "async_rollout_rank{rank}.pt"
 _STREAM_SEED_OFFSET = 2_000_029  # the async prompt stream (without dynamic sampling), independent of the others
-
-
-# -- construction checks ---------------------------------------------------------------------------------------------
-
-
-def truncated_sampling(args: Any) -> list[str]:
-    """The settings of ``args`` that truncate the sampling distribution (top-p < 1, top-k > 0, min-p > 0), also
-    where ``generation_kwargs`` sets them."""
-    extra = getattr(args, "generation_kwargs", None) or {}
-    top_p = extra.get("top_p", getattr(args, "top_p", 1.0))
-    top_k = extra.get("top_k", getattr(args, "top_k", 0))
-    min_p = extra.get("min_p", getattr(args, "min_p", 0.0))
-    found = []
-    if top_p is not None and top_p < 1.0:
-        found.append(f"top_p={top_p}")
-    if top_k is not None and top_k > 0:
-        found.append(f"top_k={top_k}")
-    if min_p is not None and min_p > 0.0:
-        found.append(f"min_p={min_p}")
-    return found
-
-
-def warn_truncated_importance_sampling(args: Any) -> bool:
-    """Warn when vLLM's importance-sampling correction meets truncated sampling (TRL issue #6789): vLLM returns the
-    log-probs of the truncated, renormalized distribution while the trainer scores the full one, so the ratio is
-    biased (tokens outside the nucleus never appear; the ones inside are up-weighted). Returns whether it warned."""
-    if not (getattr(args, "use_vllm", False) and getattr(args, "vllm_importance_sampling_correction", False)):
-        return False
-    found = truncated_sampling(args)
-    if not found:
-        return False
-    logger.warning(
-        f"vllm_importance_sampling_correction=True with truncated sampling ({', '.join(found)}): vLLM's log-probs "
-        "are those of the truncated, renormalized distribution and the trainer's are of the full one, so the "
-        "importance ratio is biased (TRL issue #6789, open). Sample with top_p=1.0, top_k=0, min_p=0.0, or set "
-        "vllm_importance_sampling_correction=False; watch sampling/importance_sampling_ratio/* and "
-        "sampling/sampling_logp_difference/* (the health monitor alerts on them)."
-    )
-    return True
-
-
-def check_async_config(args: Any) -> None:
-    """The config-level rules of ``async_generation`` (called from ``GRPOFamilyConfig.__post_init__``)."""
-    if not getattr(args, "async_generation", False):
-        return
-    if not getattr(args, "use_vllm", False):
-        raise ValueError(
-            "async_generation=True overlaps generation with training only where generation runs on other devices: "
-            "TRL's vLLM server mode (use_vllm=True, vllm_mode='server', a `trl vllm-serve` process). With "
-            "use_vllm=False the policy generates with transformers inside the training process, on the training "
-            "devices, so generation keeps the synchronous path. Set use_vllm=True and vllm_mode='server', or "
-            "async_generation=False."
-        )
-    if getattr(args, "vllm_mode", "server") != "server":
-        raise ValueError(
-            f"async_generation=True with vllm_mode={args.vllm_mode!r}: a colocated vLLM engine shares the training "
-            "devices and the process (it would generate with the weights of the previous step while the optimizer "
-            "changes them, on the same GPUs), so colocate mode keeps the synchronous path. Set vllm_mode='server' "
-            "(start `trl vllm-serve` on other GPUs), or async_generation=False."
-        )
-    if not getattr(args, "vllm_importance_sampling_correction", False):
-        raise ValueError(
-            "async_generation=True with vllm_importance_sampling_correction=False: a one-step-old rollout is "
-            "corrected by the importance weight pi_current / pi_generating that TRL's vLLM correction applies; "
-            "without it the lag would go uncorrected. Set vllm_importance_sampling_correction=True (TRL's default)."
-        )
-    if int(getattr(args, "max_staleness", 1)) < 1:
-        raise ValueError(
-            f"max_staleness={args.max_staleness}: a rollout generated while the previous batch trains is at least 1 "
-            "generation batch old. Set max_staleness >= 1 (1: verl's one-step off-policy), or async_generation=False."
-        )
-    level = getattr(args, "importance_sampling_level", "token")
-    if level == "sequence" or getattr(args, "gspo_token", False):
-        logger.warning(
-            "async_generation=True with a sequence-level ratio (GSPO): the rollout is one generation batch old, and "
-            "GSPO's clip band (3e-4 / 4e-4 on a per-token geometric mean) and its stability claim are for on-policy "
-            "rollouts. The lag is carried by vLLM's importance weight, not by the clipped ratio; prefer "
-            "vllm_importance_sampling_mode='token_truncate' and watch sampling/importance_sampling_ratio/*."
-        )
-
-
-def check_async_trainer(trainer: Any) -> None:
-    """The trainer-level rules of ``async_generation`` (what only the built trainer knows)."""
-    problems = []
-    if getattr(trainer, "tools", None):
-        problems.append("tools (the tool loop calls the engine several times per round)")
-    if getattr(trainer, "rollout_func", None) is not None:
-        problems.append("rollout_func (a custom rollout owns the engine)")
-    if getattr(trainer, "environment_factories", None) is not None or getattr(trainer, "environments", None):
-        problems.append("environment_factory (environments own the prompts)")
-    if getattr(trainer, "_is_vlm", False):
-        problems.append("a vision-language model (multimodal prompts)")
-    from accelerate.utils import is_peft_model
-
-    if is_peft_model(trainer.model):
-        problems.append("a PEFT model (its reference pass cannot be deferred)")
-    dataset = trainer.train_dataset
-    if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
-        problems.append(
-            f"a {type(dataset).__name__} train_dataset (prompts are drawn by index from a datasets.Dataset)"
-        )
-    if problems:
-        raise ValueError(
-            f"async_generation=True does not support {'; '.join(problems)}. Set async_generation=False for this run."
-        )
-    args, world = trainer.args, trainer.accelerator.num_processes
-    groups = args.generation_batch_size // trainer.num_generations
-    if groups % world:
-        raise ValueError(
-            f"async_generation=True draws whole groups per process: the generation batch holds {groups} groups of "
-            f"num_generations={trainer.num_generations}, which does not split over {world} processes. Make "
-            f"generation_batch_size / num_generations a multiple of {world} (e.g. raise per_device_train_batch_size)."
-        )
-
-
-def engine_sampling_params(generation: Any, num_generations: int) -> dict[str, Any]:
-    """The keyword arguments TRL's ``VLLMGeneration.generate`` passes to ``VLLMClient.generate`` in server mode for a
-    training round, from the ``VLLMGeneration``'s own attributes. ``PrefetchingClient.generate`` compares them with
-    TRL's actual call and raises when they differ (a TRL release changed the call: pin a supported TRL)."""
-    min_p = generation.min_p
-    return {
-        "n": num_generations,
-        "repetition_penalty": generation.repetition_penalty,
-        "temperature": generation.temperature,
-        "top_p": generation.top_p,
-        "top_k": generation.top_k,
-        "min_p": 0.0 if min_p is None else min_p,
-        "max_tokens": generation.max_completion_length,
-        "logprobs": generation.logprobs,
-        "structured_outputs_regex": generation.structured_outputs_regex,
-        "generation_kwargs": generation.generation_kwargs,
-    }
-
-
-# -- the engine client ------------------------------------------------------------------------------------------------
-
-
-class PrefetchingClient:
-    """TRL's ``VLLMClient`` (main process only) with requests submitted ahead of TRL's call.
-
-    ``submit`` starts ``client.generate`` in one worker thread; ``generate`` (what TRL calls) returns the oldest
-    prefetched answer when TRL asks for exactly those prompts with exactly those parameters, and otherwise waits for the
-    worker to be idle and calls the client itself (evaluation). Weight updates and cache resets while a request is in
-    flight raise: weights are synced only while no generation is in flight. Every other attribute is the client's."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trl-ext-rollout")
-        self._pending: deque[tuple[list, dict, Future]] = deque()
-        self.direct_calls = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-    def submit(self, prompts: list[list[int]], params: dict[str, Any]) -> None:
-        future = self._executor.submit(self._client.generate, prompts=prompts, **params)
-        self._pending.append((list(prompts), dict(params), future))
-
-    def ready(self) -> bool:
-        """Whether the oldest submitted request has been answered (or failed)."""
-        return bool(self._pending) and self._pending[0][2].done()
-
-    @property
-    def in_flight(self) -> int:
-        return sum(1 for _, _, future in self._pending if not future.done())
-
-    def wait_idle(self) -> None:
-        for _, _, future in list(self._pending):
-            future.exception()  # waits; the error, if any, is raised by generate()
-
-    def generate(self, prompts: Any = None, features: Any = None, **params: Any) -> dict[str, Any]:
-        if self._pending and features is None and self._pending[0][0] == list(prompts):
-            _, submitted, future = self._pending.popleft()
-            if submitted != params:
-                differ = sorted(k for k in set(submitted) | set(params) if submitted.get(k) != params.get(k))
-                raise RuntimeError(
-                    f"async_generation: TRL asked the vLLM server for the prefetched prompts with other sampling "
-                    f"parameters ({differ}: submitted {[submitted.get(k) for k in differ]}, TRL "
-                    f"{[params.get(k) for k in differ]}). TRL's VLLMGeneration.generate changed shape; trl-ext is "
-                    "tested with trl 1.12 to 1.16: pin one of those, or set async_generation=False."
-                )
-            return future.result()
-        self.wait_idle()
-        self.direct_calls += 1
-        return self._client.generate(prompts=prompts, features=features, **params)
-
-    def _require_idle(self, what: str) -> None:
-        if self.in_flight:
-            raise RuntimeError(
-                f"async_generation: {what} while {self.in_flight} generation request(s) are in flight; weights are "
-                "synced only between rollouts. This is a trl-ext bug: please report it."
-            )
-
-    def update_named_params(self, *args: Any, **kwargs: Any) -> Any:
-        self._require_idle("weight update")
-        return self._client.update_named_params(*args, **kwargs)
-
-    def update_named_param(self, *args: Any, **kwargs: Any) -> Any:
-        self._require_idle("weight update")
-        return self._client.update_named_param(*args, **kwargs)
-
-    def reset_prefix_cache(self) -> Any:
-        self._require_idle("prefix-cache reset")
-        return self._client.reset_prefix_cache()
-
-    def close(self) -> None:
-        self.wait_idle()
-        self._executor.shutdown(wait=True)
 
 
 # -- the rollout in flight --------------------------------------------------------------------------------------------
@@ -325,6 +126,23 @@ class _Pipeline:
     seconds_waited: float = field(default=0.0)
 
 
+class RolloutPolling(TrainerCallback):
+    """Advance the rollout in flight between micro-steps: score every answered round, submit the refill it calls
+    for (``AsyncGenerationMixin.poll_rollout``)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def on_step_begin(self, args, state, control, **kwargs: Any):
+        self.trainer.poll_rollout()
+
+    def on_substep_end(self, args, state, control, **kwargs: Any):
+        self.trainer.poll_rollout()
+
+    def on_step_end(self, args, state, control, **kwargs: Any):
+        self.trainer.poll_rollout()
+
+
 class AsyncGenerationMixin:
     """``async_generation`` (a ``GRPOFamilyConfig`` field) for the GRPO-family trainers (module docstring). Put it
     before ``DynamicSamplingMixin`` in the bases. With the switch off every method defers to the next class."""
@@ -343,6 +161,7 @@ class AsyncGenerationMixin:
         generation = self.vllm_generation
         if self.accelerator.is_main_process and not isinstance(generation.vllm_client, PrefetchingClient):
             generation.vllm_client = PrefetchingClient(generation.vllm_client)
+        self.add_callback(RolloutPolling(self))
 
     @property
     def _async_enabled(self) -> bool:
@@ -367,27 +186,18 @@ class AsyncGenerationMixin:
             if isinstance(client, PrefetchingClient):
                 client.wait_idle()  # no request outlives train() (an unused last rollout is not started)
 
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        if not self._async_enabled:
-            return super().training_step(model, inputs, num_items_in_batch)
-        self._async_poll()
-        output = super().training_step(model, inputs, num_items_in_batch)
-        self._async_poll()
-        return output
-
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         result = super().compute_loss(
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
         )
         if self._async_enabled and self.model.training:
-            self._async_poll()  # between a micro-step's forward and its backward: one more point for a refill
+            self.poll_rollout()  # between a micro-step's forward and its backward: one more point for a refill
         return result
 
     def _generate_and_score_completions(self, inputs):
         if not self._async_enabled:
             return super()._generate_and_score_completions(inputs)
         if not self.model.training:  # evaluation: TRL's synchronous path, with the weights of the last sync
-            self._last_loaded_step = self.state.global_step
             return super()._generate_and_score_completions(inputs)
         block = self._step // self._generate_every()
         if self._async_pipeline is None:  # the first batch, or a resume from a checkpoint without a rollout
@@ -476,10 +286,13 @@ class AsyncGenerationMixin:
     def _async_sync_weights(self, block: int) -> None:
         """Push the current weights to the server (TRL's ``sync_weights``), once per generation batch; nothing is in
         flight (``PrefetchingClient`` checks)."""
-        self._last_loaded_step = self.state.global_step  # TRL's own per-step sync stays off
         if self._async_engine_version == block:
             return
-        self.vllm_generation.sync_weights()
+        client = self._async_client
+        if client is not None:
+            client.sync(self.vllm_generation.sync_weights)
+        else:  # the other processes take part in the parameter gathers
+            self.vllm_generation.sync_weights()
         self._async_engine_version = block
         self._metrics["train"]["async/weight_syncs"].append(1.0)
 
@@ -532,7 +345,7 @@ class AsyncGenerationMixin:
             flag = broadcast(flag, from_process=0)
         return bool(flag.item())
 
-    def _async_poll(self) -> None:
+    def poll_rollout(self) -> None:
         """Score every answered round of the rollout in flight and submit the refill it calls for."""
         pipeline = self._async_pipeline
         while pipeline is not None and pipeline.request is not None and self._async_ready():
@@ -554,7 +367,6 @@ class AsyncGenerationMixin:
         """TRL generates (the prefetched answer) and scores the pending round; the rollout decides what comes next."""
         inputs, scratch = pipeline.request
         pipeline.request = None
-        self._last_loaded_step = self.state.global_step  # the engine's weights are those of pipeline.version
         result = (
             self.run_round(inputs, scratch)
             if self.dynamic_sampling_enabled
@@ -621,3 +433,38 @@ class AsyncGenerationMixin:
                 del round_metrics[key]  # computed from placeholders; logged again for the batch below
         merge_plain_logs(self._metrics["train"], self._logs, state.scratch)
         return fill_deferred_logps(self, state.output, state.deferred)
+
+
+class AsyncGRPOTrainer(AsyncGenerationMixin, GRPOTrainer):
+    """``GRPOTrainer`` whose next rollout is generated by the vLLM server while the current batch trains (module
+    docstring); same arguments. Needs ``async_generation=True``, ``use_vllm=True``, ``vllm_mode="server"``."""
+
+    overlaps_generation = True
+
+
+class AsyncDAPOTrainer(AsyncGenerationMixin, DAPOTrainer):
+    """``DAPOTrainer`` with overlapped generation (``AsyncGRPOTrainer``)."""
+
+    overlaps_generation = True
+
+
+class AsyncGSPOTrainer(AsyncGenerationMixin, GSPOTrainer):
+    """``GSPOTrainer`` with overlapped generation (``AsyncGRPOTrainer``; construction warns: GSPO's clip band is for
+    on-policy rollouts)."""
+
+    overlaps_generation = True
+
+
+class AsyncGSPOTokenTrainer(AsyncGenerationMixin, GSPOTokenTrainer):
+    """``GSPOTokenTrainer`` with overlapped generation (``AsyncGSPOTrainer``)."""
+
+    overlaps_generation = True
+
+
+#: The overlapped variant of each synchronous trainer class (``trl_ext.grpo.presets.trainer_class_for``).
+OVERLAPPED = {
+    GRPOTrainer: AsyncGRPOTrainer,
+    DAPOTrainer: AsyncDAPOTrainer,
+    GSPOTrainer: AsyncGSPOTrainer,
+    GSPOTokenTrainer: AsyncGSPOTokenTrainer,
+}

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from trl_ext.grpo.async_rollout import check_async_config
+from trl_ext.grpo.async_checks import check_async_config
 from trl_ext.reliability.preemption import DEFAULT_PREEMPTION_SIGNALS, parse_signals
 from trl_ext.reliability.reward_guard import validate_reward_settings
 

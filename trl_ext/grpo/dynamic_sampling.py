@@ -14,9 +14,9 @@ are generated for fresh training prompts until the batch again holds as many inf
 - ``step_gate.UntrainedStepGate``: an optimizer step whose window trained no token changes nothing (a callback).
 
 How it plugs into TRL (1.12 to 1.16) without copying TRL code: ``_generate_and_score_completions`` (the one hook)
-calls ``super()`` once per round; ``_calculate_rewards`` is wrapped to capture the per-function rewards (already
-gathered across processes, groups contiguous in that global order), the metric and the completion lengths /
-truncation; ``_get_per_token_logps_and_entropies`` returns placeholders while a round runs. When every group of the
+calls ``super()`` once per round and reads what the round scored (``scored_rounds.ScoredRoundsMixin``: the
+per-function rewards in global order, groups contiguous, and the completion lengths / truncation);
+``_get_per_token_logps_and_entropies`` returns placeholders while a round runs. When every group of the
 first round is informative (and nothing was carried) the output of ``super()`` is returned with its deferred
 log-probs computed on the same rows by the same method: the step is exactly TRL's (tested bit for bit).
 
@@ -93,7 +93,6 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
         self.deferred_passes = DeferredPasses()
         self.dynamic_sampler: DynamicSampler | None = None
         self.step_gate: UntrainedStepGate | None = None
-        self.reward_capture: dict[str, torch.Tensor] | None = None
         self.metric_columns: list[int] = []
         if not self.dynamic_sampling_enabled:
             return
@@ -149,12 +148,6 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
 
     # -- TRL hooks -----------------------------------------------------------------------------------------------
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self.dynamic_sampling_enabled and self.model.training:
-            self.reward_capture = self._capture(rewards_per_func, completion_ids_list)
-        return rewards_per_func
-
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         if self.deferred_passes.active and not torch.is_grad_enabled():
             kind = "ref" if self.ref_model is not None and model is self.ref_model else "old"
@@ -208,7 +201,7 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
         metrics, logs = self._metrics["train"], self._logs
         self._metrics["train"], self._logs = scratch
         started = time.perf_counter()
-        self.reward_capture = None
+        self.last_round = None
         if can_defer(self):
             self.deferred_passes.start()
         try:
@@ -216,12 +209,8 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
         finally:
             deferred = self.deferred_passes.stop()
             self._metrics["train"], self._logs = metrics, logs
-        capture, self.reward_capture = self.reward_capture, None
-        if capture is None:
-            raise RuntimeError(
-                "Dynamic sampling found no rewards for this round: TRL's _generate_and_score_completions no longer "
-                "calls _calculate_rewards. trl-ext is tested against trl 1.12 to 1.16; pin one of those versions."
-            )
+        scored, self.last_round = self.last_round, None  # ScoredRoundsMixin: what TRL scored in this round
+        capture = {**scored, "metric": self.dynamic_sampling_metric(scored["rewards_per_func"])}
         sampler = self.dynamic_sampler
         sampler.observe(capture["metric"])
         indices, sampler.pending_indices = sampler.pending_indices, None
@@ -283,25 +272,12 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
     def _record_skipped_step(self, skipped: float) -> None:
         self._metrics["train"]["dynamic_sampling/skipped_optimizer_steps"].append(skipped)
 
-    def _capture(self, rewards_per_func: torch.Tensor, completion_ids_list: list) -> dict[str, torch.Tensor]:
-        """The metric (DAPO Eq. 11's accuracy: the weighted sum over ``dynamic_sampling_metric``, NaN if unscorable)
-        and the completion lengths / truncation as TRL logs them, gathered like the rewards (global order)."""
+    def dynamic_sampling_metric(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """Per completion, what decides whether its group is informative (DAPO Eq. 11's accuracy): the weighted sum of
+        the ``dynamic_sampling_metric`` functions' rewards, NaN where none of them scored it."""
         columns = self.metric_columns
         weights = self.reward_weights.detach().cpu()[columns]
-        metric = combine_rewards(rewards_per_func.detach().cpu()[:, columns], weights)
-        device = self.accelerator.device
-        tokenizer = tokenizer_of(self.processing_class)
-        eos_and_pad = [tokenizer.eos_token_id, tokenizer.pad_token_id]
-        lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=device)
-        truncated = torch.tensor(
-            [len(ids) > 0 and int(ids[-1]) not in eos_and_pad for ids in completion_ids_list], device=device
-        )
-        return {
-            "rewards_per_func": rewards_per_func.detach().cpu(),
-            "metric": metric,
-            "lengths": self.accelerator.gather(lengths).cpu(),
-            "truncated": self.accelerator.gather(truncated).cpu(),
-        }
+        return combine_rewards(rewards_per_func.detach().cpu()[:, columns], weights)
 
     def _carry_surplus(self, rollout: Rollout, surplus: list, deferred: frozenset) -> int:
         """Keep fresh surplus informative groups (at most ``dynamic_sampling_carry_over`` x the batch's groups) for

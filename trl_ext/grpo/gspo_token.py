@@ -50,13 +50,13 @@ class GSPOTokenMixin:
     def _gspo_token_on(self) -> bool:
         return bool(getattr(self.args, "gspo_token", False))
 
-    def _compute_loss(self, model, inputs):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if not self._gspo_token_on():
-            return super()._compute_loss(model, inputs)
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         batch = dict(inputs)  # the caller's buffered batch is reused by later steps: never edit it
         self._gspo_token_batch = batch
-        try:
-            return super()._compute_loss(model, batch)
+        try:  # TRL's compute_loss hands this batch to its _compute_loss, whose policy forward is the next call below
+            return super().compute_loss(model, batch, return_outputs, num_items_in_batch)
         finally:
             self._gspo_token_batch = None
 

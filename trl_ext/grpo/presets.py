@@ -64,7 +64,8 @@ def get_preset(name: str, **overrides: Any) -> GRPOFamilyConfig:
 def trainer_class_for(args: trl.GRPOConfig) -> type[GRPOTrainer]:
     """The trainer class of the table row that describes ``args`` best: the row whose config class is the nearest
     base of ``type(args)`` and whose fixed overrides all hold on ``args`` (most overrides wins a tie, so a
-    ``GSPOConfig(gspo_token=True)`` gets the ``gspo_token`` row). A plain ``trl.GRPOConfig`` gets ``GRPOTrainer``."""
+    ``GSPOConfig(gspo_token=True)`` gets the ``gspo_token`` row). A plain ``trl.GRPOConfig`` gets ``GRPOTrainer``.
+    With ``async_generation=True``, the overlapped variant of that class (``AsyncDAPOTrainer``, ...)."""
     mro = type(args).__mro__
     best: tuple[int, int] | None = None
     chosen: type[GRPOTrainer] = GRPOTrainer
@@ -75,4 +76,8 @@ def trainer_class_for(args: trl.GRPOConfig) -> type[GRPOTrainer]:
         rank = (-mro.index(row.config), len(row.overrides))
         if best is None or rank > best:
             best, chosen = rank, row.trainer
+    if getattr(args, "async_generation", False):
+        from trl_ext.grpo.async_rollout import OVERLAPPED  # the overlapped trainers subclass the ones above
+
+        return OVERLAPPED.get(chosen, chosen)
     return chosen

@@ -5,8 +5,9 @@ trainer class exists only where behaviour changes. Every one of them checks its 
 reward functions, stops on a non-finite loss, writes atomic checkpoints and resumes exactly
 (``trl_ext.reliability``).
 
-- ``GRPOTrainer``: TRL's trainer plus dynamic sampling (off unless ``args.dynamic_sampling``) and generation that
-  overlaps training (off unless ``args.async_generation``; vLLM server mode only).
+- ``GRPOTrainer``: TRL's trainer plus dynamic sampling (off unless ``args.dynamic_sampling``). Generation that
+  overlaps training is a trainer of its own (``trl_ext.grpo.async_rollout``: ``AsyncGRPOTrainer``,
+  ``AsyncDAPOTrainer``, ...; ``trainer_class_for`` picks it when ``args.async_generation``).
 - ``DAPOTrainer``: defaults to ``DAPOConfig`` and adds DAPO's soft overlong punishment (Eq. 13, TRL's
   ``get_soft_overlong_punishment``) to the reward functions when ``args.soft_overlong_punishment``.
 - ``GSPOTrainer``: defaults to ``GSPOConfig``; logs GSPO's sequence-level clip fractions under ``gspo/*``.
@@ -31,11 +32,13 @@ from typing import Any
 import trl
 from trl.rewards import get_soft_overlong_punishment
 
+from trl_ext.errors import UserError
 from trl_ext.grpo import rollout_rhythm
-from trl_ext.grpo.async_rollout import AsyncGenerationMixin, warn_truncated_importance_sampling
+from trl_ext.grpo.async_checks import warn_truncated_importance_sampling
 from trl_ext.grpo.configs import DAPOConfig, GRPOFamilyConfig, GSPOConfig
 from trl_ext.grpo.dynamic_sampling import DynamicSamplingMixin
 from trl_ext.grpo.gspo_token import GSPOTokenMixin
+from trl_ext.grpo.scored_rounds import ScoredRoundsMixin
 from trl_ext.reliability.mixin import GRPOReliabilityMixin
 from trl_ext.rewards.shaping import mark_shaping
 
@@ -75,14 +78,17 @@ def _check_ratio_level(args: Any) -> None:
         )
 
 
-class GRPOTrainer(GRPOReliabilityMixin, AsyncGenerationMixin, DynamicSamplingMixin, GSPOTokenMixin, trl.GRPOTrainer):
-    """``trl.GRPOTrainer`` with DAPO dynamic sampling available to any config (``GRPOFamilyConfig`` fields), generation
-    overlapped with training under ``async_generation`` (``trl_ext.grpo.async_rollout``), GSPO-token
+class GRPOTrainer(GRPOReliabilityMixin, DynamicSamplingMixin, GSPOTokenMixin, ScoredRoundsMixin, trl.GRPOTrainer):
+    """``trl.GRPOTrainer`` with DAPO dynamic sampling available to any config (``GRPOFamilyConfig`` fields), GSPO-token
     when the config says ``gspo_token``, and the reliability layer (construction checks, guarded rewards, atomic
     checkpoints, exact resume). Same arguments and defaults as ``trl.GRPOTrainer`` (``reward_funcs`` optional)."""
 
     _default_config: type[GRPOFamilyConfig] = GRPOFamilyConfig
     _default_suffix = "GRPO"
+    #: Hub tags added to the model (``PreTrainedModel.add_model_tags``) besides TRL's
+    model_tags: tuple[str, ...] = ("trl-ext",)
+    #: whether this class overlaps generation with training (``trl_ext.grpo.async_rollout``)
+    overlaps_generation = False
 
     def __init__(
         self, model: Any, reward_funcs: Any = None, args: trl.GRPOConfig | None = None, *rest: Any, **kw: Any
@@ -90,8 +96,16 @@ class GRPOTrainer(GRPOReliabilityMixin, AsyncGenerationMixin, DynamicSamplingMix
         if args is None:
             args = self._default_config(output_dir=f"{_model_name(model)}-{self._default_suffix}")
         _check_ratio_level(args)
+        if getattr(args, "async_generation", False) and not self.overlaps_generation:
+            raise UserError(
+                f"{type(self).__name__} got a config with async_generation=True; overlapped generation is its own "
+                f"trainer: use trl_ext.Async{type(self).__name__} (or trl_ext.trainer_class_for(args), which picks it), "
+                "or set async_generation=False."
+            )
         warn_truncated_importance_sampling(args)
         super().__init__(model, reward_funcs, args, *rest, **kw)
+        if hasattr(self.model, "add_model_tags"):
+            self.model.add_model_tags(list(self.model_tags))
         self._logs_rollout = rollout_rhythm.steps_per_rollout(self.args) > 1
         warning = rollout_rhythm.rhythm_warning(self.args)
         if warning is not None and self.accelerator.is_main_process:
@@ -113,7 +127,7 @@ class DAPOTrainer(GRPOTrainer):
 
     _default_config = DAPOConfig
     _default_suffix = "DAPO"
-    _tag_names = ["trl", "trl-ext", "dapo"]
+    model_tags = ("trl-ext", "dapo")
     _name = "DAPO"
     _paper = {
         "title": "DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
@@ -169,7 +183,7 @@ class GSPOTrainer(GRPOTrainer):
 
     _default_config = GSPOConfig
     _default_suffix = "GSPO"
-    _tag_names = ["trl", "trl-ext", "gspo"]
+    model_tags = ("trl-ext", "gspo")
     _name = "GSPO"
     _paper = {
         "title": "Group Sequence Policy Optimization",

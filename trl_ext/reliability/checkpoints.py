@@ -348,6 +348,8 @@ class AtomicCheckpointMixin:
         self._check_run_identity(resume, output_dir)
         if self.args.should_save:
             shutil.rmtree(os.path.join(output_dir, STAGING_DIR), ignore_errors=True)  # killed saves: garbage
+        if resume is not None:
+            self._load_extra_state(resume)  # before the Trainer's loop, which starts from this state
         return super().train(resume, *args, **kwargs)
 
     def _resolve_resume(self, resume: str | bool | None, output_dir: str) -> str | None:
@@ -532,13 +534,8 @@ class AtomicCheckpointMixin:
 
     # -- loading -------------------------------------------------------------------------------------------------
 
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:
-            self._load_extra_state(checkpoint)
-
     def _load_extra_state(self, checkpoint: str) -> None:
-        """Hook: restore what ``_save_extra_state`` wrote (called on every process, after the optimizer)."""
+        """Hook: restore what ``_save_extra_state`` wrote (called on every process, before the Trainer resumes)."""
         path = os.path.join(checkpoint, COUNTERS_FILE)
         if hasattr(self, "_total_train_tokens") and os.path.exists(path):
             with open(path) as f:

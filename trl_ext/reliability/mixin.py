@@ -9,7 +9,8 @@ a non-finite loss, atomic checkpoints and an exact resume.
 - ``trl_ext.reliability.reward_guard``: every callable reward is wrapped (``reward_errors``, ``reward_timeout``; read with
   ``getattr`` so that configs without these fields keep the defaults ``"raise"`` / ``None``).
 - ``trl_ext.reliability.unscorable``: ``rewards/<name>/none_frac`` logged per function and round; a function that
-  scores no completion of the first rounds is named in a warning, and the run stops when no task reward scores any.
+  scores no completion of the first rounds is named in a warning, and the run stops when no task reward scores any
+  (watched by ``trl_ext.grpo.scored_rounds``, which sees every round).
 - ``FiniteLossMixin`` (here): a NaN or infinite loss stops the run before the optimizer step, with the step, the
   batch's prompts, the inputs that are non-finite, the batch saved to ``output_dir`` and the last checkpoint kept.
 - ``trl_ext.reliability.checkpoints.AtomicCheckpointMixin``: checkpoints are complete or absent; resumes are checked;
@@ -42,13 +43,12 @@ from typing import Any
 
 import torch
 import trl
+from transformers import TrainerCallback
 
 from trl_ext.reliability import checks
 from trl_ext.reliability.checkpoints import AtomicCheckpointMixin, any_process, last_complete_checkpoint
 from trl_ext.reliability.preemption import PreemptionMixin
 from trl_ext.reliability.reward_guard import guard_reward_funcs
-from trl_ext.reliability.unscorable import UnscorableWatch
-from trl_ext.rewards.shaping import is_shaping_reward
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +117,49 @@ class FiniteLossMixin:
         )
 
 
+def find_seeded_sampler(dataloader: Any, depth: int = 4) -> Any:
+    """The seeded sampler under a (possibly accelerate-prepared) dataloader: TRL's ``RepeatSampler``, found through
+    the public ``sampler`` / ``batch_sampler`` / ``base_dataloader`` attributes; ``None`` if there is none."""
+    level = [dataloader]
+    for _ in range(depth):
+        found = [
+            getattr(obj, name)
+            for obj in level
+            for name in ("sampler", "batch_sampler", "base_dataloader")
+            if getattr(obj, name, None) is not None
+        ]
+        for candidate in found:
+            if all(hasattr(candidate, a) for a in ("generator", "seed", "num_samples", "shuffle")):
+                return candidate
+        level = found
+    return None
+
+
+class SamplerSeekOnResume(TrainerCallback):
+    """On a resume, put TRL's ``RepeatSampler`` where the uninterrupted run had it at the start of the epoch being
+    resumed: it draws one permutation per epoch from a generator seeded once, which a resumed trainer recreates at the
+    first permutation. Runs at ``on_train_begin``, when the Trainer has loaded its state and built the dataloader."""
+
+    def on_train_begin(self, args, state, control, train_dataloader: Any = None, **kwargs: Any):
+        if state.global_step == 0 or train_dataloader is None or not hasattr(train_dataloader, "__len__"):
+            return
+        accumulation = args.gradient_accumulation_steps
+        batches = len(train_dataloader)
+        steps_per_epoch = max(batches // accumulation + int(batches % accumulation > 0), 1)  # the Trainer's rule
+        epoch = state.global_step // steps_per_epoch
+        sampler = find_seeded_sampler(train_dataloader)
+        if epoch == 0 or sampler is None or not sampler.shuffle:
+            return
+        if sampler.seed is None:
+            logger.warning(
+                "The train sampler has no seed: the resumed epoch's prompt order differs from the original."
+            )
+            return
+        sampler.generator.manual_seed(sampler.seed)
+        for _ in range(epoch):
+            torch.randperm(sampler.num_samples, generator=sampler.generator)
+
+
 class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMixin):
     """Construction checks, guarded rewards, non-finite loss stop, graceful preemption, atomic checkpoints and exact
     resume for TRL's ``GRPOTrainer`` (module docstring). Takes exactly ``trl.GRPOTrainer``'s arguments."""
@@ -146,59 +189,15 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
         guarded = guard_reward_funcs(funcs, errors=errors, timeout=timeout)
         if funcs is not None:
             params["reward_funcs"] = guarded
-        self._repeat_sampler = None
         super().__init__(*bound.args[1:], **bound.kwargs)
         checks.check_tokenizer(checks.tokenizer_of(self.processing_class))
         if isinstance(model, str):  # loaded by TRL
             checks.check_context_length(
                 getattr(self.model, "config", None), self.args, checks.tokenizer_of(self.processing_class), dataset
             )
-        self._unscorable = UnscorableWatch(
-            list(self.reward_func_names), [is_shaping_reward(f) for f in self.reward_funcs]
-        )
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        """TRL's per-function rewards (gathered across processes), with ``rewards/<name>/none_frac`` logged and the
-        first rounds watched for functions that score nothing (``trl_ext.reliability.unscorable``)."""
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        training = self.model.training
-        main = self.accelerator.is_main_process
-        metrics = self._metrics["train" if training else "eval"]
-        for key, value in self._unscorable.observe(rewards_per_func, training=training, main_process=main).items():
-            metrics[key].append(value)
-        return rewards_per_func
+        self.add_callback(SamplerSeekOnResume())
 
     # -- exact resume ----------------------------------------------------------------------------------------------
-
-    def _get_train_sampler(self, dataset=None):
-        sampler = super()._get_train_sampler(dataset)
-        self._repeat_sampler = sampler
-        return sampler
-
-    def _init_training_state(
-        self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
-    ):
-        epochs_trained, steps_in_epoch = super()._init_training_state(
-            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
-        )
-        if resume_from_checkpoint is not None and epochs_trained > 0:
-            self._seek_sampler(epochs_trained)
-        return epochs_trained, steps_in_epoch
-
-    def _seek_sampler(self, epoch: int) -> None:
-        """Put TRL's RepeatSampler where the uninterrupted run had it at the start of ``epoch``: one permutation
-        drawn per epoch from a generator seeded once."""
-        sampler = self._repeat_sampler
-        if sampler is None or not getattr(sampler, "shuffle", False):
-            return
-        if getattr(sampler, "seed", None) is None or not hasattr(sampler, "generator"):
-            logger.warning(
-                "The train sampler has no seed: the resumed epoch's prompt order differs from the original."
-            )
-            return
-        sampler.generator.manual_seed(sampler.seed)
-        for _ in range(epoch):
-            torch.randperm(sampler.num_samples, generator=sampler.generator)
 
     def _generate_every(self) -> int:
         return self.args.steps_per_generation * self.num_iterations

@@ -1,0 +1,110 @@
+"""How much of TRL the GRPO-family trainers depend on, counted from the code: at most 8 TRL / transformers methods
+overridden and at most 10 TRL-private members touched anywhere under ``trl_ext/`` (names that TRL's ``GRPOTrainer``
+or transformers' ``Trainer`` define as ``self._x`` or ``def _x``). Each private member still used has a test in
+``tests/test_trl_contract.py`` that fails loudly when its shape changes."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+import transformers
+import trl
+
+import trl_ext
+from trl_ext.grpo import async_rollout, trainers
+
+PACKAGE = Path(trl_ext.__file__).parent
+
+GRPO_FAMILY = [
+    trainers.GRPOTrainer,
+    trainers.DAPOTrainer,
+    trainers.GSPOTrainer,
+    trainers.GSPOTokenTrainer,
+    async_rollout.AsyncGRPOTrainer,
+    async_rollout.AsyncDAPOTrainer,
+    async_rollout.AsyncGSPOTrainer,
+    async_rollout.AsyncGSPOTokenTrainer,
+]
+
+#: The TRL-private members trl_ext relies on, each guarded in tests/test_trl_contract.py.
+EXPECTED_PRIVATE = {
+    "_buffered_inputs",
+    "_generate_and_score_completions",
+    "_get_output_dir",
+    "_get_per_token_logps_and_entropies",
+    "_logs",
+    "_metrics",
+    "_save_checkpoint",
+    "_step",
+    "_tokenize_prompts",
+    "_total_train_tokens",
+}
+
+
+def trl_private_names() -> set[str]:
+    """Names TRL's GRPOTrainer or transformers' Trainer define as ``self._x`` or ``def _x``."""
+    source = inspect.getsource(trl.GRPOTrainer) + inspect.getsource(transformers.Trainer)
+    names = set(re.findall(r"self\.(_[A-Za-z]\w*)", source)) | set(re.findall(r"def (_[A-Za-z]\w*)", source))
+    return {name for name in names if not name.startswith("__")}
+
+
+def names_used_in_package() -> dict[str, set[str]]:
+    """Every attribute, method or ``getattr`` string name used in trl_ext's code (docstrings and comments excluded),
+    with the files that use it."""
+    used: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Attribute):
+                names.append(node.attr)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                names.append(node.name)
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in {"getattr", "hasattr", "setattr"}:
+                if (
+                    len(node.args) > 1
+                    and isinstance(node.args[1], ast.Constant)
+                    and isinstance(node.args[1].value, str)
+                ):
+                    names.append(node.args[1].value)
+            for name in names:
+                used.setdefault(name, set()).add(str(path.relative_to(PACKAGE)))
+    return used
+
+
+def overridden_trl_methods(cls: type) -> set[str]:
+    """Methods of TRL's GRPOTrainer (or its bases) that a class defined in trl_ext redefines in ``cls``'s MRO."""
+    trl_methods = {name for name in dir(trl.GRPOTrainer) if callable(getattr(trl.GRPOTrainer, name, None))}
+    ours = [klass for klass in cls.__mro__ if klass.__module__.startswith("trl_ext.")]
+    return {name for klass in ours for name in vars(klass) if name in trl_methods and name != "__init_subclass__"}
+
+
+def test_at_most_8_trl_methods_overridden_per_trainer():
+    for cls in GRPO_FAMILY:
+        overridden = overridden_trl_methods(cls)
+        assert len(overridden) <= 8, f"{cls.__name__} overrides {len(overridden)} TRL methods: {sorted(overridden)}"
+
+
+def test_at_most_10_trl_private_members_touched():
+    touched = trl_private_names() & set(names_used_in_package())
+    assert len(touched) <= 10, f"{len(touched)} TRL-private members used under trl_ext/: {sorted(touched)}"
+    assert touched == EXPECTED_PRIVATE, (
+        f"new: {sorted(touched - EXPECTED_PRIVATE)}, gone: {sorted(EXPECTED_PRIVATE - touched)} (update "
+        "EXPECTED_PRIVATE and tests/test_trl_contract.py)"
+    )
+
+
+def test_no_method_of_torch_trl_or_transformers_is_replaced_at_run_time():
+    """No assignment of a function onto an object or class (``obj.step = ...``, ``types.MethodType``)."""
+    for path in PACKAGE.rglob("*.py"):
+        source = path.read_text()
+        assert "types.MethodType" not in source, path
+        assert not re.search(r"\.(step|forward|generate|load_weights)\s*=\s*", source), path
+
+
+def test_the_counter_sees_a_private_name():
+    """The counter itself works: an attribute access to a TRL-private name is found."""
+    assert "_metrics" in names_used_in_package()
+    assert {"_metrics", "_generate_and_score_completions"} <= trl_private_names()
