@@ -10,7 +10,8 @@ import torch
 import trl
 from helpers import tiny_args
 
-from trl_ext import DAPOTrainer, ProbeArguments
+from trl_ext import DAPOTrainer
+from trl_ext.diagnostics.probe_args import dynamic_sampling_policy
 from trl_ext.grpo.ds_rounds import (
     InformativeRate,
     expected_refill_rounds,
@@ -457,10 +458,8 @@ def test_no_carry_for_gspo(tiny_model, tokenizer, problems, tmp_path, preset):
     )
     assert trainer.args.gradient_accumulation_steps % (trainer.args.steps_per_generation * trainer.num_iterations)
     assert not trainer._carry_allowed()
-    probe = ProbeArguments.from_training_args(
-        get_preset(preset, output_dir=str(tmp_path), dynamic_sampling=True, bf16=False)
-    )
-    assert probe.carry_over == 0.0  # the probe predicts with the same rule
+    run = get_preset(preset, output_dir=str(tmp_path), dynamic_sampling=True, bf16=False)
+    assert dynamic_sampling_policy(run)["carry_over"] == 0.0  # the probe predicts with the same rule
 
 
 def test_carried_groups_are_checkpointed_and_resumed_exactly(tokenizer, problems, tmp_path):

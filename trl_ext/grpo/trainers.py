@@ -31,6 +31,7 @@ from typing import Any
 import trl
 from trl.rewards import get_soft_overlong_punishment
 
+from trl_ext.generation import vllm_setup, vllm_sync
 from trl_ext.grpo import rollout_rhythm
 from trl_ext.grpo.async_rollout import AsyncGenerationMixin, warn_truncated_importance_sampling
 from trl_ext.grpo.configs import DAPOConfig, GRPOFamilyConfig, GSPOConfig
@@ -91,7 +92,9 @@ class GRPOTrainer(GRPOReliabilityMixin, AsyncGenerationMixin, DynamicSamplingMix
             args = self._default_config(output_dir=f"{_model_name(model)}-{self._default_suffix}")
         _check_ratio_level(args)
         warn_truncated_importance_sampling(args)
+        vllm_setup.check_trainer_args(args)  # no vLLM, vLLM outside TRL's range, broken torchvision: fail here
         super().__init__(model, reward_funcs, args, *rest, **kw)
+        vllm_sync.adopt_for_trainer(self)  # colocate sync that works where vLLM repacks weights (its CPU build)
         self._logs_rollout = rollout_rhythm.steps_per_rollout(self.args) > 1
         warning = rollout_rhythm.rhythm_warning(self.args)
         if warning is not None and self.accelerator.is_main_process:
