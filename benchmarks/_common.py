@@ -56,7 +56,7 @@ _DEMO_KEYS = (
     "learning_rate",
     "lr_scheduler_type",
 )
-_DAPO_KEYS = ("overlong_buffer_len", "dynamic_sampling_max_rounds", "dynamic_sampling_reward_range")
+_DAPO_KEYS = ("overlong_buffer_len", "dynamic_sampling_max_generation_batches", "dynamic_sampling_reward_range")
 
 
 def setup(threads: int) -> None:

@@ -132,7 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_completion_length=length,
         generation_kwargs={"min_tokens": length} if use_vllm else {"min_new_tokens": length},
         soft_overlong_punishment=False,  # every completion is full length here
-        dynamic_sampling_max_rounds=4,
+        dynamic_sampling_max_generation_batches=4,
         num_minibatches=1,  # one rollout per optimizer step: the check compares generation paths, not updates
         temperature=1.0,
         learning_rate=1e-5,

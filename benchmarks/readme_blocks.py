@@ -1,10 +1,12 @@
-"""The README's figures, rendered from the committed result files (never typed by hand).
+"""The READMEs' figures, rendered from the committed result files (never typed by hand).
 
-Each block of ``README.md`` between ``<!-- BEGIN generated: NAME ... -->`` and ``<!-- END generated: NAME -->`` is
+Each block of ``READMES`` between ``<!-- BEGIN generated: NAME ... -->`` and ``<!-- END generated: NAME -->`` is
 the output of ``BLOCKS[NAME]`` over ``benchmarks/results/``: ``reproduce.json`` (the demo's figures per TRL release,
 measured by ``benchmarks/reproduce.py --update``) and the ``*.figures.json`` written by the full benchmark runs
-beside their reports. ``python benchmarks/reproduce.py --render-readme`` rewrites them; ``tests/test_reproduce.py``
-fails when the README's blocks differ from what the committed files render.
+beside their reports. ``README.md`` carries the short blocks (``demo-headline``, ``headlines``); the full tables
+and reports live in ``docs/`` and ``benchmarks/README.md``. ``python benchmarks/reproduce.py --render-readme``
+rewrites them all; ``benchmarks/tests/test_reproduce.py`` fails when a block differs from what the committed files
+render.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from trl_ext.console import format_duration
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
-READMES = (README, ROOT / "benchmarks" / "README.md")  # the files whose generated blocks this module writes
+DOCS = ROOT / "docs"
+#: The files whose generated blocks this module writes.
+READMES = (
+    README,
+    ROOT / "benchmarks" / "README.md",
+    DOCS / "REPRODUCE.md",
+    DOCS / "EVALUATION.md",
+    DOCS / "REWARD_MODELS.md",
+)
 
 
 def _load(name: str) -> dict:
@@ -255,7 +265,88 @@ def learned_reward() -> list[str]:
     return lines
 
 
+def demo_headline() -> list[str]:
+    """README: the demo's held-out accuracy before and after, per TRL release, with the other SFT seeds (the noise)."""
+    demo = _load("reproduce.json").get("demo", {})
+    rows = [
+        "| TRL | held-out accuracy: warm start -> after `trl-ext dapo` | other SFT seeds of the warm start | wall clock |",
+        "|---|---|---|---|",
+    ]
+    for trl in _releases(demo):
+        f = demo[trl]["figures"]
+        others = [w for s, w in sorted(demo[trl]["warm_starts"].items()) if s != "0"]
+        spread = ", ".join(f"{w['accuracy_before']:.3f} -> {w['accuracy_after']:.3f}" for w in others)
+        rows.append(
+            f"| {trl} | {f['accuracy_before']:.3f} -> **{f['accuracy_after']:.3f}** | {spread or '–'} | "
+            f"{format_duration(f['wall_s'])} |"
+        )
+    return rows
+
+
+def _span(values: list[float], fmt: str) -> str:
+    low, high = min(values), max(values)
+    return format(low, fmt) if format(low, fmt) == format(high, fmt) else f"{low:{fmt}}-{high:{fmt}}"
+
+
+def headlines() -> list[str]:
+    """README: one short line per measured claim; the full lines are ``benchmark_headlines`` and
+    ``async_generation_headline`` (benchmarks/README.md)."""
+    lines = []
+    overhead = _load("overhead.figures.json")
+    comparisons = overhead.get("comparisons", {})
+    if comparisons:
+        label = {"dapo": "`DAPOTrainer` / `trl.GRPOTrainer`", "gspo": "`GSPOTrainer` / TRL's sequence-level GRPO"}
+        parts = [f"{label.get(n, n)} **{c['ratio']['median']:.3f}**" for n, c in comparisons.items()]
+        identical = all(c["identical"] for c in comparisons.values())
+        lines.append(
+            f"- Overhead against TRL (trl {overhead['trl']}, median step-time ratio): {', '.join(parts)}; final "
+            f"weights {'identical' if identical else 'NOT identical'} "
+            "([overhead.md](benchmarks/results/overhead.md))."
+        )
+    ds = _load("dynamic_sampling.figures.json")
+    if ds.get("worst"):
+        w = ds["worst"]
+        lines.append(
+            f"- Dynamic-sampling cost (trl {ds['trl']}): at worst **{w['generated_per_kept'] / w['ideal']:.3f}x** the "
+            "ideal 1/(1-p) groups generated per kept group "
+            "([dynamic_sampling.md](benchmarks/results/dynamic_sampling.md))."
+        )
+    verdicts = []
+    for name in SAMPLE_EFFICIENCY:
+        for release in _load(name).get("releases", []):
+            if "dapo" in release["algorithms"] and "dapo_no_ds" in release["algorithms"]:
+                verdicts.append(
+                    f"trl {release['trl']} `--task {release['task']}` "
+                    f"{release['dynamic_sampling_at_common_steps']['verdict']} / "
+                    f"{release['dynamic_sampling_final']['verdict']}"
+                )
+    if verdicts:
+        lines.append(
+            "- Sample efficiency, DAPO with dynamic sampling against without (at equal optimizer steps / at an equal "
+            f"budget of completions, across warm starts): {'; '.join(verdicts)} "
+            "([report](benchmarks/results/sample_efficiency.md))."
+        )
+    spans = []
+    for name in ASYNC_GENERATION:
+        record = _load(name)
+        if record.get("rows"):
+            ratios = _span([r["over_limit"] for r in record["rows"]], ".2f")
+            within = all(v["accuracy_within"] for v in record["verdicts"])
+            spans.append(
+                f"trl {record['trl']} **{ratios}** "
+                f"(accuracy {'within' if within else 'NOT within'} 2 sd of the synchronous runs)"
+            )
+    if spans:
+        lines.append(
+            "- Overlapped generation, step time / max(generation, training): "
+            f"{'; '.join(spans)} ([report](benchmarks/results/async_generation.md))."
+        )
+    return lines
+
+
 BLOCKS: dict[str, Callable[[], list[str]]] = {
+    "demo-headline": demo_headline,
+    "headlines": headlines,
     "learned-reward": learned_reward,
     "demo-table": demo_table,
     "eval-table": eval_table,

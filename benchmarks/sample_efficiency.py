@@ -402,7 +402,7 @@ def markdown(runs, summary, options, prov, level: str = "##") -> tuple[list[str]
         f"{rl['max_completion_length']} tokens, lr {rl['learning_rate']:g} constant; budget {options.budget:,} "
         f"generated completions; evaluation every {options.eval_every:,}; target accuracy {target_label(options)} "
         f"(mean of the last {TRAILING} evaluations); DAPO: soft overlong buffer {dapo['overlong_buffer_len']}, a "
-        f"generation budget of {dapo['dynamic_sampling_max_rounds']} generation batches per step (right-sized "
+        f"generation budget of {dapo['dynamic_sampling_max_generation_batches']} generation batches per step (right-sized "
         "refill rounds)"
     )
     n = len(runs) // len(options.algorithms)

@@ -6,13 +6,10 @@
     accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/dapo.py \
         --config recipes/configs/qwen2.5-math-7b/dapo/config_colocate.yaml
 
-Everything DAPO changes is in ``DAPOConfig`` and ``DAPOTrainer``; the steps of the run (seed, rewards, data, model,
-trainer, train, save, report) are ``recipes/grpo.py``'s ``main``, shared by the whole GRPO family.
+The recipe is ``trl_ext/scripts/dapo.py`` (``trl_ext.scripts.dapo``): this entry point only calls its ``cli``.
 """
 
-from trl_ext.recipe.common import load_recipe
-
-main = load_recipe("grpo").main  # main(script_args, training_args, model_args), as in every recipe
+from trl_ext.scripts.dapo import cli
 
 if __name__ == "__main__":
-    load_recipe("grpo").cli("dapo")
+    cli()

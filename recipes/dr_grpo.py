@@ -5,11 +5,11 @@
 
     python recipes/dr_grpo.py       # or `trl-ext dr_grpo`: recipes/configs/demo/dr_grpo/config_demo.yaml
     python recipes/dr_grpo.py --model_name_or_path <model> --dataset_name <dataset> --reward_funcs accuracy
+
+The recipe is ``trl_ext/scripts/dr_grpo.py`` (``trl_ext.scripts.dr_grpo``): this entry point only calls its ``cli``.
 """
 
-from trl_ext.recipe.common import load_recipe
-
-main = load_recipe("grpo").main  # main(script_args, training_args, model_args), as in every recipe
+from trl_ext.scripts.dr_grpo import cli
 
 if __name__ == "__main__":
-    load_recipe("grpo").cli("dr_grpo")
+    cli()

@@ -5,88 +5,10 @@
     trl-ext eval --models Qwen/Qwen2.5-0.5B-Instruct outputs/qwen-grpo --dataset_name openai/gsm8k \
         --dataset_config main --num_samples 32 --max_new_tokens 1024 --use_vllm
 
-Each model is evaluated on the held-out split (``dataset_test_split``; a single file given as ``dataset_name`` is
-evaluated whole) with the recipes' layouts, prompt formatting and task reward: its ``pass@1 (greedy)`` is the
-recipes' held-out accuracy on the same model and split. Sampling defaults are DAPO's evaluation (K = 32 samples at
-temperature 1.0, top-p 0.7), seeded alike for every model. Definitions: ``trl_ext.diagnostics.eval_metrics``.
-Outputs under ``output_dir``: ``eval.json`` (figures, settings, versions) and ``per_problem.jsonl`` (each problem's
-reference and, per sample, the text, extracted answer, reward, length and truncation), from which every figure can
-be recomputed (``trl_ext.diagnostics.eval_report.recompute``).
+The recipe is ``trl_ext/scripts/eval.py`` (``trl_ext.scripts.eval``): this entry point only calls its ``cli``.
 """
 
-from __future__ import annotations
-
-import dataclasses
-import time
-
-from trl_ext.console import quiet_libraries
-from trl_ext.data import format_prompts
-from trl_ext.diagnostics.eval_report import print_report, write_report
-from trl_ext.diagnostics.evaluation import EvalSettings, check_vllm, evaluate_model
-from trl_ext.errors import reported_user_errors
-from trl_ext.recipe import common
-from trl_ext.recipe.args import EvalArguments
-from trl_ext.reliability.checks import longest_prompt
-
-DEMO_ANSWER_TOKENS = 4  # the demo's own check reads the first integer of 4 new tokens (trl_ext.demo.greedy_accuracy)
-
-
-def main(args: EvalArguments) -> dict:
-    started = time.time()
-    demo = args.dataset_name is None
-    common.demo_threads(demo=demo)
-
-    # Data: the recipes' held-out split, mapped by its layout; the reward that scores it (the demo: its own check)
-    data = common.load_script_data(args, hold_out=False)  # a lone file is evaluated whole, nothing carved
-    problems, split = data.held_out, args.dataset_test_split
-    if problems is None and common.is_data_file(args.dataset_name):
-        problems, split = data.train, "the whole file"
-    if problems is None or len(problems) == 0:
-        raise ValueError(
-            f"{args.dataset_name} has no held-out split {args.dataset_test_split!r} to evaluate on: name one with "
-            "--dataset_test_split <split or file>."
-        )
-    reward = common.evaluation_reward(args, data.layout)
-    if reward is None:
-        common.task_rewards(args, data.layout)  # raises, naming the missing reference column and the fix
-
-    # Settings: DAPO's sampling unless given; bad k or K fail here, before any model is loaded
-    settings = EvalSettings(
-        num_samples=args.num_samples,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_new_tokens=DEMO_ANSWER_TOKENS if demo else args.max_new_tokens or 1024,
-        greedy=args.greedy,
-        seed=args.seed,
-        batch_size=args.batch_size,
-        pass_ks=args.pass_ks,
-        use_vllm=args.use_vllm,
-    )
-    settings.ks()
-    if args.use_vllm:
-        check_vllm()
-    models = [(m, m) for m in args.models] if args.models else common.demo_models()
-    common.announce_eval(args, data, split, len(problems), [name for name, _ in models], settings)
-
-    # Each model: load, format the prompts for its tokenizer, fit the length to its context, evaluate
-    evaluations = []
-    for name, path in models:
-        if args.use_vllm:  # vLLM loads the weights itself
-            model, tokenizer = common.load_for_vllm(path, args.chat_template)
-        else:
-            model, tokenizer, path = common.load_policy(path, args.dtype, None, args.chat_template)
-        formatted = format_prompts(problems, tokenizer, args.system_prompt, "the evaluation split")
-        length = common.completion_budget(model, longest_prompt(formatted, tokenizer), settings.max_new_tokens)
-        fitted = dataclasses.replace(settings, max_new_tokens=length)
-        evaluations.append(evaluate_model(name, model, tokenizer, formatted, reward, fitted, path))
-        del model
-
-    # Report: the table, eval.json and per_problem.jsonl
-    print_report(evaluations, settings)
-    return write_report(args.output_dir, evaluations, settings, data, split, reward, time.time() - started)
-
+from trl_ext.scripts.eval import cli
 
 if __name__ == "__main__":
-    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    with reported_user_errors("trl-ext eval"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
-        main(*common.parse((EvalArguments,), None))
+    cli()

@@ -5,13 +5,10 @@ loss and 4 minibatches per rollout. ``--gspo_token true`` (or ``trl-ext gspo_tok
     accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/gspo.py \
         --config recipes/configs/qwen3-30b-a3b/gspo/config_colocate.yaml
 
-``GSPOConfig`` holds the algorithm and the preset table gives it ``GSPOTrainer`` (sequence clip fractions under
-``gspo/*``); the run itself is ``main`` of ``recipes/grpo.py``.
+The recipe is ``trl_ext/scripts/gspo.py`` (``trl_ext.scripts.gspo``): this entry point only calls its ``cli``.
 """
 
-from trl_ext.recipe.common import load_recipe
-
-main = load_recipe("grpo").main  # main(script_args, training_args, model_args), as in every recipe
+from trl_ext.scripts.gspo import cli
 
 if __name__ == "__main__":
-    load_recipe("grpo").cli("gspo")
+    cli()

@@ -5,90 +5,10 @@ a trained reward model or the rule-based rewards of ``rewards/`` through ``trl_e
     python recipes/ppo.py --config recipes/configs/demo/ppo/config_demo.yaml --total_episodes 640
     python recipes/ppo.py --model_name_or_path outputs/sft --reward_model_path my-rm --dataset_name prompts.jsonl
 
-The value model is a sequence-classification head on ``value_model_path`` (default: the policy's checkpoint, the
-usual initialisation). With no ``reward_model_path`` (TRL's default is a Hub model: set it to null outside the demo
-config) the rewards named in ``reward_funcs`` are called on the decoded completions with the dataset's other columns
-(e.g. ``answer``), exactly as the GRPO family calls them. With neither ``--config`` nor ``--model_name_or_path`` the
-settings come from ``recipes/configs/demo/ppo/config_demo.yaml``: the demo's SFT warm start, the arithmetic problems
-and reward, held-out greedy accuracy printed before and after, outputs in ``outputs/ppo``.
+The recipe is ``trl_ext/scripts/ppo.py`` (``trl_ext.scripts.ppo``): this entry point only calls its ``cli``.
 """
 
-from __future__ import annotations
-
-from transformers import AutoModelForSequenceClassification
-from transformers.utils import logging as hf_logging
-from trl import ModelConfig, get_peft_config
-
-from trl_ext.console import library_lines_dropped, quiet_libraries, use_console
-from trl_ext.data import format_prompts
-from trl_ext.errors import reported_user_errors
-from trl_ext.ppo import RuleRewardModel, tokenize_prompts
-from trl_ext.recipe import common
-from trl_ext.recipe.args import PPOScriptArguments
-from trl_ext.reliability.checks import require_ppo
-from trl_ext.reward_model import load_reward_model
+from trl_ext.scripts.ppo import cli
 
 if __name__ == "__main__":
-    quiet_libraries()  # before the import below: TRL's "importing from trl.experimental" notice is our choice, not yours
-
-PPOConfig, PPOTrainer = require_ppo()  # trl 1.12 only: on a newer TRL this says so and names the install line
-
-
-def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: ModelConfig) -> dict:
-    # Seed, threads, data (no dataset given: the arithmetic demo), and the opening line
-    started, train_dataset, eval_dataset, layout = common.start(script_args, training_args, model_args)
-
-    # Data: prompts (plus the columns the rewards read); PPO itself consumes token ids only.
-    data = (train_dataset, eval_dataset)
-    common.announce("ppo", "PPOTrainer", script_args, training_args, model_args, data, layout=layout)
-
-    # Policy (left padding: PPO generates from padded queries) and value model (default: the policy's checkpoint).
-    policy, tokenizer, policy_path = common.load_policy(
-        model_args.model_name_or_path, model_args.dtype, model_args, script_args.chat_template
-    )
-    train_dataset = format_prompts(train_dataset, tokenizer, script_args.system_prompt)
-    eval_dataset = format_prompts(eval_dataset, tokenizer, script_args.system_prompt, "the held-out split")
-
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the value head is new on purpose: no "score.weight MISSING" load report
-    try:
-        value_model = AutoModelForSequenceClassification.from_pretrained(
-            script_args.value_model_path or policy_path, num_labels=1
-        )
-    finally:
-        hf_logging.set_verbosity(verbosity)
-
-    # Reward: a trained reward model, or the rule-based functions behind TRL's reward-model interface.
-    if training_args.reward_model_path:
-        reward_model = load_reward_model(training_args.reward_model_path)  # e.g. a `trl-ext reward` folder
-        task_reward = None  # the held-out check builds the data's task reward itself
-    else:
-        reward_funcs = common.task_rewards(script_args, layout)[0]
-        prompt_sets = [d for d in (train_dataset, eval_dataset) if d is not None]
-        reward_model = RuleRewardModel(reward_funcs, tokenizer, prompt_sets, script_args.reward_weights)
-        task_reward = reward_funcs[0]
-
-    length = training_args.response_length
-    evaluate = common.held_out_evaluator(script_args, layout, tokenizer, eval_dataset, length, task_reward)
-    before = evaluate(policy, "before")
-    trainer = PPOTrainer(
-        args=training_args,
-        processing_class=tokenizer,
-        model=policy,
-        ref_model=None,
-        reward_model=reward_model,
-        value_model=value_model,
-        train_dataset=tokenize_prompts(train_dataset, tokenizer),
-        eval_dataset=tokenize_prompts(eval_dataset, tokenizer) if eval_dataset is not None else None,
-        peft_config=get_peft_config(model_args),
-    )
-
-    use_console(trainer, "ppo")
-    with library_lines_dropped("===training policy==="):  # TRL's PPOTrainer prints it at every update
-        trainer.train()
-    return common.finish("ppo", trainer, tokenizer, trainer.policy_model, evaluate, before, started)
-
-
-if __name__ == "__main__":
-    with reported_user_errors("trl-ext ppo"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
-        main(*common.parse((PPOScriptArguments, PPOConfig, ModelConfig), "ppo"))
+    cli()

@@ -58,7 +58,7 @@ def main(out: str, mode: str = "on_policy") -> None:
         **{**TINY_SETTINGS, "per_device_train_batch_size": 6, "max_steps": settings.pop("max_steps")},
         output_dir=out,
         soft_overlong_punishment=False,
-        dynamic_sampling_max_rounds=3,
+        dynamic_sampling_max_generation_batches=3,
         temperature=1.5,
         **settings,
     )

@@ -162,7 +162,7 @@ def build(algo: str, out: str, callbacks: list, **overrides):
             num_generations=4,
             max_completion_length=4,
             soft_overlong_punishment=False,
-            dynamic_sampling_max_rounds=3,
+            dynamic_sampling_max_generation_batches=3,
             temperature=1.5,
             **variant,
             **overrides,

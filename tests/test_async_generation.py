@@ -27,9 +27,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 REPO = os.path.dirname(HERE)
 
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-
-from async_generation import ServerStub  # noqa: E402 - the benchmark's stand-in engine shares these no-ops
 from helpers import tiny_args  # noqa: E402
 
 
@@ -57,7 +54,7 @@ def weights_digest(named: dict[str, torch.Tensor] | torch.nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
-class StandInClient(ServerStub):
+class StandInClient:
     """Stands in for ``trl.generation.vllm_client.VLLMClient`` (same constructor and methods TRL's server mode calls).
     Completions depend only on (prompt, digest of the last weights pushed); ``delay`` seconds per request emulate
     generation time. Records every request (prompts, the weights digest) and checks that no weight update ever lands
@@ -75,6 +72,19 @@ class StandInClient(ServerStub):
         self._busy = threading.Lock()
         self.overlapping_syncs = 0
         StandInClient.instances.append(self)
+
+    # What the stand-in engine has nothing to do for (no NCCL group, no prefix cache).
+    def init_communicator(self, device=None):
+        pass
+
+    def close_communicator(self):
+        pass
+
+    def get_server_info(self):
+        return {"model_config": {"logprobs_mode": "processed_logprobs"}}
+
+    def reset_prefix_cache(self):
+        pass
 
     def update_named_params(self, metadata, iterator):
         if self._busy.locked():
@@ -380,7 +390,7 @@ def test_overlapped_rollout_is_one_step_stale(tiny_model, tokenizer, problems, t
 
 def overlapped_refills(tmp_path, model, tokenizer, dataset, **overrides):
     """DAPO with ``async_generation`` for 4 steps, where ``even_answer_reward`` drops about half the groups."""
-    settings = dict(async_generation=True, max_steps=4, dynamic_sampling_max_rounds=4)
+    settings = dict(async_generation=True, max_steps=4, dynamic_sampling_max_generation_batches=4)
     return build("dapo", tmp_path, model, tokenizer, dataset, **settings, **overrides)
 
 
@@ -444,7 +454,7 @@ def test_staleness_bound_governs_carried_surplus(tokenizer, problems, tmp_path, 
         max_staleness=bound,
         max_steps=8,
         dynamic_sampling_carry_over=0.5,
-        dynamic_sampling_max_rounds=6,
+        dynamic_sampling_max_generation_batches=6,
     )
     trainer.train()
     carried_out = history(trainer, "dynamic_sampling/carried_groups_out")

@@ -163,18 +163,22 @@ def test_dynamic_sampling_with_no_informative_group_is_bounded_and_says_what_to_
     def constant(completions, **kwargs):
         return [1.0] * len(completions)
 
-    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, max_steps=10, dynamic_sampling_max_rounds=2)
+    args = tiny_args(
+        "dapo", tmp_path, soft_overlong_punishment=False, max_steps=10, dynamic_sampling_max_generation_batches=2
+    )
     trainer = DAPOTrainer(tiny_model, [constant], args=args, train_dataset=problems[0], processing_class=tokenizer)
     before = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
     started = time.perf_counter()
     with caplog.at_level(logging.WARNING, logger="trl_ext.grpo.dynamic_sampling"):
         trainer.train()  # no crash
-    assert time.perf_counter() - started < 60  # each step is at most dynamic_sampling_max_rounds generations
+    assert (
+        time.perf_counter() - started < 60
+    )  # each step is at most dynamic_sampling_max_generation_batches generations
     assert torch.equal(before, torch.cat([p.detach().flatten() for p in trainer.model.parameters()]))
     logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
     assert [h["dynamic_sampling/rounds"] for h in logs] == [2.0] * 10
     messages = [r.getMessage() for r in caplog.records]
-    first = next(m for m in messages if "dynamic_sampling_max_rounds=2" in m)
+    first = next(m for m in messages if "dynamic_sampling_max_generation_batches=2" in m)
     for advice in ("warm-start it with SFT", "raise num_generations (now 4)", "check the reward function"):
         assert advice in first
     assert any("no informative group at all in the last 10 steps" in m for m in messages)

@@ -481,7 +481,7 @@ def test_refill_rounds_generate_through_trls_vllm_path(tiny_model, tokenizer, pr
     optimizer step (not once per round: they have not changed between rounds)."""
     from trl_ext import DAPOTrainer
 
-    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_rounds=3)
+    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_generation_batches=3)
     trainer = DAPOTrainer(
         tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
     )
@@ -530,3 +530,63 @@ def test_gpu_check_script_dry_run_on_cpu(tmp_path):
     evaluation = json.loads((tmp_path / "gsm8k-eval" / "eval.json").read_text())
     assert [m["name"] for m in evaluation["models"]] == [str(tmp_path / "model"), str(tmp_path / "gsm8k-grpo")]
     assert evaluation["reward"] == "accuracy" and evaluation["data"]["problems"] == 32
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Renamed fields: the old name still works, warns, and maps onto the new one
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _deprecation_warnings(records) -> list[str]:
+    return [str(r.message) for r in records if "dynamic_sampling_max_rounds is deprecated" in str(r.message)]
+
+
+def test_dynamic_sampling_max_rounds_is_a_deprecated_alias_of_the_generation_budget(tmp_path, recwarn):
+    cpu = dict(output_dir=str(tmp_path), bf16=False, use_cpu=True)
+    default = DAPOConfig(**cpu)
+    assert default.dynamic_sampling_max_generation_batches == 4 == default.dynamic_sampling_max_rounds
+    assert not _deprecation_warnings(recwarn.list)
+    with pytest.warns(FutureWarning, match="Use dynamic_sampling_max_generation_batches=7"):
+        old = DAPOConfig(**cpu, dynamic_sampling_max_rounds=7)
+    assert old.dynamic_sampling_max_generation_batches == 7 == old.dynamic_sampling_max_rounds  # still readable
+    new = DAPOConfig(**cpu, dynamic_sampling_max_generation_batches=6)
+    assert new.dynamic_sampling_max_rounds == 6
+    recwarn.clear()
+    # A rebuild from the serialized fields (both names present, equal) keeps the value and warns about nothing
+    rebuilt = DAPOConfig(**cpu, dynamic_sampling_max_generation_batches=6, dynamic_sampling_max_rounds=6)
+    assert rebuilt.dynamic_sampling_max_generation_batches == 6 and not _deprecation_warnings(recwarn.list)
+    # Both given and different: the new name wins, and the warning says the old value is ignored
+    with pytest.warns(FutureWarning, match="is set \\(5\\): 3 is ignored"):
+        both = DAPOConfig(**cpu, dynamic_sampling_max_generation_batches=5, dynamic_sampling_max_rounds=3)
+    assert both.dynamic_sampling_max_generation_batches == 5 == both.dynamic_sampling_max_rounds
+    # A refused value names the field the user set
+    with pytest.raises(ValueError, match="dynamic_sampling_max_rounds=0"):
+        DAPOConfig(**cpu, dynamic_sampling_max_rounds=0)
+    with pytest.raises(ValueError, match="dynamic_sampling_max_generation_batches=0"):
+        DAPOConfig(**cpu, dynamic_sampling_max_generation_batches=0)
+
+
+def test_the_old_name_works_from_yaml_and_flags(tmp_path):
+    from trl_ext.recipe.grpo import parse
+
+    config = tmp_path / "old.yaml"
+    config.write_text(f"dynamic_sampling_max_rounds: 3\noutput_dir: {tmp_path / 'out'}\n")
+    with pytest.warns(FutureWarning, match="dynamic_sampling_max_generation_batches"):
+        _, training_args, _ = parse("dapo", argv=["--config", str(config)])
+    assert training_args.dynamic_sampling_max_generation_batches == 3
+    # The old flag overrides the demo YAML's new key, as any flag overrides the YAML
+    with pytest.warns(FutureWarning, match="use --dynamic_sampling_max_generation_batches"):
+        _, training_args, _ = parse("dapo", argv=["--dynamic_sampling_max_rounds", "5", "--output_dir", "o"])
+    assert training_args.dynamic_sampling_max_generation_batches == 5
+    _, training_args, _ = parse("dapo", argv=["--dynamic_sampling_max_generation_batches", "2", "--output_dir", "o"])
+    assert training_args.dynamic_sampling_max_generation_batches == 2 == training_args.dynamic_sampling_max_rounds
+
+
+def test_no_packaged_yaml_uses_a_deprecated_name():
+    from trl_ext.recipe.paths import ACCELERATE_CONFIGS_DIR, CONFIGS_DIR
+
+    for path in glob.glob(os.path.join(CONFIGS_DIR, "**", "*.yaml"), recursive=True) + glob.glob(
+        os.path.join(ACCELERATE_CONFIGS_DIR, "*.yaml")
+    ):
+        with open(path) as f:
+            assert "dynamic_sampling_max_rounds" not in f.read(), path

@@ -1,22 +1,25 @@
-"""recipes/dpo.py: demo YAML parsing, a short group-mined run, and offline DPO on the pairs it saved."""
+"""The dpo recipe (trl_ext.scripts.dpo): demo YAML parsing, a short group-mined run, and offline DPO on the pairs
+it saved."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 
 import pytest
+
+from trl_ext.recipe.parsing import parse
+from trl_ext.recipe.rewards import task_rewards
+from trl_ext.recipe.steps import load_script_data
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
 
 
 def load_recipe(name: str):
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", os.path.join(REPO, "recipes", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The recipe module ``trl_ext.scripts.<name>`` (``recipes/<name>.py`` only calls its ``cli``)."""
+    return importlib.import_module(f"trl_ext.scripts.{name}")
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +36,7 @@ def tiny_checkpoint(tmp_path_factory):
 def _parse(dpo, argv):
     from trl import ModelConfig
 
-    return dpo.common.parse((dpo.DPOScriptArguments, dpo.DPOConfig, ModelConfig), "dpo", argv=argv)
+    return parse((dpo.DPOScriptArguments, dpo.DPOConfig, ModelConfig), "dpo", argv=argv)
 
 
 def test_no_arguments_parse_to_the_demo_yaml():
@@ -41,7 +44,7 @@ def test_no_arguments_parse_to_the_demo_yaml():
     script_args, training_args, model_args = _parse(dpo, [])
     assert model_args.model_name_or_path is None and script_args.dataset_name is None
     assert script_args.reward_funcs is None  # the task reward of the data: arithmetic on the demo
-    assert dpo.common.task_rewards(script_args, dpo.common.load_script_data(script_args).layout)[1] == ["arithmetic"]
+    assert task_rewards(script_args, load_script_data(script_args).layout)[1] == ["arithmetic"]
     assert training_args.loss_type == ["sigmoid", "sft"] and training_args.loss_weights == [1.0, 1.0]
     assert training_args.mining_rounds == 2 and training_args.num_generations == 8
     assert training_args.output_dir == "outputs/dpo"

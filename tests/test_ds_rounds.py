@@ -10,7 +10,8 @@ import torch
 import trl
 from helpers import tiny_args
 
-from trl_ext import DAPOTrainer, ProbeArguments
+from trl_ext import DAPOTrainer
+from trl_ext.diagnostics.probe_args import dynamic_sampling_policy
 from trl_ext.grpo.ds_rounds import (
     InformativeRate,
     expected_refill_rounds,
@@ -138,7 +139,7 @@ def test_refill_round_is_sized_from_the_informative_rate(tiny_model, tokenizer, 
         tmp_path,
         soft_overlong_punishment=False,
         per_device_train_batch_size=16,
-        dynamic_sampling_max_rounds=30,
+        dynamic_sampling_max_generation_batches=30,
     )
     trainer = DAPOTrainer(
         tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
@@ -203,7 +204,7 @@ def _trainer_with_deferred_logps(tiny_model, tokenizer, problems, tmp_path) -> D
         beta=0.04,
         num_minibatches=2,
         per_device_train_batch_size=8,
-        dynamic_sampling_max_rounds=30,
+        dynamic_sampling_max_generation_batches=30,
     )
     trainer = DAPOTrainer(
         _saved(tiny_model, tokenizer, tmp_path / "policy"),
@@ -282,7 +283,7 @@ def test_nothing_to_filter_with_old_and_ref_logps_is_exactly_trls_step(tokenizer
 
 
 def test_gathered_bytes_are_the_selected_rows_only(tiny_model, tokenizer, problems, tmp_path):
-    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_rounds=30)
+    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_generation_batches=30)
     trainer = DAPOTrainer(
         tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
     )
@@ -332,7 +333,7 @@ def _carry_trainer(tokenizer, problems, out, model=None, **overrides):
     settings = dict(
         soft_overlong_punishment=False,
         num_minibatches=2,  # old-policy log-probs: carry-over is sound
-        dynamic_sampling_max_rounds=30,
+        dynamic_sampling_max_generation_batches=30,
         dynamic_sampling_carry_over=0.5,
     )
     settings.update(overrides)
@@ -457,10 +458,8 @@ def test_no_carry_for_gspo(tiny_model, tokenizer, problems, tmp_path, preset):
     )
     assert trainer.args.gradient_accumulation_steps % (trainer.args.steps_per_generation * trainer.num_iterations)
     assert not trainer.carries_surplus()
-    probe = ProbeArguments.from_training_args(
-        get_preset(preset, output_dir=str(tmp_path), dynamic_sampling=True, bf16=False)
-    )
-    assert probe.carry_over == 0.0  # the probe predicts with the same rule
+    run = get_preset(preset, output_dir=str(tmp_path), dynamic_sampling=True, bf16=False)
+    assert dynamic_sampling_policy(run)["carry_over"] == 0.0  # the probe predicts with the same rule
 
 
 def test_carried_groups_are_checkpointed_and_resumed_exactly(tokenizer, problems, tmp_path):
@@ -507,7 +506,7 @@ def test_vllm_importance_sampling_ratio_on_the_trained_rows(tiny_model, tokenize
     with TRL's formula for the configured mode."""
     from test_configs import StandInVLLM
 
-    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_rounds=30)
+    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_generation_batches=30)
     trainer = DAPOTrainer(
         tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
     )

@@ -49,7 +49,7 @@ def _trainer(tokenizer, problems, out, skip, **overrides):
     )
     settings = dict(
         soft_overlong_punishment=False,
-        dynamic_sampling_max_rounds=30,
+        dynamic_sampling_max_generation_batches=30,
         dynamic_sampling_skip_predicted=skip,
         max_steps=12,
         learning_rate=0.0,

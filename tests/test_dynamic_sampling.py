@@ -54,7 +54,9 @@ def _answers_of(out, tokenizer, problems):
 def test_metric_excludes_shaping_reward_so_constant_accuracy_groups_are_dropped(
     tiny_model, tokenizer, problems, tmp_path
 ):
-    args = tiny_args("dapo", tmp_path, dynamic_sampling_max_rounds=1, max_completion_length=4, overlong_buffer_len=4)
+    args = tiny_args(
+        "dapo", tmp_path, dynamic_sampling_max_generation_batches=1, max_completion_length=4, overlong_buffer_len=4
+    )
     trainer = DAPOTrainer(
         tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
     )
@@ -77,7 +79,7 @@ def test_metric_field_selects_the_filter_reward_end_to_end(tiny_model, tokenizer
         "dapo",
         tmp_path,
         soft_overlong_punishment=False,
-        dynamic_sampling_max_rounds=1,
+        dynamic_sampling_max_generation_batches=1,
         dynamic_sampling_metric=["even_answer_reward"],
     )
     trainer = DAPOTrainer(
@@ -190,7 +192,11 @@ def _per_func(trainer):
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
 def test_refilled_batch_advantages_match_hand_computation(tiny_model, tokenizer, problems, tmp_path, scale):
     args = tiny_args(
-        "dapo", tmp_path, soft_overlong_punishment=False, scale_rewards=scale, dynamic_sampling_max_rounds=30
+        "dapo",
+        tmp_path,
+        soft_overlong_punishment=False,
+        scale_rewards=scale,
+        dynamic_sampling_max_generation_batches=30,
     )
     trainer = DAPOTrainer(
         tiny_model, [ScaledEvenReward()], args=args, train_dataset=problems[0], processing_class=tokenizer
@@ -257,7 +263,7 @@ def test_filler_steps_after_informative_steps_change_neither_weights_nor_optimiz
         tmp_path,
         soft_overlong_punishment=False,
         max_steps=4,
-        dynamic_sampling_max_rounds=1,
+        dynamic_sampling_max_generation_batches=1,
         learning_rate=1e-3,
         per_device_train_batch_size=8 // accumulation,
         gradient_accumulation_steps=accumulation,
@@ -288,7 +294,7 @@ def test_filler_steps_after_informative_steps_change_neither_weights_nor_optimiz
 
 
 def test_multi_round_step_logs_the_trained_batch_once(tiny_model, tokenizer, problems, tmp_path):
-    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_rounds=30)
+    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_generation_batches=30)
     trainer = DAPOTrainer(
         tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
     )
@@ -342,7 +348,12 @@ def _iterable_trainer(tokenizer, problems, out, **overrides):
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
     )
     args = tiny_args(
-        "dapo", out, soft_overlong_punishment=False, dynamic_sampling_max_rounds=6, max_steps=4, **overrides
+        "dapo",
+        out,
+        soft_overlong_punishment=False,
+        dynamic_sampling_max_generation_batches=6,
+        max_steps=4,
+        **overrides,
     )
     stream = problems[0].to_iterable_dataset()
     return DAPOTrainer(

@@ -72,7 +72,7 @@ def test_a_new_preset_runs_by_name_from_python_cli_and_yaml(tiny_kl, tmp_path):
     script_args, training_args, _ = grpo_recipe.parse("grpo", argv=["--preset", "tiny_kl", *flags])
     assert type(training_args) is TinyKLConfig and script_args.preset == "tiny_kl"
     path, argv = cli.resolve("tiny_kl", ["--max_steps", "3"])
-    assert path == os.path.join(ROOT, "recipes", "grpo.py") and argv == ["--preset", "tiny_kl", "--max_steps", "3"]
+    assert path == "trl_ext.scripts.grpo" and argv == ["--preset", "tiny_kl", "--max_steps", "3"]
     # YAML
     yaml_path = tmp_path / "run.yaml"
     yaml_path.write_text(f"preset: tiny_kl\nbeta: 0.02\noutput_dir: {tmp_path}\nuse_cpu: true\n")

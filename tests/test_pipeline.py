@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 
@@ -13,10 +13,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_recipe(name: str):
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", os.path.join(REPO, "recipes", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The recipe module ``trl_ext.scripts.<name>`` (``recipes/<name>.py`` only calls its ``cli``)."""
+    return importlib.import_module(f"trl_ext.scripts.{name}")
 
 
 @pytest.mark.slow
@@ -35,7 +33,7 @@ def test_pipeline_runs_every_stage_from_a_config(tmp_path, capsys):
                     "max_steps=1",
                     "per_device_train_batch_size=8",
                     "num_generations=4",
-                    "dynamic_sampling_max_rounds=1",
+                    "dynamic_sampling_max_generation_batches=1",
                     "logging_steps=1",
                 ],
                 dpo_overrides=["mining_rounds=1", "max_steps=1", "prompts_per_round=16", "num_generations=4"],

@@ -1,8 +1,9 @@
-"""recipes/ppo.py: demo YAML parsing and a short run with the rule-based reward adapter (TRL's own PPOTrainer)."""
+"""The ppo recipe (trl_ext.scripts.ppo): demo YAML parsing and a short run with the rule-based reward adapter
+(TRL's own PPOTrainer)."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 
@@ -10,21 +11,21 @@ import pytest
 
 pytest.importorskip("trl.experimental.ppo", reason='PPO needs trl 1.12 (removed in 1.13): pip install "trl-ext[ppo]"')
 
+from trl_ext.recipe.parsing import parse
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
 
 
 def load_recipe(name: str):
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", os.path.join(REPO, "recipes", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The recipe module ``trl_ext.scripts.<name>`` (``recipes/<name>.py`` only calls its ``cli``)."""
+    return importlib.import_module(f"trl_ext.scripts.{name}")
 
 
 def _parse(ppo, argv):
     from trl import ModelConfig
 
-    return ppo.common.parse((ppo.PPOScriptArguments, ppo.PPOConfig, ModelConfig), "ppo", argv=argv)
+    return parse((ppo.PPOScriptArguments, ppo.PPOConfig, ModelConfig), "ppo", argv=argv)
 
 
 def test_no_arguments_parse_to_the_demo_yaml():

@@ -65,7 +65,7 @@ def test_preset_specific_defaults(tmp_path):
         ("dapo", {"epsilon_high": 0.1}, "epsilon_high=0.1 is below epsilon=0.2"),
         ("dapo", {"mask_truncated_completions": True}, "mask_truncated_completions"),
         ("dapo", {"overlong_buffer_len": 99}, "overlong_buffer_len=99"),
-        ("dapo", {"dynamic_sampling_max_rounds": 0}, "dynamic_sampling_max_rounds=0"),
+        ("dapo", {"dynamic_sampling_max_generation_batches": 0}, "dynamic_sampling_max_generation_batches=0"),
         ("dapo", {"dynamic_sampling_reward_range": [1.0, 0.0]}, "dynamic_sampling_reward_range"),
         ("grpo", {"num_generations": 1}, "num_generations"),
         ("dapo", {"per_device_train_batch_size": 2, "num_generations": 4}, "num_generations"),

@@ -13,6 +13,8 @@ import torch
 from trl_ext.diagnostics.probe import (
     ProbeArguments,
     _expected_cost,
+    default_run_config,
+    dynamic_sampling_policy,
     fit_beta_prior,
     main,
     mixed_group_prob,
@@ -244,7 +246,9 @@ def test_expected_rounds_follow_the_trainers_refill_policy():
     # right-sized refill (missing / 0.5 x 1.25 >= 2.5, capped at the batch) is a whole batch, so the trainer's
     # policy and the whole-batch model agree: E[R] = 1 + P(R > 1) + P(R > 2) = 1 + 3/4 + 5/16 (not 1/p = 2).
     # (rounds of at most one generation batch: max_round_size 1)
-    summary = summarize(*hand_batch(), success_threshold=1.0, max_rounds=3, groups_per_batch=2, max_round_size=1.0)
+    summary = summarize(
+        *hand_batch(), success_threshold=1.0, max_generation_batches=3, groups_per_batch=2, max_round_size=1.0
+    )
     assert summary["groups"]["expected_rounds_whole_batch"] == pytest.approx(1 + 3 / 4 + 5 / 16)
     assert summary["groups"]["expected_rounds"] == pytest.approx(1 + 3 / 4 + 5 / 16, abs=0.05)
     # 16 prompts at p = 0.25 within 4 batches: right-sized refills generate fewer groups than whole batches would
@@ -260,13 +264,54 @@ def test_expected_rounds_follow_the_trainers_refill_policy():
         _expected_cost(0.5, 4, 16, 1.25, 0.25)["expected_generation_batches"]
         < (_expected_cost(0.5, 4, 16, 1.25, 0.0)["expected_generation_batches"])
     )
-    from trl_ext import DAPOConfig, ProbeArguments
+    from trl_ext import DAPOConfig
 
     args = DAPOConfig(output_dir="x", bf16=False, per_device_train_batch_size=16, num_minibatches=4)
-    probe = ProbeArguments.from_training_args(args)
-    assert probe.groups_per_batch == 16 * 4 // 16 and probe.max_rounds == args.dynamic_sampling_max_rounds
+    policy = dynamic_sampling_policy(args)
+    assert policy["groups_per_batch"] == 16 * 4 // 16
+    assert policy["max_generation_batches"] == args.dynamic_sampling_max_generation_batches == 4
     # 4 minibatches per rollout: off-policy, token ratio, so the trainer carries surplus, and the probe knows it
-    assert probe.carry_over == args.dynamic_sampling_carry_over and probe.refill_margin is None
-    assert probe.max_round_size == args.dynamic_sampling_max_round_size == 2.0
+    assert policy["carry_over"] == args.dynamic_sampling_carry_over and policy["refill_margin"] is None
+    assert policy["max_round_size"] == args.dynamic_sampling_max_round_size == 2.0
     on_policy = DAPOConfig(output_dir="x", bf16=False, per_device_train_batch_size=16, num_minibatches=1)
-    assert ProbeArguments.from_training_args(on_policy).carry_over == 0.0
+    assert dynamic_sampling_policy(on_policy)["carry_over"] == 0.0
+
+
+def test_the_probe_takes_the_runs_config_for_its_projection(demo):
+    """The refill policy comes from the run's ``GRPOFamilyConfig``: a smaller budget caps the rounds of a cold model,
+    and with no config the default run is ``GRPOFamilyConfig``'s (dynamic sampling on, 16 prompts per batch)."""
+    from trl_ext import DAPOConfig
+    from trl_ext.rewards import arithmetic_reward
+
+    model, tokenizer, train = demo
+    args = ProbeArguments(num_generations=4, num_prompts=4, max_completion_length=2)
+    default = default_run_config(args)
+    assert default.dynamic_sampling and dynamic_sampling_policy(default)["groups_per_batch"] == 16
+    assert dynamic_sampling_policy(default)["max_generation_batches"] == 4
+    run = DAPOConfig(
+        output_dir="x", bf16=False, num_generations=4, per_device_train_batch_size=8, num_minibatches=1,
+        dynamic_sampling_max_generation_batches=2, max_completion_length=2,
+    )  # fmt: skip
+    report = probe_model(model, tokenizer, train.select(range(4)), [arithmetic_reward], args, training_args=run)
+    assert report.meta["dynamic_sampling_policy"] == dynamic_sampling_policy(run)
+    assert report.meta["dynamic_sampling_policy"]["groups_per_batch"] == 2
+    assert report.groups["expected_rounds"] <= 2 * 2  # a budget of 2 batches in rounds of at least half a batch
+    assert "prompts per generation batch, a budget of 2 generation batches" in report.format()
+
+
+def test_cli_reads_the_runs_yaml_and_keeps_the_former_flags(tmp_path):
+    from trl_ext.diagnostics.probe import parse_args
+
+    # A recipe's YAML by its documented name: its sampling and data fill the probe, its config is the run
+    args, run = parse_args(["--config", "recipes/configs/demo/dapo/config_demo.yaml", "--num_prompts", "3"])
+    assert type(run).__name__ == "DAPOConfig" and args.num_prompts == 3
+    assert args.num_generations == run.num_generations and args.max_completion_length == run.max_completion_length
+    assert run.dynamic_sampling_max_generation_batches == 4 and not run.bf16
+    # The former refill-policy flags map onto the run's config fields, with a warning naming them
+    with pytest.warns(FutureWarning, match="dynamic_sampling_max_generation_batches"):
+        args, run = parse_args(["--num_generations", "4", "--max_rounds", "7", "--groups_per_batch", "2"])
+    policy = dynamic_sampling_policy(run)
+    assert policy["max_generation_batches"] == 7 and policy["groups_per_batch"] == 2
+    with pytest.warns(FutureWarning, match="dynamic_sampling_carry_over"):
+        _, run = parse_args(["--preset", "grpo", "--carry_over", "0.5", "--refill_margin", "1.1"])
+    assert run.dynamic_sampling_carry_over == 0.5 and run.dynamic_sampling_refill_margin == 1.1

@@ -175,3 +175,58 @@ def test_summary_says_no_health_warnings_and_nothing_without_a_monitor(tmp_path,
     printed = capsys.readouterr().out.splitlines()
     assert off["health_warnings"] is None and not any(line.split()[:1] == ["health"] for line in printed)
     assert printed[-1].startswith("  outputs ")
+
+
+# -- recipes inside the package -----------------------------------------------------------------------------------
+
+
+def test_top_level_recipes_only_call_the_packaged_cli():
+    """``recipes/<name>.py`` is a docstring, ``from trl_ext.scripts.<name> import cli`` and a guarded ``cli()``."""
+    import ast
+
+    from trl_ext.cli import RECIPES
+
+    for name in RECIPES:
+        with open(os.path.join(ROOT, "recipes", f"{name}.py")) as f:
+            body = ast.parse(f.read()).body
+        assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), name
+        imports, guard = body[1:-1], body[-1]
+        assert [ast.unparse(node) for node in imports] == [f"from trl_ext.scripts.{name} import cli"], name
+        assert ast.unparse(guard) == "if __name__ == '__main__':\n    cli()", name
+
+
+def test_config_names_resolve_to_the_packaged_yaml_from_any_directory(tmp_path, monkeypatch):
+    from trl_ext.recipe.paths import ACCELERATE_CONFIGS_DIR, CONFIGS_DIR, documented_name, resolve_config
+
+    monkeypatch.chdir(tmp_path)
+    name = "qwen2.5-math-7b/dapo/config_colocate.yaml"
+    packaged = os.path.join(CONFIGS_DIR, *name.split("/"))
+    assert resolve_config(f"recipes/configs/{name}") == packaged == resolve_config(f"./recipes/configs/{name}")
+    assert resolve_config(name) == packaged and documented_name(packaged) == f"recipes/configs/{name}"
+    assert resolve_config("recipes/accelerate_configs/zero3.yaml") == os.path.join(
+        ACCELERATE_CONFIGS_DIR, "zero3.yaml"
+    )
+    # A missing name is returned as given (the parser reports it); an absolute path is never replaced
+    assert resolve_config("recipes/configs/nope.yaml") == "recipes/configs/nope.yaml"
+    assert resolve_config(str(tmp_path / "recipes/configs" / name)) == str(tmp_path / "recipes/configs" / name)
+    # A file of the user's own at that relative path wins over the packaged one
+    own = tmp_path / "recipes" / "configs" / "qwen2.5-math-7b" / "dapo" / "config_colocate.yaml"
+    own.parent.mkdir(parents=True)
+    own.write_text("max_steps: 3\n")
+    assert resolve_config(f"recipes/configs/{name}") == f"recipes/configs/{name}"
+    # The checkout's recipes/configs and recipes/accelerate_configs are the packaged folders, not copies
+    assert os.path.realpath(os.path.join(ROOT, "recipes", "configs")) == os.path.realpath(CONFIGS_DIR)
+    assert os.path.realpath(os.path.join(ROOT, "recipes", "accelerate_configs")) == os.path.realpath(
+        ACCELERATE_CONFIGS_DIR
+    )
+
+
+def test_a_documented_config_name_parses_outside_the_checkout(tmp_path, monkeypatch):
+    from trl_ext.recipe.grpo import parse
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["--config", "recipes/configs/demo/dapo/config_demo.yaml", "--output_dir", str(tmp_path / "out")]
+    script_args, training_args, _ = parse("dapo", argv=argv)
+    assert script_args.given_sources["learning_rate"] == "demo config" and training_args.learning_rate == 5e-4
+    with pytest.raises(FileNotFoundError, match="--config recipes/configs/demo/dapo/config_demoo.yaml"):
+        parse("dapo", argv=["--config", "recipes/configs/demo/dapo/config_demoo.yaml"])

@@ -214,7 +214,7 @@ def test_registry_rewards_carry_the_shaping_mark(name, options, shaping):
 def test_dynamic_sampling_metric_leaves_out_marked_shaping_rewards_whatever_their_name(
     tiny_model, tokenizer, problems, tmp_path
 ):
-    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_rounds=1)
+    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_generation_batches=1)
     overlong = get_reward("soft_overlong", max_completion_len=4, soft_punish_cache=4)  # --reward_funcs soft_overlong
     trainer = DAPOTrainer(
         tiny_model, [even_answer_reward, overlong], args=args, train_dataset=problems[0], processing_class=tokenizer

@@ -1,8 +1,9 @@
-"""recipes/sft.py: the demo warm start is this code path (same weights), the demo YAML matches it, and a short run."""
+"""The sft recipe (trl_ext.scripts.sft): the demo warm start is this code path (same weights), the demo YAML
+matches it, and a short run."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 
@@ -10,14 +11,14 @@ import pytest
 import torch
 import yaml
 
+from trl_ext.recipe.parsing import parse
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_recipe(name: str):
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", os.path.join(REPO, "recipes", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The recipe module ``trl_ext.scripts.<name>`` (``recipes/<name>.py`` only calls its ``cli``)."""
+    return importlib.import_module(f"trl_ext.scripts.{name}")
 
 
 def test_demo_yaml_is_the_warm_start_config():
@@ -35,7 +36,7 @@ def test_no_arguments_parse_to_the_demo_yaml():
     sft = load_recipe("sft")
     from trl import ModelConfig, SFTConfig
 
-    script_args, training_args, model_args = sft.common.parse(
+    script_args, training_args, model_args = parse(
         (sft.SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv=["--max_steps", "7"]
     )
     assert training_args.max_steps == 7  # CLI overrides the YAML
@@ -55,7 +56,7 @@ def test_recipe_trains_exactly_like_the_demo_warm_start(tmp_path):
 
     out = str(tmp_path / "recipe")
     argv = ["--max_steps", str(steps), "--logging_steps", str(max(steps // 4, 1)), "--output_dir", out]
-    result = sft.main(*sft.common.parse((sft.SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv=argv))
+    result = sft.main(*parse((sft.SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv=argv))
 
     from safetensors.torch import load_file
 

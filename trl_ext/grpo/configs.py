@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -30,6 +31,11 @@ from trl_ext.reliability.preemption import DEFAULT_PREEMPTION_SIGNALS, parse_sig
 from trl_ext.reliability.reward_guard import validate_reward_settings
 
 logger = logging.getLogger(__name__)
+
+#: ``dynamic_sampling_max_generation_batches`` when unset: generation batches one step may generate.
+DEFAULT_MAX_GENERATION_BATCHES = 4
+#: Deprecated field names and the fields that replaced them (the recipes' parser maps their flags too).
+RENAMED_FIELDS = {"dynamic_sampling_max_rounds": "dynamic_sampling_max_generation_batches"}
 
 
 #: The shortest overlong buffer (L_cache of DAPO Eq. 13) that still ramps: below it the penalty is a step (see
@@ -73,13 +79,17 @@ class GRPOFamilyConfig(GRPOConfig):
         dynamic_sampling (`bool`, defaults to `False`):
             DAPO section 3.2 / Eq. 11: drop groups whose rewards are all equal (zero advantage) and generate
             completions for fresh training prompts until the generation batch holds as many informative groups as
-            it was meant to, or ``dynamic_sampling_max_rounds`` is reached.
-        dynamic_sampling_max_rounds (`int`, defaults to `4`):
+            it was meant to, or ``dynamic_sampling_max_generation_batches`` is spent.
+        dynamic_sampling_max_generation_batches (`int`, defaults to `4`):
             The generation budget of one generation batch, in whole generation batches (the first round included):
             refill rounds are right-sized (``dynamic_sampling_refill_margin``), so there may be more rounds than
-            this, but never more groups than ``max_rounds`` generation batches. When the budget is spent, the missing groups
-            are filled with uninformative ones whose loss mask is zeroed (they change nothing in the gradient), a
-            warning is printed once and ``dynamic_sampling/limit_hit`` is logged.
+            this, but never more groups than this many generation batches hold. When the budget is spent, the
+            missing groups are filled with uninformative ones whose loss mask is zeroed (they change nothing in the
+            gradient), a warning is printed once and ``dynamic_sampling/limit_hit`` is logged.
+        dynamic_sampling_max_rounds (`int` or `None`, defaults to `None`):
+            Deprecated name of ``dynamic_sampling_max_generation_batches`` (the budget counts generation batches, not
+            rounds). Given without the new name, it sets the new field with a ``FutureWarning`` (given with it, the
+            new name wins); after construction it reads the new field's value, so code still reading it works.
         dynamic_sampling_atol (`float`, defaults to `1e-6`):
             A group is uninformative when ``max(r) - min(r) <= atol`` over its scorable rewards.
         dynamic_sampling_metric (`list[str]` or `None`, defaults to `None`):
@@ -145,9 +155,18 @@ class GRPOFamilyConfig(GRPOConfig):
             "help": "DAPO dynamic sampling: drop all-equal-reward groups and refill the batch with new prompts."
         },
     )
-    dynamic_sampling_max_rounds: int = field(
-        default=4,
-        metadata={"help": "Maximum generation rounds per generation batch (first round included)."},
+    dynamic_sampling_max_generation_batches: int | None = field(
+        default=None,
+        metadata={
+            "help": "Generation budget per generation batch, in whole generation batches (first round included; "
+            "refills are right-sized, so there may be more rounds than this). None: 4."
+        },
+    )
+    dynamic_sampling_max_rounds: int | None = field(
+        default=None,
+        metadata={
+            "help": "Deprecated: the old name of dynamic_sampling_max_generation_batches (warns, maps onto it)."
+        },
     )
     dynamic_sampling_atol: float = field(
         default=1e-6,
@@ -236,6 +255,7 @@ class GRPOFamilyConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        self._resolve_renamed_fields()
         self._validate_group()  # before TRL's checks, whose messages do not name the field
         try:
             super().__post_init__()
@@ -256,6 +276,33 @@ class GRPOFamilyConfig(GRPOConfig):
         check_async_config(self)
         parse_signals(self.preemption_signals)  # an unknown or uncatchable name fails here, not at the first signal
 
+    def _resolve_renamed_fields(self) -> None:
+        """``dynamic_sampling_max_rounds`` (deprecated) sets ``dynamic_sampling_max_generation_batches`` when only it
+        is given, with a warning; the new field then defaults to 4 and the old one mirrors it, so code reading the
+        old name keeps working. Transformers' pattern for renamed ``TrainingArguments`` fields: both names default
+        to None, so that a rebuild from the serialized fields (both present, equal) warns about nothing. Both given
+        and different: the new one wins, and the warning says so."""
+        old, new = self.dynamic_sampling_max_rounds, self.dynamic_sampling_max_generation_batches
+        self._max_generation_batches_given_as = None
+        if old is not None and old != new:
+            ignored = new is not None
+            warnings.warn(
+                "dynamic_sampling_max_rounds is deprecated: it is a budget in generation batches (refills are "
+                "right-sized, so there may be more rounds than this), now named "
+                + (
+                    f"dynamic_sampling_max_generation_batches, which is set ({new}): {old} is ignored."
+                    if ignored
+                    else f"dynamic_sampling_max_generation_batches. Use dynamic_sampling_max_generation_batches={old}."
+                ),
+                FutureWarning,
+                stacklevel=4,
+            )
+            if not ignored:
+                self._max_generation_batches_given_as = "dynamic_sampling_max_rounds"
+                new = old
+        self.dynamic_sampling_max_generation_batches = DEFAULT_MAX_GENERATION_BATCHES if new is None else new
+        self.dynamic_sampling_max_rounds = self.dynamic_sampling_max_generation_batches
+
     def _validate_group(self) -> None:
         if self.num_generations is not None and self.num_generations < 2:
             raise ValueError(
@@ -270,10 +317,13 @@ class GRPOFamilyConfig(GRPOConfig):
 
     def _validate_family(self) -> None:
         if self.dynamic_sampling:
-            if self.dynamic_sampling_max_rounds < 1:
+            budget = self.dynamic_sampling_max_generation_batches
+            if budget < 1:
+                name = self._max_generation_batches_given_as or "dynamic_sampling_max_generation_batches"
                 raise ValueError(
-                    f"dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds}: at least 1 round is needed. "
-                    "Set it to 2 or more for dynamic sampling to refill anything, or set dynamic_sampling=False."
+                    f"{name}={budget}: at least 1 generation batch is needed. Set "
+                    "dynamic_sampling_max_generation_batches to 2 or more for dynamic sampling to refill anything, or "
+                    "set dynamic_sampling=False."
                 )
             if not 0 <= self.dynamic_sampling_skip_target < 1:
                 raise ValueError(

@@ -8,7 +8,7 @@ ratio of the rows that are trained.
   adaptive batch size) asks for ``missing / rate x 1.25`` groups; we round that up to a multiple of the number of
   processes (every process generates the same whole number of groups, as TRL's collectives need) and cap it at
   ``dynamic_sampling_max_round_size`` generation batches (the memory one generate call may use) and at what is left
-  of the step's generation budget (``dynamic_sampling_max_rounds`` whole generation batches).
+  of the step's generation budget (``dynamic_sampling_max_generation_batches`` whole generation batches).
 - ``refill_margin``: the margin in force. A surplus informative group is trained at the next step when carry-over
   applies, and then a margin costs nothing but saves rounds: GRESO's 1.25. Otherwise every surplus group is thrown
   away, and a margin ``m`` wastes up to ``(m - 1) x missing`` groups (``1 + (1 - rate)(m - 1)`` times the ideal

@@ -109,8 +109,7 @@ class DynamicSampler:
     ) -> None:
         self.num_generations = num_generations
         self.atol = float(args.dynamic_sampling_atol)
-        budget = getattr(args, "dynamic_sampling_max_generation_batches", None)
-        self.max_generation_batches = int(budget if budget is not None else args.dynamic_sampling_max_rounds)
+        self.max_generation_batches = int(args.dynamic_sampling_max_generation_batches)
         self.max_round_size = float(getattr(args, "dynamic_sampling_max_round_size", 2.0))
         self.margin = refill_margin(getattr(args, "dynamic_sampling_refill_margin", None), carries)
         self.carry_share = float(getattr(args, "dynamic_sampling_carry_over", 0.0) or 0.0) if carries else 0.0

@@ -33,6 +33,7 @@ import trl
 from trl.rewards import get_soft_overlong_punishment
 
 from trl_ext.errors import UserError
+from trl_ext.generation import vllm_setup, vllm_sync
 from trl_ext.grpo import rollout_rhythm
 from trl_ext.grpo.async_checks import warn_truncated_importance_sampling
 from trl_ext.grpo.configs import DAPOConfig, GRPOFamilyConfig, GSPOConfig
@@ -103,9 +104,11 @@ class GRPOTrainer(GRPOReliabilityMixin, DynamicSamplingMixin, GSPOTokenMixin, Sc
                 "or set async_generation=False."
             )
         warn_truncated_importance_sampling(args)
+        vllm_setup.check_trainer_args(args)  # no vLLM, vLLM outside TRL's range, broken torchvision: fail here
         super().__init__(model, reward_funcs, args, *rest, **kw)
         if hasattr(self.model, "add_model_tags"):
             self.model.add_model_tags(list(self.model_tags))
+        vllm_sync.adopt_for_trainer(self)  # colocate sync that works where vLLM repacks weights (its CPU build)
         self._logs_rollout = rollout_rhythm.steps_per_rollout(self.args) > 1
         warning = rollout_rhythm.rhythm_warning(self.args)
         if warning is not None and self.accelerator.is_main_process:

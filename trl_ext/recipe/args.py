@@ -10,7 +10,8 @@ from trl_ext.demo import WarmStartConfig
 
 
 def held_out_max_problems_field() -> Any:
-    """``held_out_max_problems``, one field for every recipe's script arguments (``common.cap_held_out`` applies it)."""
+    """``held_out_max_problems``, one field for every recipe's script arguments (``trl_ext.data.cap_held_out``
+    applies it)."""
     return field(
         default=500,
         metadata={

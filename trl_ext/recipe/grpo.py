@@ -1,9 +1,9 @@
-"""The GRPO-family parts of the recipes (``recipes/grpo.py`` and the presets' recipes that call its ``main``).
+"""The GRPO-family parts of the recipes (``trl_ext.scripts.grpo`` and the presets' recipes that call its ``main``).
 
 - ``parse``: the recipe parser for any preset of the table (``--preset NAME`` on the command line, ``preset: NAME``
   in a YAML, or the recipe's own), with the demo YAML ``recipes/configs/demo/<preset>/config_demo.yaml`` as default.
 - ``prepare_output_dir``, ``attach_monitors``: the steps of ``main`` around TRL's trainer (held-out evaluation is
-  ``common.held_out_evaluator``, shared by every recipe).
+  ``trl_ext.recipe.evaluation.held_out_evaluator``, shared by every recipe).
 - ``summarize`` / ``format_summary``: what a run reports (table, ``summary.json``, ``curves.png`` from
   ``metrics.jsonl``, written by ``MetricsFileCallback`` as training goes).
 
@@ -38,8 +38,9 @@ from trl_ext.diagnostics.held_out import HELD_OUT_KEY, HeldOutEvaluation
 from trl_ext.errors import as_user_errors
 from trl_ext.grpo.configs import GRPOFamilyConfig
 from trl_ext.grpo.presets import PRESETS, lookup
-from trl_ext.recipe import common
+from trl_ext.recipe import parsing, report
 from trl_ext.recipe.args import RLScriptArguments
+from trl_ext.recipe.paths import demo_config_path
 from trl_ext.reliability import checks
 from trl_ext.reliability.checkpoints import (
     check_fresh_output_dir,
@@ -58,14 +59,14 @@ def _preset_name(argv: list[str]) -> str | None:
             return argv[i + 1]
         if arg.startswith("--preset="):
             return arg.split("=", 1)[1]
-    preset = common.config_yaml(argv).get("preset")
+    preset = parsing.config_yaml(argv).get("preset")
     return str(preset) if preset else None
 
 
 def _demo_preset(name: str) -> str:
     """The preset whose demo YAML a preset uses: its own when ``recipes/configs/demo/<name>/`` exists, else that of
     the first table row with the same config class (``gspo_token`` runs GSPO's demo with its switch on)."""
-    if os.path.exists(common.demo_config_path(name)):
+    if os.path.exists(demo_config_path(name)):
         return name
     config = PRESETS[name].config
     return next((other for other, row in PRESETS.items() if row.config is config), name)
@@ -74,7 +75,7 @@ def _demo_preset(name: str) -> str:
 def parse(
     preset: str | type[GRPOFamilyConfig], recipe: str | None = None, argv: list[str] | None = None
 ) -> tuple[RLScriptArguments, GRPOFamilyConfig, ModelConfig]:
-    """``(script_args, training_args, model_args)`` of a GRPO-family run (``common.parse``: demo YAML by default,
+    """``(script_args, training_args, model_args)`` of a GRPO-family run (``parsing.parse``: demo YAML by default,
     YAML keys checked). ``preset`` is the recipe's own preset, by name or config class (``recipe`` names its demo
     YAML then); ``--preset NAME`` or a YAML ``preset:`` key picks another row of the table. The table row's fixed
     fields (``gspo_token``) are applied unless given. ``script_args.preset`` holds the name that ran."""
@@ -94,7 +95,9 @@ def parse(
     for key, value in (row.overrides if row is not None else {}).items():
         if f"--{key}" not in argv:
             argv += [f"--{key}", str(value)]
-    script_args, training_args, model_args = common.parse((RLScriptArguments, config_class, ModelConfig), recipe, argv)
+    script_args, training_args, model_args = parsing.parse(
+        (RLScriptArguments, config_class, ModelConfig), recipe, argv
+    )
     script_args.preset = name or recipe
     return script_args, training_args, model_args
 
@@ -290,9 +293,9 @@ def announce(
     data: TaskData,
     rewards: list[str],
 ) -> None:
-    """The opening line of a GRPO-family run (``common.announce`` with the real batch and the data's layout), and
+    """The opening line of a GRPO-family run (``report.announce`` with the real batch and the data's layout), and
     ``paper_lr_hint`` under it when it applies."""
-    common.announce(
+    report.announce(
         recipe,
         trainer_name,
         script_args,
@@ -437,9 +440,9 @@ def summarize(
     if trainer.accelerator.is_main_process:
         curves = os.path.join(output_dir, "curves.png")
         plot_curves({recipe: read_metrics(os.path.join(output_dir, "metrics.jsonl"))}, curves, warm_start=before)
-        summary["outputs"] = {"folder": output_dir, "files": common.written_files(output_dir)}
+        summary["outputs"] = {"folder": output_dir, "files": report.written_files(output_dir)}
         summary["curves"] = curves
-        common.write_summary(output_dir, summary)
+        report.write_summary(output_dir, summary)
         print(format_summary(summary, format_duration), flush=True)
     return summary
 

@@ -1,0 +1,196 @@
+"""The pre-flight probe's settings (``ProbeArguments``) and the run it projects dynamic sampling for: a
+``GRPOFamilyConfig``, from which ``dynamic_sampling_policy`` reads the budget, refill margin, round size, carried
+surplus and prompts per generation batch exactly as the trainer will use them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl_ext.grpo.configs import GRPOFamilyConfig
+from trl_ext.grpo.ds_rounds import carries_surplus
+
+DEMO = "demo"
+DEMO_RANDOM = "demo-random"
+#: What the probe samples that a ``GRPOConfig`` also sets: ``from_training_args`` copies these.
+SAMPLING_FIELDS = ("num_generations", "max_completion_length", "temperature", "top_p", "top_k", "seed")
+#: Prompts per generation batch of the run the probe assumes when given no config.
+DEFAULT_GROUPS_PER_BATCH = 16
+
+
+@dataclass
+class ProbeArguments:
+    """Settings of the pre-flight probe (also its command line: every field is a ``--flag``).
+
+    What the probe projects for the run (the dynamic-sampling budget, refill margin, round size, carried surplus and
+    prompts per generation batch) is read from the run's own ``GRPOFamilyConfig`` (``dynamic_sampling_policy``),
+    never from copies of its fields here: ``probe_model(..., training_args=config)``, or ``--config <run YAML>`` on
+    the command line. The sampling fields below are what the probe generates with; ``from_training_args`` copies
+    them from the run's config.
+
+    Model and data:
+        model_name_or_path: a local path or Hub name; ``None`` or ``"demo"`` is the warm-started demo model,
+            ``"demo-random"`` the cold one.
+        no_warm_start: with the demo model, probe the cold (randomly initialised) model.
+        dataset_name, dataset_config, dataset_split: passed to ``datasets.load_dataset``; a local ``.json``,
+            ``.jsonl``, ``.csv`` or ``.parquet`` file also works. ``None`` is the demo's train set.
+        prompt_column: the column with the prompts (plain text or a list of chat messages). The other columns are
+            passed to the reward functions as keyword arguments, as TRL does.
+        reward_funcs, reward_options, reward_weights: reward names for the ``rewards`` registry, their options
+            (``{"name": {...}}`` or its JSON text, as in the recipes) and their weights (default 1 each).
+    Sampling:
+        num_generations (G), num_prompts, max_completion_length, temperature, top_p, top_k: as in ``GRPOConfig``;
+            use the values you will train with. ``max_completion_length=None`` means 8 for the demo, 256 otherwise.
+        generation_batch_size: completions per ``generate`` call (memory knob; does not change the result). Not
+            the run's ``generation_batch_size``, which the run's config gives (see above).
+        use_vllm: ``None`` uses vLLM when it is installed and a GPU is present.
+        seed: seeds the prompt sample and the sampling.
+    Judging and output:
+        success_threshold: a completion passes when its reward is ``>=`` this value.
+        sft_pass_at_g, easy_group_frac, mixed_group_frac, truncated_frac: the thresholds of the recommendations.
+        output_dir: where ``report.json`` and ``histogram.png`` go (``None``: ``outputs/probe/<model>``).
+    """
+
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Model path or Hub name; None/'demo' = warm-started demo, 'demo-random' = cold."},
+    )
+    no_warm_start: bool = field(default=False, metadata={"help": "Demo only: probe the cold, random model."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "datasets.load_dataset name or a local data file; None = the demo task."}
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
+    dataset_split: str = field(default="train", metadata={"help": "Dataset split to sample prompts from."})
+    prompt_column: str = field(
+        default="prompt",
+        metadata={"help": "Column holding the prompts; 'prompt' also lets a known layout (GSM8K, ...) map its own."},
+    )
+    dataset_answer_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Column with the reference answer (a dotted path reaches a nested field); None: the layout's."
+        },
+    )
+    system_prompt: str | None = field(default=None, metadata={"help": "System message put before every prompt."})
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={"help": "Reward function names (rewards registry). None: the task reward that fits the data."},
+    )
+    reward_options: dict | str | None = field(
+        default=None, metadata={"help": "Options per reward name: a mapping (YAML) or JSON text."}
+    )
+    reward_weights: list[float] | None = field(
+        default=None, metadata={"help": "One weight per reward function (default 1.0 each)."}
+    )
+    num_generations: int = field(default=16, metadata={"help": "Group size G: completions sampled per prompt."})
+    num_prompts: int = field(default=64, metadata={"help": "Prompts sampled from the dataset (seeded)."})
+    max_completion_length: int | None = field(
+        default=None, metadata={"help": "Max new tokens per completion (None: 8 for the demo, 256 otherwise)."}
+    )
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (as in GRPOConfig)."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling (as in GRPOConfig)."})
+    top_k: int = field(default=0, metadata={"help": "Top-k sampling; 0 disables it (as in GRPOConfig)."})
+    generation_batch_size: int = field(default=256, metadata={"help": "Completions per generate call."})
+    use_vllm: bool | None = field(
+        default=None, metadata={"help": "Use vllm.LLM; None = when vLLM is installed and a GPU is present."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the prompt sample and of the sampling."})
+    success_threshold: float = field(
+        default=1.0, metadata={"help": "A completion passes when its reward is >= this value."}
+    )
+    sft_pass_at_g: float = field(default=0.1, metadata={"help": "Recommend SFT first when pass@G is below this."})
+    easy_group_frac: float = field(
+        default=0.25,
+        metadata={"help": "Recommend filtering solved prompts when this fraction of groups is all-correct."},
+    )
+    mixed_group_frac: float = field(
+        default=0.5, metadata={"help": "Recommend a larger group when fewer than this fraction of groups is mixed."}
+    )
+    truncated_frac: float = field(
+        default=0.05, metadata={"help": "Recommend a longer max_completion_length above this truncated fraction."}
+    )
+    output_dir: str | None = field(default=None, metadata={"help": "Output folder (None: outputs/probe/<model>)."})
+
+    def __post_init__(self) -> None:
+        if self.num_generations < 2:
+            raise ValueError(
+                f"num_generations={self.num_generations}: a group needs at least 2 completions to be compared; pass "
+                "--num_generations 2 or more (use your run's value, e.g. 16)."
+            )
+        if self.num_prompts < 1:
+            raise ValueError(f"num_prompts={self.num_prompts}: pass --num_prompts 1 or more (e.g. 64).")
+        if self.max_completion_length is not None and self.max_completion_length < 1:
+            raise ValueError(
+                f"max_completion_length={self.max_completion_length}: pass a positive --max_completion_length."
+            )
+        if not self.temperature > 0:
+            raise ValueError(f"temperature={self.temperature}: the probe samples; pass --temperature > 0 (e.g. 1.0).")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p}: pass --top_p in (0, 1].")
+        if self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k}: pass --top_k 0 (off) or a positive integer.")
+        if self.generation_batch_size < 1:
+            raise ValueError(f"generation_batch_size={self.generation_batch_size}: pass a positive value.")
+        if self.reward_funcs is not None and not self.reward_funcs:
+            raise ValueError("reward_funcs is empty: pass at least one name, e.g. --reward_funcs arithmetic.")
+        if (
+            self.reward_weights is not None
+            and self.reward_funcs
+            and len(self.reward_weights) != len(self.reward_funcs)
+        ):
+            raise ValueError(
+                f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} reward_funcs "
+                f"{self.reward_funcs}; pass one weight per function or none."
+            )
+        if not math.isfinite(self.success_threshold):
+            raise ValueError(f"success_threshold={self.success_threshold}: pass a finite value (e.g. 1.0).")
+
+    @classmethod
+    def from_training_args(cls, training_args: Any, **overrides: Any) -> ProbeArguments:
+        """Probe settings with the sampling of a ``GRPOConfig`` (``num_generations``, ``max_completion_length``,
+        ``temperature``, ``top_p``, ``top_k``, ``seed``), so that the probe sees what the first training step will;
+        ``overrides`` set any other field (e.g. ``model_name_or_path``, ``num_prompts``). Pass the config itself to
+        ``probe_model`` / ``run_probe`` as ``training_args`` for the dynamic-sampling projection."""
+        values = {
+            key: getattr(training_args, key)
+            for key in SAMPLING_FIELDS
+            if getattr(training_args, key, None) is not None
+        }
+        return cls(**{**values, **overrides})
+
+    @property
+    def is_demo(self) -> bool:
+        return self.model_name_or_path in (None, DEMO, DEMO_RANDOM)
+
+
+def default_run_config(args: ProbeArguments, **overrides: Any) -> GRPOFamilyConfig:
+    """The run the probe projects for when given none: ``GRPOFamilyConfig``'s defaults with dynamic sampling on, the
+    probe's sampling (``SAMPLING_FIELDS``) and ``DEFAULT_GROUPS_PER_BATCH`` prompts per generation batch, trained
+    on-policy (one optimizer step per generation batch, so no surplus is carried); ``overrides`` set any other
+    field."""
+    sampling = {key: getattr(args, key) for key in SAMPLING_FIELDS if getattr(args, key) is not None}
+    defaults = {
+        "output_dir": "outputs/probe",
+        "dynamic_sampling": True,
+        "per_device_train_batch_size": DEFAULT_GROUPS_PER_BATCH * args.num_generations,
+        "bf16": False,  # nothing is trained: no precision to check against the hardware
+        "report_to": "none",
+    }
+    return GRPOFamilyConfig(**{**defaults, **sampling, **overrides})
+
+
+def dynamic_sampling_policy(training_args: GRPOFamilyConfig) -> dict[str, Any]:
+    """The refill policy of the run ``training_args`` describes, as ``summarize`` takes it: its budget
+    (``dynamic_sampling_max_generation_batches``), prompts per generation batch (``generation_batch_size /
+    num_generations``), refill margin, round size, and the share of surplus groups it carries to the next step
+    (``dynamic_sampling_carry_over`` where the trainer's rule ``carries_surplus`` allows it, else 0)."""
+    vllm_correction = bool(training_args.use_vllm and training_args.vllm_importance_sampling_correction)
+    carry = training_args.dynamic_sampling_carry_over if carries_surplus(training_args, vllm_correction) else 0.0
+    return {
+        "max_generation_batches": training_args.dynamic_sampling_max_generation_batches,
+        "groups_per_batch": max(1, training_args.generation_batch_size // training_args.num_generations),
+        "refill_margin": training_args.dynamic_sampling_refill_margin,
+        "carry_over": carry,
+        "max_round_size": training_args.dynamic_sampling_max_round_size,
+    }

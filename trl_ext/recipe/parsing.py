@@ -1,0 +1,225 @@
+"""The one command-line parser of every recipe: ``TrlParser`` over the recipe's dataclasses, with a YAML given by
+``--config`` (a packaged name such as ``recipes/configs/demo/dapo/config_demo.yaml`` works from any directory,
+``trl_ext.recipe.paths.resolve_config``), the demo YAML when given neither a config nor a model, every YAML key and
+every flag checked against the fields (an unknown one fails naming the closest), the short ``--help``
+(``trl_ext.recipe.help``), and ``bf16`` / ``use_cpu`` fitted to the hardware unless set."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+import warnings
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import torch
+import yaml
+from transformers.utils import is_torch_bf16_gpu_available
+from trl import TrlParser
+
+from trl_ext.errors import MissingFileError, UserError, as_user_errors, missing_path_message
+from trl_ext.grpo.configs import RENAMED_FIELDS
+from trl_ext.recipe.help import HELP_ALL, short_help, wants_help
+from trl_ext.recipe.paths import DEMO_CONFIG_DIR, demo_config_path, documented_name, resolve_config
+from trl_ext.reliability.checks import check_config_keys, check_report_to
+
+
+class RecipeParser(TrlParser):
+    """``TrlParser`` whose usage errors (a value argparse cannot read, e.g. ``--max_steps ten``) print one line, not
+    argparse's usage line of every field (hundreds of lines)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}. (--help lists the flags.)", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+
+
+def make_parser(dataclass_types: Sequence[type]) -> RecipeParser:
+    """``TrlParser`` over ``dataclass_types`` that takes no abbreviation (``--learning_rat`` is not
+    ``--learning_rate``), reports a bad value in one line (``RecipeParser``) and whose ``--help-all`` works: a bare
+    ``%`` in any help text (ours, TRL's, transformers') is escaped, since argparse formats help strings with ``%``."""
+    parser = RecipeParser(tuple(dataclass_types), allow_abbrev=False)
+    for action in parser._actions:
+        if isinstance(action.help, str):
+            action.help = re.sub(r"%(?!\()", "%%", action.help)
+    return parser
+
+
+def check_flags(parser: TrlParser, argv: Sequence[str]) -> None:
+    """Every ``--flag`` of ``argv`` must be one of the parser's: an unknown one stops here (exit 2) naming the closest
+    flag, where ``HfArgumentParser`` raised a traceback listing the leftovers."""
+    known = {option for action in parser._actions for option in action.option_strings} | {"--config", HELP_ALL}
+    for arg in argv:
+        if not arg.startswith("--"):
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag not in known:
+            close = difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]}?" if close else ""
+            print(f"{parser.prog}: error: unknown flag {flag}.{hint} (--help lists the flags.)", file=sys.stderr)
+            raise SystemExit(2)
+
+
+def config_yaml(argv: Sequence[str]) -> dict[str, Any]:
+    """The mapping of the ``--config`` YAML named in ``argv`` ({} without one, or when it is missing or not a
+    mapping: ``check_config_keys`` and ``TrlParser`` report those)."""
+    if "--config" not in argv or argv.index("--config") + 1 >= len(argv):
+        return {}
+    path = argv[argv.index("--config") + 1]
+    path = resolve_config(path)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        config = yaml.safe_load(f) or {}
+    return config if isinstance(config, dict) else {}
+
+
+def given_fields(argv: Sequence[str]) -> set[str]:
+    """The fields the user set: ``--name`` flags and the keys of the ``--config`` YAML."""
+    given = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")} - {"config"}
+    return given | set(config_yaml(argv))
+
+
+def given_sources(argv: Sequence[str]) -> dict[str, str]:
+    """Where each field of ``given_fields`` was set, for the opening line: ``"--name"`` for a flag (it wins over the
+    YAML), ``"demo config"`` for a key of the demo YAML a recipe loads when given no model or config, else ``"config
+    YAML"``."""
+    config = argv[argv.index("--config") + 1] if "--config" in argv and argv.index("--config") + 1 < len(argv) else ""
+    demo = os.path.realpath(resolve_config(config)).startswith(os.path.realpath(DEMO_CONFIG_DIR) + os.sep)
+    sources = dict.fromkeys(config_yaml(argv), "demo config" if demo else "config YAML")
+    for arg in argv:
+        if arg.startswith("--") and arg != "--config":
+            name = arg[2:].split("=", 1)[0]
+            sources[name] = f"--{name}"
+    return sources
+
+
+def recipe_prog(recipe: str | None) -> str:
+    """``trl-ext <recipe>``: how help and errors name the command (the script's name when ``recipe`` is None)."""
+    return f"trl-ext {recipe or os.path.splitext(os.path.basename(sys.argv[0]))[0]}"
+
+
+def print_help(parser: TrlParser, dataclass_types: Sequence[type], recipe: str | None, argv: Sequence[str]) -> None:
+    """``--help``: the short, grouped help (``trl_ext.recipe.help``); ``--help-all``: every field, as TRL prints it."""
+    if wants_help(argv) == "all":
+        parser.print_help()
+    else:
+        demo = documented_name(demo_config_path(recipe)) if recipe else None
+        print(short_help(parser, dataclass_types, parser.prog, demo), end="")
+
+
+def renamed_flags(argv: list[str], dataclass_types: Sequence[type]) -> list[str]:
+    """``argv`` with each deprecated flag (``RENAMED_FIELDS``, e.g. ``--dynamic_sampling_max_rounds``) written under
+    its new name, with a ``FutureWarning``, so that it overrides the YAML like any flag (the config maps a deprecated
+    YAML key itself)."""
+    fields = {name for t in dataclass_types for name in getattr(t, "__dataclass_fields__", {})}
+    out = []
+    for arg in argv:
+        flag, sep, value = arg.partition("=")
+        new = RENAMED_FIELDS.get(flag[2:]) if flag.startswith("--") else None
+        if new is not None and new in fields:
+            warnings.warn(
+                f"{flag} is deprecated: use --{new} (same value, same meaning).", FutureWarning, stacklevel=3
+            )
+            arg = f"--{new}{sep}{value}"
+        out.append(arg)
+    return out
+
+
+def check_config_file(argv: list[str]) -> None:
+    """``--config`` must name an existing file, not end the command line; a packaged name
+    (``recipes/configs/...``, ``<model>/<algo>/config_<variant>.yaml``) is replaced in ``argv`` by its file
+    (``resolve_config``), and a missing file is reported with the closest name."""
+    index = argv.index("--config")
+    if index + 1 >= len(argv):
+        raise UserError("--config needs a YAML file: --config recipes/configs/<model>/<algo>/config_<variant>.yaml.")
+    argv[index + 1] = resolve_config(argv[index + 1])
+    if not os.path.isfile(argv[index + 1]):
+        raise MissingFileError(missing_path_message(argv[index + 1], "--config"))
+
+
+def parse(dataclass_types: Sequence[type], recipe: str | None, argv: list[str] | None = None) -> tuple:
+    """The one recipe parser: ``TrlParser`` over ``dataclass_types`` (``make_parser``: no abbreviations, unknown
+    flags named with the closest one); ``--help`` prints the short help, ``--help-all`` every field
+    (``print_help``). ``--config`` takes a file or a packaged name (``check_config_file``). A missing ``--config``
+    file, and a value a config refuses (its ``__post_init__`` checks: TRL's, transformers', a preset's), are
+    ``UserError``s. With neither ``--config`` nor ``--model_name_or_path`` the demo's YAML
+    (``demo_config_path(recipe)``) supplies the values; CLI flags override it either way. Every YAML file is checked
+    first: an unknown key fails, naming the key and the closest field (``check_config_keys``), where ``TrlParser``
+    would silently ignore a typo. ``bf16`` / ``use_cpu`` are fitted to the hardware unless set
+    (``supported_precision``); ``report_to`` trackers must be installed (``check_report_to``). The first dataclass
+    (the script arguments) gets ``given_fields``: the fields set by flag or YAML, and ``given_sources``: which of the
+    two set each. ``recipe=None``: no demo YAML
+    (``trl-ext eval``, whose defaults are its dataclass's)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = make_parser(dataclass_types)
+    parser.prog = recipe_prog(recipe)  # errors and help say `trl-ext dapo`, not `dapo.py`
+    if wants_help(argv):
+        print_help(parser, dataclass_types, recipe, argv)
+        raise SystemExit(0)
+    check_flags(parser, argv)
+    argv = renamed_flags(argv, dataclass_types)
+    if recipe and "--config" not in argv and not any(a.startswith("--model_name_or_path") for a in argv):
+        argv = ["--config", demo_config_path(recipe), *argv]
+    with as_user_errors(ValueError):  # a config value refused at construction: the user's to fix, not a bug
+        if "--config" in argv:
+            check_config_file(argv)
+            check_config_keys(argv[argv.index("--config") + 1], list(dataclass_types))
+        given = given_fields(argv)
+        trains = any("bf16" in getattr(t, "__dataclass_fields__", {}) for t in dataclass_types)
+        parsed = parser.parse_args_and_config(args=supported_precision(argv) if trains else argv)
+        for values in parsed:
+            if hasattr(values, "report_to"):
+                check_report_to(values.report_to)
+    parsed[0].given_fields = given
+    parsed[0].given_sources = given_sources(argv)
+    return parsed
+
+
+def _setting(argv: list[str], name: str) -> tuple[bool, Any]:
+    """``(given, value)`` of a boolean training flag, from the command line (``--name``, ``--name X``,
+    ``--name=X``) or else from the ``--config`` YAML."""
+    flag = f"--{name}"
+    for i, arg in enumerate(argv):
+        if arg == flag:
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else "true"
+            return True, str(value).lower() in ("true", "1", "yes")
+        if arg.startswith(flag + "="):
+            return True, arg.split("=", 1)[1].lower() in ("true", "1", "yes")
+    config = config_yaml(argv)
+    if config.get(name) is not None:
+        return True, bool(config[name])
+    return False, None
+
+
+def supported_precision(argv: list[str]) -> list[str]:
+    """``argv`` fitted to the hardware: ``--bf16 false`` when ``bf16`` is not set and no GPU here supports it, and
+    ``--use_cpu true`` when ``use_cpu`` is not set and there is no GPU or other accelerator at all.
+
+    TRL's configs default to bf16, which transformers refuses without a bf16-capable GPU ("Your setup doesn't support
+    bf16/gpu"); a recipe picks what the hardware supports instead and says which in its opening line. An explicit
+    ``bf16: true`` without such a GPU (and without ``use_cpu``, which runs bf16 autocast on the CPU) fails here, with
+    the fix. ``use_cpu`` on a machine that has nothing else changes no result; it only spares the data loader's
+    "pin_memory ... no accelerator is found" warning."""
+    if is_torch_bf16_gpu_available():
+        return argv
+    argv = list(argv)
+    given, bf16 = _setting(argv, "bf16")
+    if given and bf16 and not _setting(argv, "use_cpu")[1]:
+        raise UserError(
+            "bf16=True, but this machine has no GPU that supports bf16. Drop --bf16 (and bf16 from the config) to "
+            "let the recipe use fp32 here, or pass --use_cpu true to train with bf16 autocast on the CPU."
+        )
+    if not given:
+        argv += ["--bf16", "false"]
+    mps = getattr(torch.backends, "mps", None)
+    xpu = getattr(torch, "xpu", None)
+    accelerator = (
+        torch.cuda.is_available()
+        or (mps is not None and mps.is_available())
+        or (xpu is not None and xpu.is_available())
+    )
+    if not accelerator and not _setting(argv, "use_cpu")[0]:
+        argv += ["--use_cpu", "true"]
+    return argv

@@ -1,0 +1,26 @@
+"""The pre-flight probe from the command line: will RL learn anything on this model and data, and what will dynamic
+sampling cost? (``trl_ext.diagnostics.probe``: pass@k, the group mix, expected rounds per step, advice.)
+
+    trl-ext probe                                                     # the demo after its SFT warm start
+    trl-ext probe --config recipes/configs/qwen2.5-0.5b-instruct/dapo/config_gsm8k.yaml   # a run's own YAML
+    python -m trl_ext.scripts.probe --model_name_or_path <model> --dataset_name <data> --num_generations 16
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from trl_ext.console import quiet_libraries
+from trl_ext.diagnostics.probe import ProbeReport, main
+from trl_ext.errors import reported_user_errors
+
+
+def cli(argv: Sequence[str] | None = None) -> ProbeReport:
+    """Parse the command line (``argv``, default ``sys.argv[1:]``), probe, print the table and save the report."""
+    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
+    with reported_user_errors("trl-ext probe"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+        return main(argv)
+
+
+if __name__ == "__main__":
+    cli()
