@@ -162,7 +162,8 @@ def instrumented(base):
         def _get_per_token_logps_and_entropies(self, *args, **kwargs):
             if torch.is_grad_enabled():  # the training forward pass, not a rollout's old/ref log-probs
                 return super()._get_per_token_logps_and_entropies(*args, **kwargs)
-            if getattr(self, "_ds_defer", None) is not None:  # deferred by dynamic sampling: no forward pass here
+            passes = getattr(self, "deferred_passes", None)
+            if passes is not None and passes.active:  # deferred by dynamic sampling: no forward pass here
                 return super()._get_per_token_logps_and_entropies(*args, **kwargs)
             started = time.perf_counter()
             output = super()._get_per_token_logps_and_entropies(*args, **kwargs)
@@ -251,11 +252,11 @@ def worker(me: int, baton, p: float, jobs: list, options):
 
 def _policy(trainer) -> dict | None:
     """The refill policy in force (margin, carried share, round size), for the prediction; None for code without it."""
-    if not hasattr(trainer, "_carry_allowed") or not hasattr(trainer.args, "dynamic_sampling_max_round_size"):
+    if not hasattr(trainer, "carries_surplus") or not hasattr(trainer.args, "dynamic_sampling_max_round_size"):
         return None
     from trl_ext.grpo.ds_rounds import refill_margin
 
-    carrying = trainer._carry_allowed()
+    carrying = trainer.carries_surplus()
     return {
         "margin": refill_margin(trainer.args.dynamic_sampling_refill_margin, carrying),
         "carry_share": trainer.args.dynamic_sampling_carry_over if carrying else 0.0,

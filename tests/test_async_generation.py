@@ -259,29 +259,40 @@ def test_trl_server_mode_hooks_keep_their_shape(tiny_model, tokenizer, problems,
 
 
 def test_prefetching_client_refuses_weight_updates_in_flight():
+    """Weights reach the server only through ``sync``, never while a request is in flight; TRL's own per-step update
+    is absorbed (its parameter iterator still consumed: the ZeRO-3 gathers are collectives)."""
     from trl_ext.grpo.async_rollout import PrefetchingClient
 
     release = threading.Event()
+    updates = []
 
     class Slow:
         def generate(self, prompts, **params):
             release.wait(5)
             return {"prompts": prompts}
 
-        def update_named_params(self, *a):
+        def update_named_params(self, metadata, params):
+            updates.append(list(params))
             return "ok"
+
+        def reset_prefix_cache(self):
+            updates.append("reset")
 
     client = PrefetchingClient(Slow())
     client.submit([[1, 2]], {"n": 2})
     assert client.in_flight == 1 and not client.ready()
     with pytest.raises(RuntimeError, match="weights are synced only between rollouts"):
-        client.update_named_params([], iter([]))
+        client.sync(lambda: client.update_named_params([], iter([("w", 1)])))
+    walked = []
+    assert client.update_named_params([], (walked.append(i) or ("w", i) for i in range(3))) is None
+    assert walked == [0, 1, 2] and updates == [] and client.absorbed_updates == 1  # TRL's own sync: absorbed
     release.set()
     with pytest.raises(RuntimeError, match="other sampling parameters"):
         client.generate(prompts=[[1, 2]], n=3)
     client.submit([[1, 2]], {"n": 2})
     assert client.generate(prompts=[[1, 2]], n=2) == {"prompts": [[1, 2]]}
-    assert client.update_named_params([], iter([])) == "ok" and client.direct_calls == 0
+    client.sync(lambda: (client.update_named_params([], iter([("w", 1)])), client.reset_prefix_cache()))
+    assert updates == [[("w", 1)], "reset"] and client.direct_calls == 0
     client.close()
 
 
@@ -306,9 +317,10 @@ def test_switched_off_is_bit_for_bit_todays_trainer(tokenizer, problems, tmp_pat
 
     from trl_ext.grpo.dynamic_sampling import DynamicSamplingMixin
     from trl_ext.grpo.gspo_token import GSPOTokenMixin
+    from trl_ext.grpo.scored_rounds import ScoredRoundsMixin
     from trl_ext.reliability.mixin import GRPOReliabilityMixin
 
-    class Today(GRPOReliabilityMixin, DynamicSamplingMixin, GSPOTokenMixin, trl.GRPOTrainer):
+    class Today(GRPOReliabilityMixin, DynamicSamplingMixin, GSPOTokenMixin, ScoredRoundsMixin, trl.GRPOTrainer):
         pass
 
     runs = {}
@@ -404,7 +416,7 @@ def test_refill_rounds_run_inside_the_overlapped_rollout(tiny_model, tokenizer, 
     original = trainer._async_finish
 
     def finish():
-        pending = trainer._async_pipeline.request is not None
+        pending = trainer.overlap.pipeline.request is not None
         boundary_rounds.append(pending)
         return original()
 

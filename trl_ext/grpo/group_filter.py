@@ -110,9 +110,9 @@ def group_stats(
 
 
 def expected_rounds(informative_frac: float, max_rounds: int | None = None, num_groups: int = 1) -> float:
-    """Expected generation rounds per step under whole-batch refills (the trainer's policy before issue 14; since
-    then refill rounds are right-sized, so this is an upper bound on the generation batches a step needs, which is
-    about ``1 / p`` with carry-over; ``benchmarks/dynamic_sampling.py`` measures both): every
+    """Expected generation rounds per step under whole-batch refills (an upper bound on the generation batches a
+    step of the trainer needs, whose refill rounds are right-sized: about ``1 / p`` with carry-over;
+    ``benchmarks/dynamic_sampling.py`` measures both): every
     round generates a whole generation batch of ``num_groups`` groups, each informative with probability
     ``p = informative_frac`` independently, until ``num_groups`` informative groups are in hand or ``max_rounds``
     rounds were made. With R that number of rounds, E[R] = sum_{r >= 0, r < max_rounds} P(R > r) and

@@ -141,10 +141,13 @@ class SamplerSeekOnResume(TrainerCallback):
     first permutation. Runs at ``on_train_begin``, when the Trainer has loaded its state and built the dataloader."""
 
     def on_train_begin(self, args, state, control, train_dataloader: Any = None, **kwargs: Any):
-        if state.global_step == 0 or train_dataloader is None or not hasattr(train_dataloader, "__len__"):
+        if state.global_step == 0 or train_dataloader is None:
+            return
+        try:
+            batches = len(train_dataloader)
+        except TypeError:  # an IterableDataset: no epochs to seek (its stream is resumed by position)
             return
         accumulation = args.gradient_accumulation_steps
-        batches = len(train_dataloader)
         steps_per_epoch = max(batches // accumulation + int(batches % accumulation > 0), 1)  # the Trainer's rule
         epoch = state.global_step // steps_per_epoch
         sampler = find_seeded_sampler(train_dataloader)
