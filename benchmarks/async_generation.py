@@ -123,7 +123,7 @@ def _generate(model, tokenizer, prompts, n, max_tokens, temperature, top_p, top_
 
 class ServerStub:
     """The parts of TRL's ``VLLMClient`` that a stand-in engine has nothing to do for (no NCCL group, no prefix
-    cache); also the base of the in-process stand-in of ``tests/test_async_generation.py``."""
+    cache)."""
 
     def init_communicator(self, device=None):
         pass

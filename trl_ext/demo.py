@@ -219,7 +219,7 @@ class WarmStartConfig:
 
 
 def warm_start_sft_kwargs(output_dir: str, sft: WarmStartConfig | None = None) -> dict[str, Any]:
-    """The ``SFTConfig`` fields of the warm start (shared with ``recipes/sft.py`` through ``trl_ext.recipe.common``)."""
+    """The ``SFTConfig`` fields of the warm start (shared with the SFT recipe through ``trl_ext.recipe.models``)."""
     sft = sft or WarmStartConfig()
     return dict(
         output_dir=output_dir,

@@ -3,7 +3,7 @@
 Everything that chooses an algorithm by name reads this table: ``get_preset`` (Python), ``trainer_class_for`` (the
 recipes, the notebook, the benchmarks), ``trl-ext <name>`` and ``trl-ext grpo --preset <name>`` (command line) and
 ``preset: <name>`` in a recipe YAML. Adding a preset is one config dataclass in ``trl_ext.grpo.configs`` and one row
-here; README "Add a preset" shows Dr. GRPO's row as the worked example.
+here; docs/RECIPES.md ("Add a preset") shows Dr. GRPO's row as the worked example.
 """
 
 from __future__ import annotations
