@@ -14,6 +14,7 @@ from typing import Any
 import trl
 
 from trl_ext.errors import did_you_mean
+from trl_ext.grpo.async_rollout import OVERLAPPED
 from trl_ext.grpo.configs import DAPOConfig, DrGRPOConfig, GRPOFamilyConfig, GRPOPaperConfig, GSPOConfig
 from trl_ext.grpo.trainers import DAPOTrainer, GRPOTrainer, GSPOTokenTrainer, GSPOTrainer
 
@@ -77,7 +78,5 @@ def trainer_class_for(args: trl.GRPOConfig) -> type[GRPOTrainer]:
         if best is None or rank > best:
             best, chosen = rank, row.trainer
     if getattr(args, "async_generation", False):
-        from trl_ext.grpo.async_rollout import OVERLAPPED  # the overlapped trainers subclass the ones above
-
         return OVERLAPPED.get(chosen, chosen)
     return chosen
