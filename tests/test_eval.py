@@ -188,7 +188,7 @@ def test_vllm_path_asks_one_engine_per_model_for_k_samples(monkeypatch, tiny_mod
             self.text, self.token_ids, self.finish_reason = text, [1] * len(text), finish_reason
 
     class LLM:
-        def __init__(self, model, seed, dtype, max_model_len):
+        def __init__(self, model, seed, dtype, max_model_len, **engine_kwargs):  # engine_kwargs: CPU KV cache size
             engines.append(model)
 
         def generate(self, texts, params, use_tqdm):

