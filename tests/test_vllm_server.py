@@ -147,7 +147,7 @@ def test_file_sync_makes_the_server_sample_from_the_policy(server):
 def _dapo(server: tuple[str, str], tmp_path, async_generation: bool) -> Any:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ext import DAPOConfig, DAPOTrainer
+    from trl_ext import DAPOConfig, trainer_class_for
     from trl_ext.demo import DemoTaskConfig, make_problems
     from trl_ext.generation.vllm_server import file_weight_sync
 
@@ -176,7 +176,7 @@ def _dapo(server: tuple[str, str], tmp_path, async_generation: bool) -> Any:
     )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     with file_weight_sync(str(tmp_path / "sync")):
-        trainer = DAPOTrainer(
+        trainer = trainer_class_for(args)(  # AsyncDAPOTrainer with async_generation, else DAPOTrainer
             model, [even_answer_reward], args=args, train_dataset=train,
             processing_class=AutoTokenizer.from_pretrained(model_dir),
         )  # fmt: skip

