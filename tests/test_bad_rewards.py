@@ -168,12 +168,8 @@ def test_dynamic_sampling_with_no_informative_group_is_bounded_and_says_what_to_
     )
     trainer = DAPOTrainer(tiny_model, [constant], args=args, train_dataset=problems[0], processing_class=tokenizer)
     before = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
-    started = time.perf_counter()
-    with caplog.at_level(logging.WARNING, logger="trl_ext.grpo.dynamic_sampling"):
-        trainer.train()  # no crash
-    assert (
-        time.perf_counter() - started < 60
-    )  # each step is at most dynamic_sampling_max_generation_batches generations
+    with caplog.at_level(logging.WARNING, logger="trl_ext.grpo.ds_sampler"):
+        trainer.train()  # no crash; each step is at most dynamic_sampling_max_generation_batches generations (below)
     assert torch.equal(before, torch.cat([p.detach().flatten() for p in trainer.model.parameters()]))
     logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
     assert [h["dynamic_sampling/rounds"] for h in logs] == [2.0] * 10
