@@ -106,4 +106,8 @@ def main(out: str, mode: str = "on_policy") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    try:
+        main(*sys.argv[1:])
+    finally:  # join gloo's threads before the interpreter exits (a rank that returns first otherwise aborts, rarely)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()

@@ -282,4 +282,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:  # join gloo's threads before the interpreter exits (a rank that returns first otherwise aborts, rarely)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
