@@ -88,7 +88,7 @@ from trl_ext.grpo.async_checks import (  # noqa: F401 - the config's and trainer
     truncated_sampling,
     warn_truncated_importance_sampling,
 )
-from trl_ext.grpo.deferred_logps import can_defer, fill_deferred_logps
+from trl_ext.grpo.deferred_logps import fill_deferred_logps
 from trl_ext.grpo.ds_logs import merge_plain_logs, scratch_logs
 from trl_ext.grpo.prefetching_client import PrefetchingClient, engine_sampling_params
 from trl_ext.grpo.prompt_stream import PromptStream
@@ -391,17 +391,9 @@ class AsyncGenerationMixin:
     def _async_plain_execute(self, inputs: list[dict[str, Any]], _scratch: None) -> _PlainRollout:
         """TRL's ``_generate_and_score_completions`` on one round, its no-grad log-prob passes deferred (computed with
         the weights that train the batch) and its per-call logs kept aside until the batch is trained."""
-        metrics, logs = self._metrics["train"], self._logs
-        round_metrics, round_logs = defaultdict(list), scratch_logs(logs)
-        self._metrics["train"], self._logs = round_metrics, round_logs
-        if can_defer(self):
-            self.deferred_passes.start()
-        try:
-            output = super()._generate_and_score_completions(inputs)
-        finally:
-            deferred = self.deferred_passes.stop()
-            self._metrics["train"], self._logs = metrics, logs
-        return _PlainRollout(output=output, deferred=deferred, scratch=(round_metrics, round_logs))
+        scratch = (defaultdict(list), scratch_logs(self._logs))
+        output, deferred = self.generate_deferred(inputs, scratch)
+        return _PlainRollout(output=output, deferred=deferred, scratch=scratch)
 
     def _async_batch(self, pipeline: _Pipeline, block: int, waited: float) -> dict[str, Any]:
         """The trained batch of a finished rollout, with its staleness logged and checked."""

@@ -198,17 +198,9 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
     def run_round(self, inputs: list[dict[str, Any]], scratch: tuple[dict, dict]) -> Round:
         """One round: TRL's generation and scoring, its no-grad log-prob passes deferred; TRL's per-call metrics and
         completions table go to the step's ``scratch`` buffers (``ds_logs``)."""
-        metrics, logs = self._metrics["train"], self._logs
-        self._metrics["train"], self._logs = scratch
         started = time.perf_counter()
         self.last_round = None
-        if can_defer(self):
-            self.deferred_passes.start()
-        try:
-            output = super()._generate_and_score_completions(inputs)
-        finally:
-            deferred = self.deferred_passes.stop()
-            self._metrics["train"], self._logs = metrics, logs
+        output, deferred = self.generate_deferred(inputs, scratch)
         scored, self.last_round = self.last_round, None  # ScoredRoundsMixin: what TRL scored in this round
         capture = {**scored, "metric": self.dynamic_sampling_metric(scored["rewards_per_func"])}
         sampler = self.dynamic_sampler
@@ -217,6 +209,20 @@ class DynamicSamplingMixin(AtomicCheckpointMixin):
         return Round(
             output=output, seconds=time.perf_counter() - started, deferred=deferred, indices=indices, **capture
         )
+
+    def generate_deferred(self, inputs: list[dict[str, Any]], scratch: tuple[dict, dict]) -> tuple[dict, frozenset]:
+        """TRL's ``_generate_and_score_completions`` on ``inputs`` with its no-grad log-prob passes deferred and its
+        per-call metrics and completions table written to ``scratch``; returns its output and the deferred passes."""
+        metrics, logs = self._metrics["train"], self._logs
+        self._metrics["train"], self._logs = scratch
+        if can_defer(self):
+            self.deferred_passes.start()
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            deferred = self.deferred_passes.stop()
+            self._metrics["train"], self._logs = metrics, logs
+        return output, deferred
 
     def train_batch(self, rollout: Rollout) -> dict[str, Any]:
         """The trained batch of a finished rollout: the kept groups assembled, their deferred log-probs computed with
