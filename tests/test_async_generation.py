@@ -314,10 +314,10 @@ def test_switched_off_is_bit_for_bit_todays_trainer(tokenizer, problems, tmp_pat
     """``async_generation=False`` (the default): the trainer is the one without the async layer, bit for bit
     (weights and logs), through TRL's vLLM server path; without dynamic sampling, also ``trl.GRPOTrainer``."""
     import trl
+    from trl_ext.grpo.scored_rounds import ScoredRoundsMixin
 
     from trl_ext.grpo.dynamic_sampling import DynamicSamplingMixin
     from trl_ext.grpo.gspo_token import GSPOTokenMixin
-    from trl_ext.grpo.scored_rounds import ScoredRoundsMixin
     from trl_ext.reliability.mixin import GRPOReliabilityMixin
 
     class Today(GRPOReliabilityMixin, DynamicSamplingMixin, GSPOTokenMixin, ScoredRoundsMixin, trl.GRPOTrainer):

@@ -10,7 +10,7 @@ import torch
 from trl_ext.dpo import pairs
 from trl_ext.dpo.pairs import build_pairs, select_pairs
 from trl_ext.dpo.trainer import length_margin_decomposition
-from trl_ext.grpo import group_filter
+from trl_ext.grpo.dynamic_sampling import groups as group_filter
 from trl_ext.scoring import combine_rewards, score_completions
 
 nan = math.nan

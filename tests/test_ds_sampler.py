@@ -1,5 +1,6 @@
-"""Dynamic sampling's core without a trainer: rounds planned, groups selected, figures computed, state saved, on
-plain tensors (``trl_ext.grpo.ds_sampler``), against hand-computed numbers."""
+"""Dynamic sampling's core without a trainer: refills sized, groups selected, figures computed, state saved
+(``trl_ext.grpo.dynamic_sampling.sampler``), and rows of rounds of different widths assembled
+(``trl_ext.grpo.dynamic_sampling.batch``), on plain tensors against hand-computed numbers."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trl_ext.grpo.ds_sampler import DynamicSampler, Round
-from trl_ext.grpo.prompt_stream import PromptStream
+from trl_ext.grpo.dynamic_sampling.batch import Round, assemble, column_layout, select_groups
+from trl_ext.grpo.dynamic_sampling.prompts import PromptStream
+from trl_ext.grpo.dynamic_sampling.sampler import DynamicSampler
 
 G = 2  # completions per group
 
@@ -20,89 +22,94 @@ def _args(**overrides):
         dynamic_sampling_max_generation_batches=4,
         dynamic_sampling_max_round_size=2.0,
         dynamic_sampling_refill_margin=None,
-        dynamic_sampling_carry_over=0.25,
         dynamic_sampling_reward_range=(0.0, 1.0),
     )
     return SimpleNamespace(**{**values, **overrides})
 
 
-def _round(pattern: str, seconds: float = 1.0) -> Round:
+def _sampler(**overrides) -> DynamicSampler:
+    return DynamicSampler(_args(**overrides), G, PromptStream(100, seed=0))
+
+
+def _round(pattern: str, seconds: float = 1.0, output=None) -> Round:
     """One round, a group per character: "i" informative ([0, 1]), "w" all wrong, "r" all right."""
     rows = {"i": [0.0, 1.0], "w": [0.0, 0.0], "r": [1.0, 1.0]}
     metric = torch.tensor([v for group in pattern for v in rows[group]])
-    return Round(
-        output={},
-        rewards_per_func=metric.unsqueeze(1),
-        metric=metric,
-        lengths=torch.full_like(metric, 3),
-        truncated=torch.zeros_like(metric, dtype=torch.bool),
-        seconds=seconds,
-    )
+    informative = torch.tensor([group == "i" for group in pattern])
+    return Round(output or {}, metric.unsqueeze(1), metric, informative, seconds)
 
 
-def _drive(sampler, rounds, num_groups=4):
-    plan = sampler.plan(num_groups, local_rows=num_groups * G, world_size=1, scratch=None)
-    requests = [next(plan)]
-    try:
-        for round_ in rounds:
-            requests.append(plan.send(round_))
-    except StopIteration as stop:
-        return [r.groups for r in requests], stop.value
-    raise AssertionError("the plan asked for more rounds than given")
+def test_refill_is_sized_from_the_rate_and_stops_when_full_or_spent():
+    sampler = _sampler()
+    # 4 groups wanted, 2 informative of 4: missing 2, rate 2/4 -> ceil(2 / 0.5 x 1.05) = 5
+    assert sampler.refill_size([_round("iwiw")], num_groups=4, world_size=1) == 5
+    assert sampler.refill_size([_round("iwiw")], num_groups=4, world_size=2) == 6  # whole groups per process
+    assert sampler.refill_size([_round("iiii")], num_groups=4, world_size=1) == 0  # full
+    # budget 4 generation batches = 16 groups; 14 generated: at most 2 more
+    assert sampler.refill_size([_round("w" * 14)], num_groups=4, world_size=1) == 2
+    assert sampler.refill_size([_round("w" * 16)], num_groups=4, world_size=1) == 0  # spent
 
 
-def test_a_refill_is_sized_from_the_rate_and_the_surplus_is_counted():
-    sampler = DynamicSampler(_args(), G, PromptStream(100, seed=0), carries=False)
-    sizes, rollout = _drive(sampler, [_round("iiww"), _round("iiiww")])
-    # TRL's batch first (None); then ceil(missing 2 / rate 2/4 x margin 1.05) = ceil(4.2) = 5 groups
-    assert sizes == [None, 5]
-    assert (rollout.informative, rollout.generated, rollout.num_groups) == (5, 9, 4)
-    selection = sampler.finish(rollout)
-    assert selection.chosen == [(0, 0), (0, 1), (1, 0), (1, 1)] and selection.surplus == [(1, 2)]
-    assert selection.fillers == []
-    assert sampler.rate.estimate() == pytest.approx(5 / 9)
-    stats = sampler.round_stats(rollout.rounds, 4, len(selection.surplus))
-    assert stats["dynamic_sampling/rounds"] == 2 and stats["dynamic_sampling/generated_groups"] == 9
-    assert stats["dynamic_sampling/kept_group_frac"] == pytest.approx(5 / 9)
-    assert stats["dynamic_sampling/all_min_frac"] == pytest.approx(4 / 9)
-    assert stats["dynamic_sampling/dropped_time"] == pytest.approx(0.5 + 0.4)  # 2/4 of round 1, 2/5 of round 2
-    assert stats["dynamic_sampling/surplus_time"] == pytest.approx(1.0 * 1 * G / 10)  # 1 group of round 2's 10 rows
-    assert stats["dynamic_sampling/limit_hit"] == 0.0 and stats["dynamic_sampling/filler_groups"] == 0.0
+def test_selection_takes_informative_groups_in_generation_order_then_fillers():
+    rounds = [_round("iwwi"), _round("wiii")]
+    assert select_groups(rounds, 4) == ([(0, 0), (0, 3), (1, 1), (1, 2)], [])
+    chosen, fillers = select_groups([_round("iwwr")], 3)
+    assert chosen == [(0, 0)] and fillers == [(0, 2), (0, 3)]  # the last uninformative groups fill
 
 
-def test_a_spent_budget_fills_with_the_last_uninformative_groups_and_warns_once(caplog):
-    sampler = DynamicSampler(_args(dynamic_sampling_max_generation_batches=1), G, PromptStream(10, 0), carries=False)
-    sizes, rollout = _drive(sampler, [_round("iwrw")])
-    assert sizes == [None]  # the budget is one generation batch: no refill
-    selection = sampler.finish(rollout)
-    assert selection.chosen == [(0, 0)] and selection.fillers == [(0, 1), (0, 2), (0, 3)]
-    stats = sampler.round_stats(rollout.rounds, 4, 0)
-    assert stats["dynamic_sampling/limit_hit"] == 1.0 and stats["dynamic_sampling/filler_groups"] == 3.0
-    assert stats["dynamic_sampling/all_max_frac"] == 0.25 and stats["dynamic_sampling/all_min_frac"] == 0.5
-    assert sampler.warned and "dynamic_sampling_max_generation_batches=1" in caplog.text
-    caplog.clear()
-    sampler.round_stats(rollout.rounds, 4, 0)
-    assert "spent its generation budget" not in caplog.text
+def test_finish_step_figures_hand_computed_and_state_round_trips():
+    sampler = _sampler()
+    stats = sampler.finish_step([_round("iwri", seconds=2.0), _round("ii", seconds=1.0)], num_groups=3)
+    assert stats["dynamic_sampling/rounds"] == 2.0
+    assert stats["dynamic_sampling/generated_groups"] == 6.0
+    assert stats["dynamic_sampling/kept_group_frac"] == pytest.approx(4 / 6)
+    assert stats["dynamic_sampling/all_min_frac"] == pytest.approx(1 / 6)
+    assert stats["dynamic_sampling/all_max_frac"] == pytest.approx(1 / 6)
+    assert stats["dynamic_sampling/surplus_groups"] == 1.0
+    assert stats["dynamic_sampling/filler_groups"] == 0.0
+    assert stats["dynamic_sampling/dropped_time"] == pytest.approx(2.0 * 0.5)
+    assert stats["dynamic_sampling/surplus_time"] == pytest.approx(1.0 * 1 / 2)  # 1 of the last round's 2 groups
+    assert sampler.rate.estimate() == pytest.approx(4 / 6)
+    sampler.stream.take(7)
+    again = _sampler()
+    again.load_state_dict(sampler.state_dict())
+    assert again.stream.take(3) == sampler.stream.take(3) and again.rate.estimate() == sampler.rate.estimate()
 
 
-def test_carried_groups_count_and_the_first_round_is_oversampled_once_groups_drop():
-    sampler = DynamicSampler(_args(), G, PromptStream(100, seed=0), carries=True)
-    sampler.rate.update(informative=1, generated=2)  # half the groups informative so far
-    sampler.carry = _round("i")  # one group carried from the last step
-    sampler.carry.replicated = True
-    sizes, rollout = _drive(sampler, [_round("iiwwii")])
-    # first round from the stream: ceil((4 - 1 carried) / 0.5 x GRESO's 1.25) = ceil(7.5) = 8 > 4 groups
-    assert sizes == [8]
-    assert rollout.num_carried == 1 and rollout.rounds[0] is not None and sampler.carry is None
+def _output(prompt_rows, completion_rows, advantages):
+    """A round's output on one process: prompts left-padded with 0 (pad id), completions right-padded."""
+    width_p = max(len(r) for r in prompt_rows)
+    width_c = max(len(r) for r in completion_rows)
+    prompt_ids = torch.tensor([[0] * (width_p - len(r)) + r for r in prompt_rows])
+    completion_ids = torch.tensor([r + [0] * (width_c - len(r)) for r in completion_rows])
+    return {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": (prompt_ids != 0).long(),
+        "completion_ids": completion_ids,
+        "completion_mask": (completion_ids != 0).long(),
+        # a per-token key TRL might add: prompt and completion columns together (like Gemma's token_type_ids)
+        "token_type_ids": torch.cat([torch.ones_like(prompt_ids), 2 * torch.ones_like(completion_ids)], 1),
+        "image_sizes": torch.tensor([[7, 7]] * len(prompt_rows)),  # per row, not a sequence: never padded
+        "num_images": [1] * len(prompt_rows),
+        "advantages": torch.tensor(advantages),
+        "num_items_in_batch": torch.tensor(99),
+    }
 
 
-def test_state_round_trips_and_skipping_draws_from_the_stream():
-    sampler = DynamicSampler(_args(), G, PromptStream(20, seed=3), carries=False)
-    indices = sampler.take_indices(5)
-    assert len(set(indices)) == 5 and sampler.pending_indices == indices
-    sampler.rate.update(2, 8)
-    sampler.observe(torch.tensor([0.0, 1.0, float("nan")]))
-    other = DynamicSampler(_args(), G, PromptStream(20, seed=3), carries=False)
-    other.load_state_dict(sampler.state_dict())
-    assert other.take_indices(3) == sampler.take_indices(3)
-    assert other.rate.estimate() == sampler.rate.estimate() and (other.reward_low, other.reward_high) == (0.0, 1.0)
+def test_assemble_pads_each_key_by_where_its_columns_sit_and_zero_weights_fillers():
+    accelerator = SimpleNamespace(num_processes=1, process_index=0, device="cpu", gather=lambda t: t.reshape(1))
+    first = _round("wi", output=_output([[5], [5], [6, 6], [6, 6]], [[1, 2, 3]] * 2 + [[4]] * 2, [0, 0, 1, -1]))
+    second = _round("iw", output=_output([[7, 7, 7]] * 4, [[8, 9]] * 4, [2, -2, 0, 0]))
+    chosen, fillers = select_groups([first, second], 3)
+    assert chosen == [(0, 1), (1, 0)] and fillers == [(1, 1)]
+    batch = assemble([first, second], chosen, fillers, accelerator, G, pad_id=0)
+    assert batch["prompt_ids"].tolist() == [[0, 6, 6], [0, 6, 6], [7, 7, 7], [7, 7, 7], [7, 7, 7], [7, 7, 7]]
+    assert batch["completion_ids"].tolist() == [[4, 0, 0], [4, 0, 0], [8, 9, 0], [8, 9, 0], [8, 9, 0], [8, 9, 0]]
+    # prompt part left-padded, completion part right-padded
+    assert batch["token_type_ids"][0].tolist() == [0, 1, 1, 2, 2, 2]  # round 1: prompt width 2, completion 3
+    assert batch["token_type_ids"][2].tolist() == [1, 1, 1, 2, 2, 0]  # round 2: 3 + 2
+    assert batch["image_sizes"].tolist() == [[7, 7]] * 6 and batch["num_images"] == [1] * 6
+    assert batch["advantages"].tolist() == [1, -1, 2, -2, 0, 0]
+    assert batch["completion_mask"][4:].sum() == 0  # fillers train nothing
+    assert batch["num_items_in_batch"].item() == 1 * 2 + 2 * 2  # the trained tokens, not the rounds' counts
+    assert column_layout([first, second], set())["image_sizes"] == "fixed"

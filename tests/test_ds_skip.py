@@ -8,7 +8,7 @@ import torch
 from helpers import tiny_args
 
 from trl_ext import DAPOTrainer
-from trl_ext.grpo.ds_skip import SkipPredictor
+from trl_ext.grpo.dynamic_sampling.skip import SkipPredictor
 
 
 def even_answer_reward(completions, answer, **kwargs):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trl_ext.grpo.group_filter import expected_rounds, group_stats, informative_groups
+from trl_ext.grpo.dynamic_sampling.groups import expected_rounds, group_stats, informative_groups
 
 
 def test_binary_rewards_keep_mixed_groups_only():

@@ -15,7 +15,7 @@ from helpers import tiny_args
 from trl_ext import DAPOTrainer
 from trl_ext.grpo import rollout_rhythm
 from trl_ext.grpo.configs import warn_step_like_overlong_buffer
-from trl_ext.grpo.group_filter import informative_groups
+from trl_ext.grpo.dynamic_sampling.groups import informative_groups
 from trl_ext.reliability.reward_guard import GuardedReward, RewardFunctionError
 from trl_ext.reliability.unscorable import UnscorableWatch
 from trl_ext.rewards import get_reward

@@ -7,11 +7,11 @@ scores them with the run's reward functions and reports:
 - **pass@1 and pass@k** for k = 1, 2, 4, ..., G, with the unbiased estimator of Chen et al. (arXiv 2107.03374):
   ``pass@k = 1 - C(n - c, k) / C(n, k)`` per prompt (n samples, c successes), averaged over prompts;
 - the fractions of **all-correct, all-wrong and mixed groups** (by success), and the fraction of groups that
-  dynamic sampling keeps (rewards not all equal: ``trl_ext.grpo.group_filter.informative_groups``, DAPO Eq. 11);
+  dynamic sampling keeps (rewards not all equal: ``trl_ext.grpo.dynamic_sampling.groups.informative_groups``, DAPO Eq. 11);
 - the **expected generation rounds per step** that dynamic sampling needs at this difficulty under the refill
   policy of the run's own config (a ``GRPOFamilyConfig``: its ``dynamic_sampling_max_generation_batches`` budget,
   refill margin, round size, carried surplus and prompts per generation batch; ``probe_args.dynamic_sampling_policy``,
-  ``trl_ext.grpo.ds_rounds.expected_refill_rounds``; what the trainer logs as ``dynamic_sampling/rounds``), the
+  ``trl_ext.grpo.dynamic_sampling.sizing.expected_refill_rounds``; what the trainer logs as ``dynamic_sampling/rounds``), the
   generation batches that costs, the whole-batch upper bound (``group_filter.expected_rounds``), and how the kept
   fraction would change with a smaller or larger group;
 - the reward distribution, completion lengths and the fraction truncated (no EOS within ``max_completion_length``,
@@ -128,7 +128,6 @@ RENAMED_FLAGS = {
     "--max_rounds": ("dynamic_sampling_max_generation_batches", int),
     "--refill_margin": ("dynamic_sampling_refill_margin", float),
     "--max_round_size": ("dynamic_sampling_max_round_size", float),
-    "--carry_over": ("dynamic_sampling_carry_over", float),
     "--groups_per_batch": ("generation_batch_size", int),  # x num_generations
 }
 #: Keys of a run's YAML that name a probe setting under another name; and run keys that are not the probe's own.

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trl_ext.grpo.configs import GRPOFamilyConfig
-from trl_ext.grpo.ds_rounds import carries_surplus
 
 DEMO = "demo"
 DEMO_RANDOM = "demo-random"
@@ -183,14 +182,10 @@ def default_run_config(args: ProbeArguments, **overrides: Any) -> GRPOFamilyConf
 def dynamic_sampling_policy(training_args: GRPOFamilyConfig) -> dict[str, Any]:
     """The refill policy of the run ``training_args`` describes, as ``summarize`` takes it: its budget
     (``dynamic_sampling_max_generation_batches``), prompts per generation batch (``generation_batch_size /
-    num_generations``), refill margin, round size, and the share of surplus groups it carries to the next step
-    (``dynamic_sampling_carry_over`` where the trainer's rule ``carries_surplus`` allows it, else 0)."""
-    vllm_correction = bool(training_args.use_vllm and training_args.vllm_importance_sampling_correction)
-    carry = training_args.dynamic_sampling_carry_over if carries_surplus(training_args, vllm_correction) else 0.0
+    num_generations``), refill margin and round size."""
     return {
         "max_generation_batches": training_args.dynamic_sampling_max_generation_batches,
         "groups_per_batch": max(1, training_args.generation_batch_size // training_args.num_generations),
         "refill_margin": training_args.dynamic_sampling_refill_margin,
-        "carry_over": carry,
         "max_round_size": training_args.dynamic_sampling_max_round_size,
     }

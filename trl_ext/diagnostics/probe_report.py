@@ -83,10 +83,9 @@ class ProbeReport:
         policy = self.meta.get("dynamic_sampling_policy")
         if not policy:
             return []
-        carry = f", carrying {policy['carry_over']:g} of the surplus" if policy["carry_over"] else ""
         return [
             f"  (run: {policy['groups_per_batch']} prompts per generation batch, a budget of "
-            f"{policy['max_generation_batches']} generation batches per step{carry})"
+            f"{policy['max_generation_batches']} generation batches per step)"
         ]
 
     def save(self, output_dir: str) -> tuple[str, str]:

@@ -13,8 +13,8 @@ import torch
 
 from trl_ext.diagnostics.eval_metrics import pass_at_k
 from trl_ext.diagnostics.probe_args import ProbeArguments
-from trl_ext.grpo.ds_rounds import expected_refill_rounds
-from trl_ext.grpo.group_filter import expected_rounds, group_stats, informative_groups
+from trl_ext.grpo.dynamic_sampling.groups import expected_rounds, group_stats, informative_groups
+from trl_ext.grpo.dynamic_sampling.sizing import expected_refill_rounds
 
 _UNCAPPED_ROUNDS = 1000  # "no cap" for the simulated refill policy: a budget no realistic rate reaches
 
@@ -81,7 +81,6 @@ def _expected_cost(
     max_generation_batches: int | None,
     groups: int,
     margin: float | None,
-    carry: float,
     max_round_size: float = 2.0,
 ) -> dict[str, float]:
     """Expected rounds and generation batches per step under the trainer's refill policy (a budget of
@@ -90,7 +89,7 @@ def _expected_cost(
         cap = float(max_generation_batches) if max_generation_batches else float("inf")
         return {"expected_rounds": cap, "expected_generation_batches": cap, "expected_rounds_whole_batch": cap}
     budget = max_generation_batches if max_generation_batches else _UNCAPPED_ROUNDS
-    cost = expected_refill_rounds(p, groups, budget, margin=margin, carry_share=carry, max_round_size=max_round_size)
+    cost = expected_refill_rounds(p, groups, budget, margin=margin, max_round_size=max_round_size)
     return {
         "expected_rounds": cost["rounds"],
         "expected_generation_batches": cost["generation_batches"],
@@ -107,7 +106,6 @@ def summarize(
     reward_bins: int = 10,
     groups_per_batch: int = 1,
     refill_margin: float | None = None,
-    carry_over: float = 0.0,
     max_round_size: float = 2.0,
 ) -> dict[str, Any]:
     """The probe's numbers from ``[num_prompts, G]`` tensors of rewards (NaN = unscorable), completion lengths in
@@ -142,9 +140,7 @@ def summarize(
         "informative_frac": informative_frac,
         "all_max_frac": stats.all_max_frac,
         "all_min_frac": stats.all_min_frac,
-        **_expected_cost(
-            informative_frac, max_generation_batches, groups_per_batch, refill_margin, carry_over, max_round_size
-        ),
+        **_expected_cost(informative_frac, max_generation_batches, groups_per_batch, refill_margin, max_round_size),
     }
 
     prior = fit_beta_prior(successes, group_size)
@@ -156,7 +152,7 @@ def summarize(
                 "num_generations": k,
                 "mixed_frac": mixed,
                 "expected_rounds": _expected_cost(
-                    mixed, max_generation_batches, groups_per_batch, refill_margin, carry_over, max_round_size
+                    mixed, max_generation_batches, groups_per_batch, refill_margin, max_round_size
                 )["expected_rounds"],
                 "estimate": "unbiased" if k <= group_size else "beta-binomial model",
             }

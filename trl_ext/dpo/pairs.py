@@ -8,7 +8,7 @@ module does the same with any reward functions of the GRPO family (TRL's signatu
 1. ``sample_groups``: ``num_generations`` sampled completions per prompt from a causal LM (``model.generate``).
 2. ``score_completions``: the weighted sum of the reward functions, NaN-aware like TRL's GRPO (``None`` = "this
    function does not apply"; a completion that no function scores is unscorable, NaN).
-3. ``select_pairs`` / ``build_pairs``: drop uninformative groups with ``trl_ext.grpo.group_filter.informative_groups``
+3. ``select_pairs`` / ``build_pairs``: drop uninformative groups with ``trl_ext.grpo.dynamic_sampling.groups.informative_groups``
    (the very filter of DAPO's dynamic sampling, Eq. 11: rewards not all equal), then pair the best-reward tier
    with the worst-reward tier, taking the pair whose lengths are closest. Pairing by reward alone would let a
    length difference ride along with the preference and teach it (Park et al., "Disentangling Length from Quality
@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from datasets import Dataset
 
-from trl_ext.grpo.group_filter import DEFAULT_ATOL, informative_groups
+from trl_ext.grpo.dynamic_sampling.groups import DEFAULT_ATOL, informative_groups
 from trl_ext.rewards.arithmetic import completion_text
 from trl_ext.scoring import generate_groups, is_conversational, prompt_text, score_completions
 

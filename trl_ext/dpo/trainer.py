@@ -31,7 +31,7 @@ TRL settings that counter length bias (all ``trl.DPOConfig`` fields, so also fie
 
 Group-mined, iterative DPO (Iterative RPO, arXiv 2404.19733, section 2): ``DPOTrainer.from_groups`` samples
 ``num_generations`` completions per prompt from the current policy, scores them with GRPO-family reward functions,
-drops all-equal groups (``trl_ext.grpo.group_filter``, shared with DAPO's dynamic sampling) and trains on length-matched
+drops all-equal groups (``trl_ext.grpo.dynamic_sampling.groups``, shared with DAPO's dynamic sampling) and trains on length-matched
 best-vs-worst pairs. ``train_iterative_dpo`` repeats that for ``mining_rounds`` rounds, each round re-sampling from
 the improved model and using it as the new reference (the paper's M_t -> M_{t+1} with reference M_t). What it does
 not do: the paper's gold-answer check on the chosen chain of thought is whatever your reward function checks, and it
@@ -55,7 +55,7 @@ from transformers import ProcessorMixin
 from trl.trainer.utils import selective_log_softmax
 
 from trl_ext.dpo.pairs import PairStats, mine_pairs
-from trl_ext.grpo.group_filter import DEFAULT_ATOL
+from trl_ext.grpo.dynamic_sampling.groups import DEFAULT_ATOL
 
 logger = logging.getLogger(__name__)
 

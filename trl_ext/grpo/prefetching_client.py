@@ -59,6 +59,16 @@ class PrefetchingClient:
         future = self._executor.submit(self._client.generate, prompts=prompts, **params)
         self._pending.append((list(prompts), dict(params), future))
 
+    def pending_requests(self) -> list[tuple[list, dict, Future]]:
+        """The submitted requests not yet taken by TRL: (prompts, sampling parameters, future), oldest first."""
+        return list(self._pending)
+
+    def preload(self, prompts: list[list[int]], params: dict[str, Any], result: dict[str, Any]) -> None:
+        """Put back a request answered before a checkpoint, as if just prefetched (exact resume)."""
+        future: Future = Future()
+        future.set_result(result)
+        self._pending.append((list(prompts), dict(params), future))
+
     def ready(self) -> bool:
         """Whether the oldest submitted request has been answered (or failed)."""
         return bool(self._pending) and self._pending[0][2].done()

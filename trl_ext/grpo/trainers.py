@@ -29,6 +29,7 @@ import inspect
 import logging
 from typing import Any
 
+import torch
 import trl
 from trl.rewards import get_soft_overlong_punishment
 
@@ -37,11 +38,14 @@ from trl_ext.generation import vllm_setup, vllm_sync
 from trl_ext.grpo import rollout_rhythm
 from trl_ext.grpo.async_checks import warn_truncated_importance_sampling
 from trl_ext.grpo.configs import DAPOConfig, GRPOFamilyConfig, GSPOConfig
-from trl_ext.grpo.dynamic_sampling import DynamicSamplingMixin
+from trl_ext.grpo.dynamic_sampling import setup
+from trl_ext.grpo.dynamic_sampling.loop import sample_informative_batch
 from trl_ext.grpo.gspo_token import GSPOTokenMixin
-from trl_ext.grpo.scored_rounds import ScoredRoundsMixin
+from trl_ext.reliability.checks import tokenizer_of
 from trl_ext.reliability.mixin import GRPOReliabilityMixin
-from trl_ext.rewards.shaping import mark_shaping
+from trl_ext.reliability.unscorable import UnscorableWatch
+from trl_ext.rewards.shaping import is_shaping_reward, mark_shaping
+from trl_ext.scoring import combine_rewards
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +83,7 @@ def _check_ratio_level(args: Any) -> None:
         )
 
 
-class GRPOTrainer(GRPOReliabilityMixin, DynamicSamplingMixin, GSPOTokenMixin, ScoredRoundsMixin, trl.GRPOTrainer):
+class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
     """``trl.GRPOTrainer`` with DAPO dynamic sampling available to any config (``GRPOFamilyConfig`` fields), GSPO-token
     when the config says ``gspo_token``, and the reliability layer (construction checks, guarded rewards, atomic
     checkpoints, exact resume). Same arguments and defaults as ``trl.GRPOTrainer`` (``reward_funcs`` optional)."""
@@ -113,6 +117,69 @@ class GRPOTrainer(GRPOReliabilityMixin, DynamicSamplingMixin, GSPOTokenMixin, Sc
         warning = rollout_rhythm.rhythm_warning(self.args)
         if warning is not None and self.accelerator.is_main_process:
             logger.warning(warning)
+        self.pad_token_id = tokenizer_of(self.processing_class).pad_token_id
+        self.unscorable_watch = UnscorableWatch(
+            list(self.reward_func_names), [is_shaping_reward(f) for f in self.reward_funcs]
+        )
+        self.scored_rewards: torch.Tensor | None = None  # what TRL's _calculate_rewards returned for the last round
+        self.dynamic_sampler, self.metric_columns, self.step_gate = setup.dynamic_sampling_for(self)
+
+    # -- TRL hooks -----------------------------------------------------------------------------------------------
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        training = self.model.training
+        watched = self.unscorable_watch.observe(
+            rewards_per_func.cpu(), training=training, main_process=self.accelerator.is_main_process
+        )
+        for key, value in watched.items():
+            self._metrics["train" if training else "eval"][key].append(value)
+        self.scored_rewards = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        if self.dynamic_sampler is None or not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        return sample_informative_batch(self, inputs)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if self.step_gate is not None and self.model.training:
+            self.step_gate.count(inputs)
+        return super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
+
+    # -- dynamic sampling's round (trl_ext.grpo.dynamic_sampling.loop) ----------------------------------------------
+
+    def generate_and_score(self, inputs: list[dict[str, Any]]) -> tuple[dict[str, Any], torch.Tensor]:
+        """One round through TRL's ``_generate_and_score_completions``: its output (this process's rows) and the
+        per-function rewards its ``_calculate_rewards`` returned (every process's rows, NaN for None), on the CPU."""
+        self.scored_rewards = None
+        output = super()._generate_and_score_completions(inputs)
+        rewards, self.scored_rewards = self.scored_rewards, None
+        if rewards is None:
+            raise RuntimeError(
+                "TRL's _generate_and_score_completions returned without calling _calculate_rewards: this TRL release "
+                "scores rounds in another way. Set dynamic_sampling=False, or use a TRL release from 1.12 to 1.16."
+            )
+        return output, rewards.detach().cpu()
+
+    def dynamic_sampling_metric(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """Per completion, what decides whether its group is informative (DAPO Eq. 11's accuracy): the weighted sum of
+        the ``dynamic_sampling_metric`` functions' rewards (all but the shaping ones by default), NaN where none of
+        them scored it."""
+        weights = self.reward_weights.detach().cpu()[self.metric_columns]
+        return combine_rewards(rewards_per_func[:, self.metric_columns], weights)
+
+    def _save_extra_state(self, folder: str) -> None:
+        super()._save_extra_state(folder)
+        if self.dynamic_sampler is not None and self.args.should_save:
+            setup.save_state(self.dynamic_sampler, folder)
+
+    def _load_extra_state(self, checkpoint: str) -> None:
+        super()._load_extra_state(checkpoint)
+        if self.dynamic_sampler is not None:
+            setup.load_state(self.dynamic_sampler, checkpoint)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # With several optimizer steps per rollout the reward figures sit on the rows whose window holds a rollout:

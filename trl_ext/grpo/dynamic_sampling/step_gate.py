@@ -1,9 +1,11 @@
 """An optimizer step whose accumulation window trained no token changes nothing.
 
 Dynamic sampling fills a batch with zero-weight groups when its generation budget runs out. Their gradient is zero,
-but AdamW would still apply its momentum and weight decay and advance its step count. ``UntrainedStepGate`` counts
-the tokens each micro-batch trains on (``count``, called from the trainer's ``compute_loss``) and, in the Trainer's
-``on_pre_optimizer_step`` callback, when no process trained a single token in the window, drops every gradient
+but AdamW would still apply its momentum and weight decay and advance its step count. While the current generation
+batch holds fillers (``arm``, set by the dynamic-sampling loop: the same decision on every process),
+``UntrainedStepGate`` counts the tokens each micro-batch trains on (``count``, called from the trainer's
+``compute_loss``, no host synchronisation) and, in the Trainer's ``on_pre_optimizer_step`` callback, when no process
+trained a single token in the window (one all-reduce per optimizer step, only then), drops every gradient
 (``p.grad = None``): torch's optimizers skip a parameter without a gradient, so the weights and the optimizer state
 (moments, step counts) stay exactly as they were. The Trainer still counts the step: ``global_step`` and the LR
 schedule advance (the schedule stays a function of the step count, so ``max_steps``, logging, saving and exact
@@ -27,18 +29,27 @@ class UntrainedStepGate(TrainerCallback):
     def __init__(self, accelerator: Any, record: Callable[[float], None]) -> None:
         self.accelerator = accelerator
         self.record = record
-        self.window_tokens = 0
+        self.window_tokens: Any = 0
+        self.armed = False
+
+    def arm(self, armed: bool = True) -> None:
+        """Whether the generation batch being trained holds filler groups (until the next one is generated)."""
+        self.armed = armed
+        if not armed:
+            self.window_tokens = 0
 
     def count(self, inputs: dict[str, Any]) -> None:
         """Add the tokens a micro-batch trains on (its loss mask) to the window's count."""
+        if not self.armed:
+            return
         mask = inputs["completion_mask"]
         if "tool_mask" in inputs:
             mask = mask * inputs["tool_mask"]
-        self.window_tokens += int(mask.sum())
+        self.window_tokens = self.window_tokens + mask.sum()
 
     def window_trained_nothing(self) -> bool:
         """Whether no process trained a token since the last call (a collective: every process calls it)."""
-        tokens = torch.tensor(float(self.window_tokens), device=self.accelerator.device)
+        tokens = torch.as_tensor(self.window_tokens, dtype=torch.float32, device=self.accelerator.device)
         self.window_tokens = 0
         if self.accelerator.num_processes > 1:
             tokens = self.accelerator.reduce(tokens, reduction="sum")
@@ -47,7 +58,7 @@ class UntrainedStepGate(TrainerCallback):
         return empty
 
     def on_pre_optimizer_step(self, args, state, control, optimizer: Any = None, **kwargs: Any):
-        if optimizer is None or not self.window_trained_nothing():
+        if optimizer is None or not self.armed or not self.window_trained_nothing():
             return
         for group in optimizer.param_groups:
             for param in group["params"]:

@@ -1,0 +1,94 @@
+"""DAPO's dynamic sampling (arXiv 2503.14476, section 3.2, Eq. 11) as one loop over TRL's own round.
+
+``sample_informative_batch`` is the whole algorithm, read top to bottom:
+
+1. run a round through TRL's own ``_generate_and_score_completions`` (``trainer.generate_and_score``: TRL's output,
+   and the rewards TRL's ``_calculate_rewards`` returned for it). Every rollout TRL knows runs unchanged: single
+   turn, multi-turn ``tools=`` / ``environment_factory=`` loops, ``rollout_func=``, multimodal prompts, vLLM in
+   either mode;
+2. keep the informative groups: those whose metric (the accuracy rewards: shaping terms such as the overlong
+   penalty left out) is not the same for every completion;
+3. repeat with fresh prompts (``refill_inputs``, a seeded stream over the training set) until the batch holds as many
+   informative groups as it was meant to, or the generation budget is spent; each refill is sized from the running
+   informative rate (``DynamicSampler.refill_size``);
+4. assemble the batch (``batch.assemble``): the first informative groups in generation order, zero-weight fillers
+   when the budget ran out.
+
+TRL computes everything a round holds for every row it generated (old-policy and reference log-probs, vLLM's
+importance-sampling correction, its logs), so no value in the batch is a placeholder. A dropped group costs its
+generation, its scoring and those no-grad forward passes (measured in ``benchmarks/dynamic_sampling.py``). When the
+first round is all informative its output is returned untouched: the step is exactly TRL's.
+
+TRL's logs (``reward``, ``rewards/*``, the completions table, ``sampling/*``) describe every round generated, as
+TRL logs its own rounds; ``dynamic_sampling/*`` describes what was kept (``DynamicSampler.finish_step``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from trl_ext.grpo.dynamic_sampling.batch import Round, assemble, select_groups
+from trl_ext.grpo.dynamic_sampling.prompts import IterablePromptStream
+
+
+def sample_informative_batch(
+    trainer: Any, inputs: list[dict[str, Any]], first_round: tuple[list[dict], list | None] | None = None
+) -> dict[str, Any]:
+    """One generation batch of informative groups for ``trainer`` (a ``trl_ext`` GRPO-family trainer with a
+    ``dynamic_sampler``), from TRL's batch ``inputs`` (this process's rows). ``first_round``: the first round's
+    inputs and prompt indices when they are not TRL's batch (overlapped generation submitted them ahead)."""
+    sampler, accelerator = trainer.dynamic_sampler, trainer.accelerator
+    world, group_size = accelerator.num_processes, trainer.num_generations
+    num_groups = len(inputs) * world // group_size
+    round_inputs, indices = inputs, None
+    if first_round is not None:
+        round_inputs, indices = first_round
+    elif sampler.draws_every_round:
+        round_inputs, indices = refill_inputs(trainer, inputs, num_groups)
+    rounds: list[Round] = []
+    while True:
+        started = time.perf_counter()
+        output, rewards_per_func = trainer.generate_and_score(round_inputs)
+        metric = trainer.dynamic_sampling_metric(rewards_per_func)
+        informative = sampler.informative(metric)
+        rounds.append(Round(output, rewards_per_func, metric, informative, time.perf_counter() - started, indices))
+        size = sampler.refill_size(rounds, num_groups, world)
+        if size == 0:
+            break
+        round_inputs, indices = refill_inputs(trainer, inputs, size)
+
+    chosen, fillers = select_groups(rounds, num_groups)
+    for key, value in sampler.finish_step(rounds, num_groups).items():
+        trainer._metrics["train"][key].append(value)
+    if trainer.step_gate is not None:
+        trainer.step_gate.arm(bool(fillers))
+    if len(rounds) == 1 and len(chosen) == num_groups:
+        return rounds[0].output  # nothing dropped: TRL's own batch
+    batch_weights = trainer.reward_weights if trainer.scale_rewards == "batch" else None
+    return assemble(rounds, chosen, fillers, accelerator, group_size, trainer.pad_token_id, batch_weights)
+
+
+def refill_inputs(
+    trainer: Any, template: list[dict[str, Any]], num_prompts: int, stream: Any = None
+) -> tuple[list[dict], list | None]:
+    """Fresh prompts for one round of ``num_prompts`` groups, laid out as TRL's ``RepeatSampler`` lays out a batch
+    (each prompt ``num_generations`` times, this process's slice), with the columns of ``template``; and the
+    training-set index of each prompt (None for an ``IterableDataset``). Every process reads the same stream: the
+    dynamic sampler's (with GRESO's skipping), or ``stream`` (a ``PromptStream``) when given."""
+    accelerator = trainer.accelerator
+    world, rank, group_size = accelerator.num_processes, accelerator.process_index, trainer.num_generations
+    if num_prompts % world:
+        raise ValueError(f"A refill of {num_prompts} groups cannot be split evenly over {world} processes.")
+    if stream is not None:
+        indices = stream.take(num_prompts)
+        prompts = [trainer.train_dataset[i] for i in indices]
+    elif isinstance(trainer.dynamic_sampler.stream, IterablePromptStream):
+        prompts, indices = trainer.dynamic_sampler.stream.take_rows(num_prompts), None
+    else:
+        indices = trainer.dynamic_sampler.take_indices(num_prompts)
+        prompts = [trainer.train_dataset[i] for i in indices]
+    local_rows = num_prompts * group_size // world
+    rows = [row for row in prompts for _ in range(group_size)][rank * local_rows : (rank + 1) * local_rows]
+    keys = set(template[0])
+    return [{k: v for k, v in row.items() if k in keys} for row in rows], indices

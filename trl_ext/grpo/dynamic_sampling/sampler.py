@@ -1,0 +1,209 @@
+"""Dynamic sampling's state across steps and its decisions on plain tensors (DAPO, arXiv 2503.14476, section 3.2):
+no trainer, no TRL call, no collective.
+
+``DynamicSampler`` owns the refill prompt stream, the informative-rate estimate (``sizing.InformativeRate``), GRESO's
+skip history (``skip.SkipPredictor``), the reward range seen and the warnings already given; it sizes refill rounds
+(``refill_size``), draws their prompts (``take_indices``) and describes a finished step (``finish_step``). The loop
+that uses it is ``trl_ext.grpo.dynamic_sampling.loop.sample_informative_batch``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from trl_ext.grpo.dynamic_sampling.batch import Round
+from trl_ext.grpo.dynamic_sampling.groups import group_stats, informative_groups
+from trl_ext.grpo.dynamic_sampling.prompts import IterablePromptStream, PromptStream
+from trl_ext.grpo.dynamic_sampling.sizing import DEFAULT_MARGIN, InformativeRate, refill_groups, round_cap
+from trl_ext.grpo.dynamic_sampling.skip import SkipPredictor
+
+logger = logging.getLogger(__name__)
+
+#: consecutive steps without a single informative group before the second warning
+EMPTY_STEPS_WARNING = 10
+#: at most this many stream prompts are looked at per prompt taken when GRESO skips predicted zero-variance prompts
+_SKIP_ATTEMPTS = 10
+
+
+class DynamicSampler:
+    """Dynamic sampling's state and decisions (module docstring), configured from a ``GRPOFamilyConfig``."""
+
+    def __init__(
+        self,
+        args: Any,
+        num_generations: int,
+        stream: PromptStream | IterablePromptStream,
+        skip: SkipPredictor | None = None,
+    ) -> None:
+        self.num_generations = num_generations
+        self.atol = float(args.dynamic_sampling_atol)
+        self.max_generation_batches = int(args.dynamic_sampling_max_generation_batches)
+        self.max_round_size = float(getattr(args, "dynamic_sampling_max_round_size", 2.0))
+        margin = getattr(args, "dynamic_sampling_refill_margin", None)
+        self.margin = DEFAULT_MARGIN if margin is None else float(margin)
+        self.reward_range = args.dynamic_sampling_reward_range
+        self.stream = stream
+        self.skip = skip
+        self.rate = InformativeRate()
+        self.warned = False
+        self.empty_steps = 0
+        self.reward_low, self.reward_high = float("inf"), float("-inf")
+        self.skipped = 0  # prompts skipped by GRESO in the current step
+
+    @property
+    def draws_every_round(self) -> bool:
+        """Whether the first round too comes from the stream (GRESO skipping: TRL's sampler cannot skip prompts)."""
+        return self.skip is not None
+
+    def informative(self, metric: torch.Tensor) -> torch.Tensor:
+        """Per group: whether its metric varies (DAPO Eq. 11: 0 < #correct < G)."""
+        return informative_groups(metric, self.num_generations, self.atol)
+
+    def refill_size(self, rounds: list[Round], num_groups: int, world_size: int) -> int:
+        """Groups the next refill round generates (0: the batch is full or the budget is spent), sized from the
+        running informative rate with this step's rounds folded in (``sizing.refill_groups``)."""
+        informative = sum(int(r.informative.sum()) for r in rounds)
+        generated = sum(int(r.informative.numel()) for r in rounds)
+        return refill_groups(
+            missing=num_groups - informative,
+            rate=self.rate.estimate(informative, generated),
+            margin=self.margin,
+            world_size=world_size,
+            cap=round_cap(num_groups, self.max_round_size),
+            remaining=self.max_generation_batches * num_groups - generated,
+        )
+
+    def observe(self, metric: torch.Tensor) -> None:
+        """Widen the reward range seen in training (labels all-right / all-wrong groups in ``round_stats``)."""
+        finite = metric[torch.isfinite(metric)]
+        if finite.numel():
+            self.reward_low = min(self.reward_low, finite.min().item())
+            self.reward_high = max(self.reward_high, finite.max().item())
+
+    def take_indices(self, num_prompts: int) -> list[int]:
+        """``num_prompts`` training-set indices from the refill stream; with GRESO's skipping, a prompt predicted to
+        give a zero-variance group is skipped, at most 10 candidates per prompt."""
+        if self.skip is None:
+            indices = self.stream.take(num_prompts)
+        else:
+            indices, attempts = [], 0
+            while len(indices) < num_prompts:
+                index = self.stream.take(1)[0]
+                attempts += 1
+                if attempts <= _SKIP_ATTEMPTS * num_prompts and self.skip.should_skip(index):
+                    self.skipped += 1
+                    continue
+                indices.append(index)
+        return indices
+
+    def finish_step(self, rounds: list[Round], num_groups: int) -> dict[str, float]:
+        """Fold a finished step into the rate estimate and GRESO's history; its ``dynamic_sampling/*`` figures."""
+        informative = sum(int(r.informative.sum()) for r in rounds)
+        self.rate.update(informative, sum(int(r.informative.numel()) for r in rounds))
+        for round_ in rounds:
+            self.observe(round_.metric)
+        stats = self.round_stats(rounds, num_groups)
+        stats.update(self.update_skip_history(rounds))
+        self.skipped = 0
+        return stats
+
+    def update_skip_history(self, fresh_rounds: list[Round]) -> dict[str, float]:
+        """GRESO's per-prompt zero-variance streaks and exploration probability, after a step's rounds."""
+        if self.skip is None:
+            return {}
+        zero, total = 0, 0
+        for round_ in fresh_rounds:
+            keep = round_.informative
+            zero, total = zero + int((~keep).sum()), total + keep.numel()
+            if round_.indices is not None:
+                for index, informative in zip(round_.indices, keep.tolist(), strict=True):
+                    self.skip.record(index, zero_variance=not informative)
+        self.skip.adapt(zero / max(total, 1))
+        return {
+            "dynamic_sampling/skipped_prompts": float(self.skipped),
+            "dynamic_sampling/skip_exploration_p": self.skip.p,
+        }
+
+    def round_stats(self, rounds: list[Round], num_groups: int) -> dict[str, float]:
+        """``dynamic_sampling/*`` figures of one step's fresh rounds; warns (once) when the budget ran out."""
+        all_rewards = torch.cat([r.metric for r in rounds])
+        keep = informative_groups(all_rewards, self.num_generations, self.atol)
+        low, high = self.reward_range if self.reward_range is not None else (self.reward_low, self.reward_high)
+        stats = group_stats(all_rewards, self.num_generations, self.atol, reward_max=high, reward_min=low)
+        generated = keep.numel()
+        too_easy, too_hard = stats.num_all_max / generated, stats.num_all_min / generated
+        kept = min(int(keep.sum()), num_groups)  # the batch's informative groups
+        dropped_time = sum(r.seconds * (1.0 - r.informative.float().mean().item()) for r in rounds)
+        num_surplus = int(keep.sum()) - kept
+        last = rounds[-1]
+        self.empty_steps = self.empty_steps + 1 if kept == 0 else 0
+        if kept < num_groups and not self.warned:
+            self.warned = True
+            self._warn_budget_spent(kept, num_groups, generated, too_easy, too_hard)
+        if self.empty_steps == EMPTY_STEPS_WARNING:
+            logger.warning(
+                f"Dynamic sampling found no informative group at all in the last {EMPTY_STEPS_WARNING} steps: the "
+                "policy is not being trained (every step is zero-weight fillers). Stop the run and fix the cold start "
+                "(SFT first), the group size (num_generations) or the reward function."
+            )
+        return {
+            "dynamic_sampling/rounds": float(len(rounds)),
+            "dynamic_sampling/generated_groups": float(generated),
+            "dynamic_sampling/informative_rate_estimate": self.rate.estimate(),
+            "dynamic_sampling/kept_group_frac": int(keep.sum()) / generated,
+            "dynamic_sampling/all_max_frac": too_easy,
+            "dynamic_sampling/all_min_frac": too_hard,
+            "dynamic_sampling/filler_groups": float(num_groups - kept),
+            "dynamic_sampling/surplus_groups": float(num_surplus),
+            "dynamic_sampling/limit_hit": float(kept < num_groups),
+            "dynamic_sampling/generation_time": sum(r.seconds for r in rounds),
+            "dynamic_sampling/dropped_time": dropped_time,
+            # Surplus groups all come from the last round: the batch was full as soon as it had enough.
+            "dynamic_sampling/surplus_time": last.seconds * num_surplus * self.num_generations / last.num_rows,
+        }
+
+    def _warn_budget_spent(self, kept: int, num_groups: int, generated: int, too_easy: float, too_hard: float) -> None:
+        if too_hard or too_easy:
+            seen = f"{too_hard:.0%} of the groups were all-wrong and {too_easy:.0%} all-right"
+        else:
+            seen = "every uninformative group had one reward for all its completions"
+        advice = [
+            "if the model rarely succeeds (cold start), warm-start it with SFT on the task first (trl-ext sft)",
+            f"raise num_generations (now {self.num_generations}) so that a group is more likely to hold different "
+            "rewards",
+            "check the reward function: rewards/<name>/std near 0 in the logs means it hardly varies",
+        ]
+        if too_easy > 0:
+            advice.append("filter always-solved prompts out of the data")
+        advice.append("or raise dynamic_sampling_max_generation_batches")
+        logger.warning(
+            f"Dynamic sampling spent its generation budget (dynamic_sampling_max_generation_batches="
+            f"{self.max_generation_batches} generation batches) with only {kept}/{num_groups} informative groups "
+            f"({kept / generated:.0%} of the {generated} groups generated were informative; {seen}). The missing "
+            f"groups were filled with zero-weight groups that change nothing in the gradient. What to do: "
+            f"{'; '.join(advice)}. (Shown once; see dynamic_sampling/limit_hit and dynamic_sampling/kept_group_frac "
+            "in the logs.)"
+        )
+
+    # -- checkpoint state ----------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's state across steps, JSON-serializable (written into every checkpoint)."""
+        state: dict[str, Any] = {"stream": self.stream.state_dict(), "warned": self.warned}
+        state["informative_rate"] = self.rate.state_dict()
+        if self.skip is not None:
+            state["skip"] = self.skip.state_dict()
+        state["reward_range"] = [self.reward_low, self.reward_high]
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stream.load_state_dict(state["stream"])
+        self.warned = state.get("warned", False)
+        if "informative_rate" in state:
+            self.rate.load_state_dict(state["informative_rate"])
+        if self.skip is not None and "skip" in state:
+            self.skip.load_state_dict(state["skip"])
+        self.reward_low, self.reward_high = state.get("reward_range", [float("inf"), float("-inf")])
