@@ -15,7 +15,7 @@ changes with p is only dynamic sampling's work. Refill rounds are right-sized (m
 groups are carried over the first round is oversampled the same way, within a budget of
 ``dynamic_sampling_max_rounds`` (20 here) generation batches. ``--before`` puts a run of the code before issue 14
 (whole-batch refills) beside it. Beside the measured rounds: the probe's prediction for the same policy
-(``trl_ext.grpo.ds_rounds.expected_refill_rounds``, a simulation at the configured p).
+(``trl_ext.grpo.dynamic_sampling.sizing.expected_refill_rounds``, a simulation at the configured p).
 
 Three trainer configs, all with dynamic sampling on, the demo's 16 prompts x 8 completions per step, 6 tokens:
 
@@ -37,7 +37,7 @@ uninformative fraction (the trainer's ``dropped_time``); informative groups gene
 batch ("surplus") are discarded too and are reported on their own.
 
 The expected number of rounds under whole-batch refills, E[R] = sum_{r>=0} P(Bin(r n, 1-p) < n) for n groups per
-generation batch (capped at the round limit; ``trl_ext.grpo.group_filter.expected_rounds``), is given beside the ideal
+generation batch (capped at the round limit; ``trl_ext.grpo.dynamic_sampling.groups.expected_rounds``), is given beside the ideal
 1/(1-p) of generating only what is needed.
 """
 
@@ -66,7 +66,7 @@ CONFIGS = {  # name: (label, preset, overrides)
     "grpo_kl": ("GRPO beta 0.04 (+ reference log-probs)", "grpo", {"dynamic_sampling": True}),
     "gspo": ("GSPO, 4 minibatches (+ old-policy log-probs)", "gspo", {"dynamic_sampling": True}),
     "dapo_mb": (
-        "DAPO, 4 minibatches (old-policy log-probs: surplus carried over)",
+        "DAPO, 4 minibatches (+ old-policy log-probs)",
         "dapo",
         {"soft_overlong_punishment": False, "num_minibatches": 4},
     ),
@@ -128,7 +128,7 @@ def instrumented(base):
     and its informative-group count (wraps TRL's methods, changes nothing they return)."""
     import torch
 
-    from trl_ext.grpo.group_filter import informative_groups
+    from trl_ext.grpo.dynamic_sampling.groups import informative_groups
 
     class Instrumented(base):
         def _bench_reset(self):
@@ -144,14 +144,14 @@ def instrumented(base):
                 self.bench_batches.append(self._bench_rounds + [after])
             return output
 
-        def _run_round(self, inputs):  # bytes of the round's per-row tensors (what gathering them all moves)
-            round_ = super()._run_round(inputs)
+        def generate_and_score(self, inputs):  # bytes of the round's per-row tensors (what gathering them all moves)
+            output, rewards = super().generate_and_score(inputs)
             self._bench_rounds[-1]["bytes"] = sum(
                 v.numel() * v.element_size()
-                for k, v in round_.output.items()
+                for k, v in output.items()
                 if isinstance(v, torch.Tensor) and v.dim() >= 1 and k != "advantages"
             )
-            return round_
+            return output, rewards
 
         def _generate(self, prompts):
             started = time.perf_counter()
@@ -161,9 +161,6 @@ def instrumented(base):
 
         def _get_per_token_logps_and_entropies(self, *args, **kwargs):
             if torch.is_grad_enabled():  # the training forward pass, not a rollout's old/ref log-probs
-                return super()._get_per_token_logps_and_entropies(*args, **kwargs)
-            passes = getattr(self, "deferred_passes", None)
-            if passes is not None and passes.active:  # deferred by dynamic sampling: no forward pass here
                 return super()._get_per_token_logps_and_entropies(*args, **kwargs)
             started = time.perf_counter()
             output = super()._get_per_token_logps_and_entropies(*args, **kwargs)
@@ -251,24 +248,18 @@ def worker(me: int, baton, p: float, jobs: list, options):
 
 
 def _policy(trainer) -> dict | None:
-    """The refill policy in force (margin, carried share, round size), for the prediction; None for code without it."""
-    if not hasattr(trainer, "carries_surplus") or not hasattr(trainer.args, "dynamic_sampling_max_round_size"):
+    """The refill policy in force (margin, round size), for the prediction; None for code without it."""
+    sampler = getattr(trainer, "dynamic_sampler", None)
+    if sampler is None:
         return None
-    from trl_ext.grpo.ds_rounds import refill_margin
-
-    carrying = trainer.carries_surplus()
-    return {
-        "margin": refill_margin(trainer.args.dynamic_sampling_refill_margin, carrying),
-        "carry_share": trainer.args.dynamic_sampling_carry_over if carrying else 0.0,
-        "max_round_size": trainer.args.dynamic_sampling_max_round_size,
-    }
+    return {"margin": sampler.margin, "max_round_size": sampler.max_round_size}
 
 
 def predicted_rounds(p: float, groups: int, max_rounds: int, policy: dict | None) -> float | None:
     """Rounds per generation batch that the probe predicts for this policy at uninformative fraction ``p``."""
     if policy is None:
         return None
-    from trl_ext.grpo.ds_rounds import expected_refill_rounds
+    from trl_ext.grpo.dynamic_sampling.sizing import expected_refill_rounds
 
     return expected_refill_rounds(1 - p, groups, max_rounds, steps=2000, **policy)["rounds"]
 
@@ -348,7 +339,7 @@ def run_figures(run: dict) -> dict:
 
 
 def summarize(runs: list[dict], options) -> dict:
-    from trl_ext.grpo.group_filter import expected_rounds as whole_batch_rounds
+    from trl_ext.grpo.dynamic_sampling.groups import expected_rounds as whole_batch_rounds
 
     figures = {(r["config"], r["p"], r["rep"]): run_figures(r) for r in runs}
     summary = {}

@@ -196,7 +196,7 @@ def test_gspo_warns_that_sequence_ratios_object(tmp_path, caplog):
 
 
 def test_truncated_sampling_with_is_correction_warns(tiny_model, tokenizer, problems, tmp_path, engine, caplog):
-    from trl_ext.grpo.async_rollout import truncated_sampling, warn_truncated_importance_sampling
+    from trl_ext.grpo.async_checks import truncated_sampling, warn_truncated_importance_sampling
 
     args = server_args("grpo", tmp_path, top_p=0.9, top_k=20, min_p=0.05)
     assert truncated_sampling(args) == ["top_p=0.9", "top_k=20", "min_p=0.05"]
@@ -216,7 +216,7 @@ def test_trainer_level_checks(tiny_model, tokenizer, problems, tmp_path, engine)
     with pytest.raises(ValueError, match="async_generation=True does not support a IterableDataset"):
         build("grpo", tmp_path, tiny_model, tokenizer, stream, async_generation=True, max_steps=1)
     # 3 groups of 4 per generation batch cannot be split over... one process always can: the rule is per process
-    from trl_ext.grpo.async_rollout import check_async_trainer
+    from trl_ext.grpo.async_checks import check_async_trainer
 
     trainer, _ = build("grpo", tmp_path, tiny_model, tokenizer, problems[0], async_generation=True)
     trainer.accelerator.state.num_processes = 3  # 2 groups per batch over 3 processes
@@ -237,7 +237,7 @@ def test_trl_server_mode_hooks_keep_their_shape(tiny_model, tokenizer, problems,
 
     import trl
 
-    from trl_ext.grpo.async_rollout import engine_sampling_params
+    from trl_ext.grpo.prefetching_client import engine_sampling_params
 
     trainer, client = build("grpo", tmp_path, tiny_model, tokenizer, problems[0])
     seen = {}
@@ -261,7 +261,7 @@ def test_trl_server_mode_hooks_keep_their_shape(tiny_model, tokenizer, problems,
 def test_prefetching_client_refuses_weight_updates_in_flight():
     """Weights reach the server only through ``sync``, never while a request is in flight; TRL's own per-step update
     is absorbed (its parameter iterator still consumed: the ZeRO-3 gathers are collectives)."""
-    from trl_ext.grpo.async_rollout import PrefetchingClient
+    from trl_ext.grpo.prefetching_client import PrefetchingClient
 
     release = threading.Event()
     updates = []
@@ -309,25 +309,13 @@ def _train_and_record(trainer):
     return weights, logs
 
 
-@pytest.mark.parametrize("dynamic_sampling", [False, True])
-def test_switched_off_is_bit_for_bit_todays_trainer(tokenizer, problems, tmp_path, engine, dynamic_sampling):
-    """``async_generation=False`` (the default): the trainer is the one without the async layer, bit for bit
-    (weights and logs), through TRL's vLLM server path; without dynamic sampling, also ``trl.GRPOTrainer``."""
+def test_switched_off_is_bit_for_bit_trls_trainer(tokenizer, problems, tmp_path, engine):
+    """``async_generation=False`` (the default) without dynamic sampling: ``trl.GRPOTrainer``'s step through TRL's
+    vLLM server path, bit for bit (weights and logs); no ``async/*`` metric."""
     import trl
-    from trl_ext.grpo.scored_rounds import ScoredRoundsMixin
-
-    from trl_ext.grpo.dynamic_sampling import DynamicSamplingMixin
-    from trl_ext.grpo.gspo_token import GSPOTokenMixin
-    from trl_ext.reliability.mixin import GRPOReliabilityMixin
-
-    class Today(GRPOReliabilityMixin, DynamicSamplingMixin, GSPOTokenMixin, ScoredRoundsMixin, trl.GRPOTrainer):
-        pass
 
     runs = {}
-    classes = {"ours": None, "today": Today}
-    if not dynamic_sampling:
-        classes["trl"] = trl.GRPOTrainer
-    for name, cls in classes.items():
+    for name, cls in {"ours": None, "trl": trl.GRPOTrainer}.items():
         trainer, _ = build(
             "dapo",
             tmp_path / name,
@@ -335,23 +323,15 @@ def test_switched_off_is_bit_for_bit_todays_trainer(tokenizer, problems, tmp_pat
             tokenizer,
             problems[0],
             trainer_class=cls,
-            dynamic_sampling=dynamic_sampling,
+            dynamic_sampling=False,
             max_steps=3,
             async_generation=False,
         )
         runs[name] = _train_and_record(trainer)
-    for name in classes:
-        if name == "ours":
-            continue
-        for key, value in runs["ours"][0].items():
-            assert torch.equal(value, runs[name][0][key]), (name, key)
-        if name == "today":
-            assert runs["ours"][1] == runs[name][1]
-        else:  # TRL's own trainer logs the same metrics, ours adds none with the switch off
-            ours = [
-                {k: v for k, v in h.items() if k in t} for h, t in zip(runs["ours"][1], runs[name][1], strict=True)
-            ]
-            assert ours == runs[name][1]
+    for key, value in runs["ours"][0].items():
+        assert torch.equal(value, runs["trl"][0][key]), key
+    ours = [{k: v for k, v in h.items() if k in t} for h, t in zip(runs["ours"][1], runs["trl"][1], strict=True)]
+    assert ours == runs["trl"][1]
     assert not any(k.startswith("async/") for h in runs["ours"][1] for k in h)
 
 
@@ -395,8 +375,7 @@ def test_overlapped_rollout_is_one_step_stale(tiny_model, tokenizer, problems, t
     assert digests[0] == steps.digests[0] and digests[1] == steps.digests[0]
     assert digests[2:] == steps.digests[1:3]
     assert len(set(steps.digests)) == 4  # the weights did move every step
-    assert history(trainer, "async/staleness/max") == [0.0, 1.0, 1.0, 1.0]
-    assert history(trainer, "async/staleness/mean") == [0.0, 1.0, 1.0, 1.0]
+    assert history(trainer, "async/staleness") == [0.0, 1.0, 1.0, 1.0]
     assert all("sampling/importance_sampling_ratio/mean" in h for h in trainer.state.log_history[:-1])
 
 
@@ -406,79 +385,18 @@ def overlapped_refills(tmp_path, model, tokenizer, dataset, **overrides):
     return build("dapo", tmp_path, model, tokenizer, dataset, **settings, **overrides)
 
 
-def test_refill_rounds_run_inside_the_overlapped_rollout(tiny_model, tokenizer, problems, tmp_path, engine):
-    """With dynamic sampling, the refill rounds of batch k+1 are scored and submitted while batch k trains (between
-    micro-steps); at the generation boundary no round is left to generate when the engine keeps up."""
-    trainer, client = overlapped_refills(
-        tmp_path, tiny_model, tokenizer, problems[0], gradient_accumulation_steps=2, per_device_train_batch_size=4
-    )
-    boundary_rounds = []
-    original = trainer._async_finish
-
-    def finish():
-        pending = trainer.overlap.pipeline.request is not None
-        boundary_rounds.append(pending)
-        return original()
-
-    trainer._async_finish = finish
+def test_prefetched_first_round_is_sized_from_the_informative_rate(tiny_model, tokenizer, problems, tmp_path, engine):
+    """With dynamic sampling, the round generated while the previous batch trains is the loop's first round, sized
+    from the running informative rate (more groups than the batch once groups are dropped), one batch stale."""
+    trainer, client = overlapped_refills(tmp_path, tiny_model, tokenizer, problems[0])
     trainer.train()
     rounds = history(trainer, "dynamic_sampling/rounds")
-    assert len(rounds) == 4 and sum(rounds[1:]) > 3  # refills happened after the first batch
-    assert history(trainer, "async/rounds") == rounds  # each trained batch: its rounds, all overlapped but batch 0
-    assert boundary_rounds[0] is True and not any(boundary_rounds[1:])
-    assert history(trainer, "async/staleness/max") == [0.0, 1.0, 1.0, 1.0]
-    # dynamic sampling's accounting and logs describe the trained batch
+    generated = history(trainer, "dynamic_sampling/generated_groups")
+    assert len(rounds) == 4 and generated[0] >= 2
+    assert max(generated[1:]) > 2  # a prefetched round larger than the batch once the rate is below 1
+    assert history(trainer, "async/staleness") == [0.0, 1.0, 1.0, 1.0]
+    assert client.overlapping_syncs == 0
     assert all(h["dynamic_sampling/filler_groups"] == 0 for h in trainer.state.log_history if "reward" in h)
-    assert all(h["frac_reward_zero_std"] == 0 for h in trainer.state.log_history if "reward" in h)
-
-
-def test_a_refill_is_scored_between_forward_and_backward(tiny_model, tokenizer, problems, tmp_path, engine):
-    """With the whole batch in one micro-step, the poll between its forward and its backward (``compute_loss``) is
-    where a second refill round can be scored and submitted while the batch trains."""
-    import inspect
-
-    trainer, _ = overlapped_refills(tmp_path, tiny_model, tokenizer, problems[0], gradient_accumulation_steps=1)
-    where = []
-    original = trainer._async_advance
-
-    def advance(pipeline):
-        where.append([f.function for f in inspect.stack()[1:6]])
-        return original(pipeline)
-
-    trainer._async_advance = advance
-    trainer.train()
-    assert sum(history(trainer, "dynamic_sampling/rounds")[1:]) > 3  # refills happened
-    assert any("compute_loss" in frames for frames in where)
-
-
-@pytest.mark.parametrize("bound", [1, 2])
-def test_staleness_bound_governs_carried_surplus(tokenizer, problems, tmp_path, engine, bound):
-    """Carried surplus is trained one batch after its own: 2 batches old. ``max_staleness=1`` turns carrying off;
-    2 allows it, and the logged maximum then reaches 2, never more."""
-    model = fresh_model(tokenizer)
-    trainer, _ = build(
-        "dapo",
-        tmp_path,
-        model,
-        tokenizer,
-        problems[0],
-        async_generation=True,
-        max_staleness=bound,
-        max_steps=8,
-        dynamic_sampling_carry_over=0.5,
-        dynamic_sampling_max_generation_batches=6,
-    )
-    trainer.train()
-    carried_out = history(trainer, "dynamic_sampling/carried_groups_out")
-    used = history(trainer, "dynamic_sampling/carried_groups_used")
-    staleness = history(trainer, "async/staleness/max")
-    assert max(staleness) <= bound
-    if bound == 1:
-        assert sum(carried_out) == 0 and sum(used) == 0 and max(staleness) == 1
-    else:
-        assert sum(used) > 0 and max(staleness) == 2
-        means = history(trainer, "async/staleness/mean")
-        assert any(1 < m < 2 for m in means)  # a batch mixing fresh (1) and carried (2) groups
 
 
 # -- exact resume with a rollout in flight --------------------------------------------------------------------------
@@ -489,7 +407,7 @@ def _comparable(logs):
     return [{k: v for k, v in h.items() if not any(s in k for s in skip)} for h in logs if "loss" in h]
 
 
-@pytest.mark.parametrize("dynamic_sampling", [False, True])
+@pytest.mark.parametrize("dynamic_sampling", [False])
 def test_exact_resume_with_a_rollout_in_flight(tokenizer, problems, tmp_path, engine, dynamic_sampling):
     """A checkpoint at step 2 holds the rollout of batch 3 (generated with step 2's starting weights, which the
     checkpoint does not hold): the resumed run trains it and ends with the uninterrupted run's weights and logs."""
@@ -501,9 +419,9 @@ def test_exact_resume_with_a_rollout_in_flight(tokenizer, problems, tmp_path, en
     full, _ = build("dapo", tmp_path / "full", fresh_model(tokenizer), tokenizer, problems[0], **settings)
     full.train()
     checkpoint = tmp_path / "full" / "out" / "checkpoint-2"
-    assert (checkpoint / ASYNC_ROLLOUT_FILE.format(rank=0)).exists()
+    assert (checkpoint / ASYNC_ROLLOUT_FILE).exists()  # the answer of the round in flight
     state = json.loads((checkpoint / ASYNC_STATE_FILE).read_text())
-    assert state["rollout"]["version"] == 1  # batch 2 (0-based) generated by the weights that started batch 1
+    assert state["prefetched"] is not None
 
     resumed, client = build("dapo", tmp_path / "full", fresh_model(tokenizer), tokenizer, problems[0], **settings)
     resumed.train(resume_from_checkpoint=str(checkpoint))

@@ -172,7 +172,7 @@ def test_async_generation_quick_reports_the_limit_and_the_staleness(tmp_path, wa
 def test_expected_rounds_matches_hand_computation():
     """The whole-batch rounds the benchmark reports beside its measurements: ``group_filter.expected_rounds`` at the
     informative fraction 1 - p (p: the benchmark's uninformative fraction)."""
-    from trl_ext.grpo.group_filter import expected_rounds
+    from trl_ext.grpo.dynamic_sampling.groups import expected_rounds
 
     assert expected_rounds(1 - 0.0, 20, 16) == 1.0
     # one group per batch: rounds are geometric, E = sum_{r<20} p^r

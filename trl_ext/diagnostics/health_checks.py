@@ -48,7 +48,7 @@ from collections import deque
 from typing import Any
 
 from trl_ext.diagnostics.health_thresholds import HealthThresholds
-from trl_ext.grpo.async_rollout import truncated_sampling
+from trl_ext.grpo.async_checks import truncated_sampling
 
 CONDITIONS = (
     "non_finite",

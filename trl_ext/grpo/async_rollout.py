@@ -27,7 +27,8 @@ importance-sampling correction: ``exp(old - sampling)`` = pi_{k+1} / pi_k(vLLM),
 
 Exact resume: the round in flight is waited for and its answer written into the checkpoint
 (``async_rollout.pt``, with the prompts' stream position), so a resumed run trains the batch the uninterrupted run
-would have. Colocate mode and transformers generation keep the synchronous path. Not supported with the switch on
+would have. Not exactly, with dynamic sampling, when that batch needs a refill round: the refill is generated with the
+resumed weights, since the checkpoint does not hold the one-batch-old weights the uninterrupted run generated it with. Colocate mode and transformers generation keep the synchronous path. Not supported with the switch on
 (construction fails naming the field): tools, environments, ``rollout_func``, multimodal prompts, PEFT, an
 ``IterableDataset``.
 """

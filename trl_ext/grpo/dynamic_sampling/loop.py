@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from trl_ext.generation.engine_awake import engine_awake
 from trl_ext.grpo.dynamic_sampling.batch import Round, assemble, select_groups
 from trl_ext.grpo.dynamic_sampling.prompts import IterablePromptStream
 
@@ -47,16 +48,17 @@ def sample_informative_batch(
     elif sampler.draws_every_round:
         round_inputs, indices = refill_inputs(trainer, inputs, num_groups)
     rounds: list[Round] = []
-    while True:
-        started = time.perf_counter()
-        output, rewards_per_func = trainer.generate_and_score(round_inputs)
-        metric = trainer.dynamic_sampling_metric(rewards_per_func)
-        informative = sampler.informative(metric)
-        rounds.append(Round(output, rewards_per_func, metric, informative, time.perf_counter() - started, indices))
-        size = sampler.refill_size(rounds, num_groups, world)
-        if size == 0:
-            break
-        round_inputs, indices = refill_inputs(trainer, inputs, size)
+    with engine_awake(trainer):  # one weight push per step under vLLM's sleep mode
+        while True:
+            started = time.perf_counter()
+            output, rewards_per_func = trainer.generate_and_score(round_inputs)
+            metric = trainer.dynamic_sampling_metric(rewards_per_func)
+            informative = sampler.informative(metric)
+            rounds.append(Round(output, rewards_per_func, metric, informative, time.perf_counter() - started, indices))
+            size = sampler.refill_size(rounds, num_groups, world)
+            if size == 0:
+                break
+            round_inputs, indices = refill_inputs(trainer, inputs, size)
 
     chosen, fillers = select_groups(rounds, num_groups)
     for key, value in sampler.finish_step(rounds, num_groups).items():
