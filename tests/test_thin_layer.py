@@ -32,10 +32,10 @@ GRPO_FAMILY = [
 #: The TRL-private members trl_ext relies on, each guarded in tests/test_trl_contract.py.
 EXPECTED_PRIVATE = {
     "_buffered_inputs",
+    "_calculate_rewards",
     "_generate_and_score_completions",
     "_get_output_dir",
     "_get_per_token_logps_and_entropies",
-    "_logs",
     "_metrics",
     "_save_checkpoint",
     "_step",

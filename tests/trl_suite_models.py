@@ -17,9 +17,13 @@ appended.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
+import torch
 import trl
+from datasets import Dataset, Features, Image, List, Value
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -131,8 +135,7 @@ def byte_level_tokenizer(
     for content, is_special in added:  # one at a time: ids follow the list's order
         token = AddedToken(content, special=is_special, normalized=False)
         (backend.add_special_tokens if is_special else backend.add_tokens)([token])
-    extra = [c for c, s in added if s and c not in special.values()]
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, additional_special_tokens=extra, **special)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, **special)
     assert len(tokenizer) == base_size + len(added), len(tokenizer)
     return tokenizer
 
@@ -144,3 +147,340 @@ def qwen_tokenizer(template: str = "qwen3") -> PreTrainedTokenizerFast:
     tokenizer.chat_template = (TEMPLATES / f"{template}.jinja").read_text(encoding="utf-8")
     tokenizer.padding_side = "left"
     return tokenizer
+
+
+def small_tokenizer(added: list[str], template: str, **special) -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer (ids 0-255) with ``added`` special tokens from 256 on, for the VLM stand-ins."""
+    tokenizer = byte_level_tokenizer(256, {}, [(t, True) for t in added], **special)
+    tokenizer.chat_template = (TEMPLATES / f"{template}.jinja").read_text(encoding="utf-8")
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Models
+
+
+def _init_weights(model: torch.nn.Module) -> None:
+    """TRL's ``init_weights_tiny_model`` (scripts/generate_tiny_models/_common.py): no NaNs from random weights."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear | torch.nn.Conv1d):
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+            torch.nn.init.xavier_uniform_(module.weight)
+        elif isinstance(module, torch.nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        elif isinstance(module, torch.nn.LayerNorm):
+            torch.nn.init.ones_(module.weight)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+
+
+def _qwen3_moe():
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    config = Qwen3MoeConfig(
+        vocab_size=151936,
+        hidden_size=8,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=32,
+        moe_intermediate_size=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        norm_topk_prob=True,
+        head_dim=128,
+        bos_token_id=151643,
+        eos_token_id=151645,
+        pad_token_id=151643,
+    )
+    model = Qwen3MoeForCausalLM(config)
+    _init_weights(model)
+    return model, qwen_tokenizer("qwen3"), [151645, 151643]
+
+
+def _qwen3():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = qwen_tokenizer("qwen3")
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=8,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=32,
+        bos_token_id=151643,
+        eos_token_id=151645,
+        pad_token_id=151643,
+    )
+    model = Qwen3ForCausalLM(config)
+    _init_weights(model)
+    return model, tokenizer, [151645, 151643]
+
+
+def _qwen2_reward_model():
+    from transformers import Qwen2Config, Qwen2ForSequenceClassification
+
+    config = Qwen2Config(
+        vocab_size=152064,
+        num_labels=1,
+        hidden_size=16,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=32,
+        pad_token_id=151643,
+        eos_token_id=151645,
+    )
+    model = Qwen2ForSequenceClassification(config)
+    _init_weights(model)
+    return model, qwen_tokenizer("qwen2_5"), None
+
+
+def _gemma3():
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor, Gemma3Processor
+
+    specials = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
+    images = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+    tokenizer = small_tokenizer(
+        specials + images,
+        "gemma3",
+        pad_token="<pad>",
+        eos_token="<eos>",
+        bos_token="<bos>",
+        extra_special_tokens={"boi_token": images[0], "eoi_token": images[1], "image_token": images[2]},
+    )
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in specials + images}
+    # 56x56 images in 14x14 patches: 16 patches, pooled to 4 tokens per image (the real one: 896 -> 256)
+    config = Gemma3Config(
+        text_config=dict(
+            vocab_size=len(tokenizer),
+            num_hidden_layers=2,
+            hidden_size=16,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            intermediate_size=32,
+            pad_token_id=ids["<pad>"],
+            bos_token_id=ids["<bos>"],
+            eos_token_id=ids["<eos>"],
+        ),
+        vision_config=dict(
+            num_hidden_layers=2, hidden_size=16, num_attention_heads=4, intermediate_size=32, image_size=56, patch_size=14
+        ),
+        mm_tokens_per_image=4,
+        boi_token_index=ids["<start_of_image>"],
+        eoi_token_index=ids["<end_of_image>"],
+        image_token_index=ids["<image_soft_token>"],
+    )
+    model = Gemma3ForConditionalGeneration(config)
+    image_processor = Gemma3ImageProcessor(size={"height": 56, "width": 56})
+    processor = Gemma3Processor(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template, image_seq_length=4
+    )
+    return model, processor, [ids["<eos>"], ids["<end_of_turn>"]]
+
+
+def _llava_next():
+    from transformers import (
+        LlavaNextConfig,
+        LlavaNextForConditionalGeneration,
+        LlavaNextImageProcessor,
+        LlavaNextProcessor,
+    )
+
+    tokenizer = small_tokenizer(
+        ["<unk>", "<s>", "</s>", "<image>"], "llava_next", unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    tokenizer.pad_token = "<unk>"
+    image_token = tokenizer.convert_tokens_to_ids("<image>")
+    # 28x28 tiles in 14x14 patches (4 patches + CLS per tile); any-resolution grids of up to 2x2 tiles
+    pinpoints = [[28, 56], [56, 28], [56, 56]]
+    config = LlavaNextConfig(
+        text_config=dict(
+            model_type="mistral",
+            vocab_size=len(tokenizer),
+            num_hidden_layers=2,
+            hidden_size=16,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=32,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        ),
+        vision_config=dict(
+            model_type="clip_vision_model",
+            num_hidden_layers=2,
+            hidden_size=16,
+            num_attention_heads=4,
+            intermediate_size=32,
+            image_size=28,
+            patch_size=14,
+            projection_dim=16,
+        ),
+        image_token_index=image_token,
+        image_grid_pinpoints=pinpoints,
+        vision_feature_layer=-2,
+        vision_feature_select_strategy="default",
+    )
+    model = LlavaNextForConditionalGeneration(config)
+    image_processor = LlavaNextImageProcessor(
+        size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}, image_grid_pinpoints=pinpoints
+    )
+    processor = LlavaNextProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        chat_template=tokenizer.chat_template,
+        num_additional_image_tokens=1,
+    )
+    return model, processor, [tokenizer.eos_token_id]
+
+
+def _qwen_vl(version: str):
+    from transformers import Qwen2VLImageProcessor
+
+    if version == "2":
+        from transformers import Qwen2VLConfig as Config
+        from transformers import Qwen2VLForConditionalGeneration as Model
+        from transformers import Qwen2VLProcessor as Processor
+
+        vision = dict(depth=2, embed_dim=64, hidden_size=16, num_heads=4)
+    else:
+        from transformers import Qwen2_5_VLConfig as Config
+        from transformers import Qwen2_5_VLForConditionalGeneration as Model
+        from transformers import Qwen2_5_VLProcessor as Processor
+
+        vision = dict(depth=2, hidden_size=16, num_heads=4, intermediate_size=32, out_hidden_size=16)
+        vision["fullatt_block_indexes"] = [1]
+    tokenizer = qwen_tokenizer("qwen2_5_vl")
+    rope = {"type": "default", "mrope_section": [1, 1], "rope_type": "default"}
+    config = Config(
+        text_config=dict(
+            vocab_size=151936,
+            num_hidden_layers=2,
+            hidden_size=16,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=32,
+            rope_scaling=rope,
+            rope_parameters=dict(rope, rope_theta=1000000.0),
+            pad_token_id=151643,
+            eos_token_id=151645,
+            bos_token_id=151643,
+        ),
+        vision_config=vision,
+        image_token_id=151655,
+        video_token_id=151656,
+        vision_start_token_id=151652,
+        vision_end_token_id=151653,
+    )
+    model = Model(config)
+    # images of 32-64 pixels resized to at most 56x56: 4 to 16 patches, 1 to 4 tokens after the 2x2 merge
+    image_processor = Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=56 * 56)
+    processor = Processor(image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template)
+    return model, processor, [151645, 151643]
+
+
+BUILDERS = {
+    "trl-internal-testing/tiny-Qwen3MoeForCausalLM": _qwen3_moe,
+    "trl-internal-testing/tiny-Qwen3ForCausalLM": _qwen3,
+    "trl-internal-testing/tiny-Qwen2ForSequenceClassification-2.5": _qwen2_reward_model,
+    "trl-internal-testing/tiny-Gemma3ForConditionalGeneration": _gemma3,
+    "trl-internal-testing/tiny-LlavaNextForConditionalGeneration": _llava_next,
+    "trl-internal-testing/tiny-Qwen2VLForConditionalGeneration": lambda: _qwen_vl("2"),
+    "trl-internal-testing/tiny-Qwen2_5_VLForConditionalGeneration": lambda: _qwen_vl("2.5"),
+}
+
+
+def build(model_id: str, root: Path) -> str:
+    """The stand-in for ``model_id`` saved under ``root`` (built once per folder); the local path to load it from."""
+    from transformers import GenerationConfig
+
+    path = root / model_id.split("/")[-1]
+    if (path / "done").exists():
+        return str(path)
+    torch.manual_seed(0)
+    model, processing_class, eos = BUILDERS[model_id]()
+    model.save_pretrained(path)
+    processing_class.save_pretrained(path)
+    if eos is not None:
+        tokenizer = getattr(processing_class, "tokenizer", processing_class)
+        GenerationConfig(eos_token_id=eos, pad_token_id=tokenizer.pad_token_id).save_pretrained(path)
+    (path / "done").write_text(model_id)
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Datasets: TRL's scripts/generate_zen_*dataset.py, seeded, with fewer rows so that a 3-epoch run stays short
+
+ZEN_QUESTIONS = [
+    "What is better than ugly?",
+    "What is better than implicit?",
+    "What is better than complex?",
+    "What is better than complicated?",
+    "What is better than nested?",
+    "What is better than dense?",
+    "What counts?",
+    "Are special cases enough to break the rules?",
+    "What beats purity?",
+    "What should never pass silently?",
+    "When can errors pass silently?",
+    "What should you do in the face of ambiguity?",
+    "How many ways should there be to do it?",
+    "For whom may the way not be obvious at first?",
+    "What is better than never?",
+    "Is never better than *right* now?",
+    "What does it mean if the implementation is hard to explain?",
+    "What does it mean if the implementation is easy to explain?",
+    "Any great ideas?",
+]
+MESSAGE = [{"content": Value("string"), "role": Value("string")}]
+
+
+def zen_conversational_prompt_only(rows: int) -> Dataset:
+    """``trl-internal-testing/zen``, config ``conversational_prompt_only``, split ``train`` (its first ``rows``)."""
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": q}] for q in ZEN_QUESTIONS[:rows]]})
+
+
+def zen_image(rows: int) -> Dataset:
+    """``trl-internal-testing/zen-image``, ``conversational_prompt_only``, ``train``: one random 32-64 px image each."""
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(32, 64, size=(rows, 2))
+    data = {
+        "prompt": [[{"role": "user", "content": q}] for q in ZEN_QUESTIONS[:rows]],
+        "image": [rng.uniform(0.0, 255.0, size=(h, w, 3)).astype(np.uint8) for h, w in sizes],
+    }
+    return Dataset.from_dict(data, features=Features(prompt=MESSAGE, image=Image()))
+
+
+#: Where the images sit in each prompt of ``trl-internal-testing/zen-multi-image`` (its first rows).
+MULTI_IMAGE = [
+    ["image", "What is better than ugly?"],
+    ["What is better than implicit?", "image"],
+    ["image", "What is better than complex?", "image"],
+    ["image", "image", "What is better than complicated?"],
+    ["image", "What is better than nested?"],
+    ["What is better than dense?", "image"],
+]
+
+
+def zen_multi_image(rows: int) -> Dataset:
+    rng = np.random.default_rng(0)
+    prompts, images = [], []
+    for parts in MULTI_IMAGE[:rows]:
+        content = [{"type": "image"} if p == "image" else {"type": "text", "text": p} for p in parts]
+        prompts.append([{"role": "user", "content": content}])
+        sizes = rng.integers(32, 64, size=(parts.count("image"), 2))
+        images.append([rng.uniform(0.0, 255.0, size=(h, w, 3)).astype(np.uint8) for h, w in sizes])
+    part = {"type": Value("string"), "text": Value("string")}
+    features = Features(prompt=[{"role": Value("string"), "content": List(part)}], images=List(Image()))
+    return Dataset.from_dict({"prompt": prompts, "images": images}, features=features)
+
+
+def describe(path: str) -> str:
+    return json.loads((Path(path) / "config.json").read_text())["architectures"][0]
