@@ -1,10 +1,11 @@
 """A recipe's ``--help``: the flags a user reaches for, grouped, in under 250 lines; ``--help-all`` prints every
 field (TRL's and transformers' ``TrainingArguments``: over 1,400 lines), as ``TrlParser`` would.
 
-The short help lists, in this order: the model (the most-used ``ModelConfig`` fields), the recipe's own script
-arguments (data, rewards, run options: every field, full text), the preset's own fields (what trl-ext's config class
-defines or sets to the paper's value: every field, full text), then the most-used training, generation and output
-fields of TRL and transformers (first sentence of their help; ``--help-all`` has the rest).
+The short help lists, in this order: the model and the output folder (the most-used ``ModelConfig`` fields and
+``output_dir``), the recipe's own script arguments (data, rewards, run options: every field, full text), the preset's
+own fields (what trl-ext's config class defines or sets to the paper's value: every field, full text), then the
+most-used training, generation, logging and checkpoint fields of TRL and transformers (first sentence of their help;
+``--help-all`` has the rest).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from collections.abc import Sequence
 
 HELP_ALL = "--help-all"
 MAX_WIDTH = 120
-MODEL_FIELDS = (
+MODEL_FIELDS = (  # the first section, with where the run writes: the first screen holds model, output, data, rewards
     "model_name_or_path",
+    "output_dir",
     "dtype",
     "use_peft",
     "lora_r",
@@ -51,8 +53,7 @@ MOST_USED: dict[str, tuple[str, ...]] = {  # heading -> fields, shown when the r
         "use_vllm",
         "vllm_mode",
     ),
-    "output, logging and checkpoints": (
-        "output_dir",
+    "logging and checkpoints": (
         "logging_steps",
         "save_strategy",
         "save_steps",
@@ -130,7 +131,7 @@ def short_help(
 
     script, *configs = dataclass_types
     script_fields = [f.name for f in dataclasses.fields(script)]
-    section("model", [name for name in MODEL_FIELDS if name not in script_fields], full_text=False)
+    section("model and output", [name for name in MODEL_FIELDS if name not in script_fields], full_text=False)
     section(f"recipe: data, rewards, run ({script.__name__})", script_fields, True)
     for config in configs:
         section(f"preset: {config.__name__} (trl-ext's own fields and defaults)", own_fields(config), True)
