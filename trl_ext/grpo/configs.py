@@ -143,6 +143,10 @@ class GRPOFamilyConfig(GRPOConfig):
             ``vllm_importance_sampling_correction=True`` (the importance weight corrects the one-batch lag).
             Colocate mode and transformers generation keep the synchronous path (they generate on the training
             devices: nothing to overlap with).
+        vllm_lora_sync (`str`, defaults to `"merge"`):
+            How a LoRA policy's weights reach vLLM after each optimizer step: ``"merge"`` (TRL's: merge the adapter,
+            send every weight, unmerge) or ``"adapter"`` (only the adapter's tensors, served by a LoRA-enabled
+            engine as a new ``LoRARequest``; ``trl_ext.generation.vllm_lora``, ``docs/VLLM.md``).
         max_staleness (`int`, defaults to `1`):
             The oldest a trained group may be, in generation batches (1: verl's one-step off-policy). Every trained
             group's age is logged (``async/staleness/mean``, ``/max``) and checked; 2 or more also lets dynamic
@@ -251,6 +255,13 @@ class GRPOFamilyConfig(GRPOConfig):
         metadata={
             "help": "Oldest a trained group may be, in generation batches, with async_generation (1: one-step "
             "off-policy; >= 2 also allows dynamic sampling's carried surplus)."
+        },
+    )
+    vllm_lora_sync: str = field(
+        default="merge",
+        metadata={
+            "help": "How a LoRA policy reaches vLLM: 'merge' (TRL: merge, send every weight, unmerge) or 'adapter' "
+            "(only the adapter, served as a LoRA request; trl_ext.generation.vllm_lora, docs/VLLM.md)."
         },
     )
 
