@@ -24,6 +24,8 @@ import math
 import warnings
 from dataclasses import dataclass, field
 
+import torch
+from transformers.utils import is_torch_bf16_gpu_available
 from trl import GRPOConfig
 
 from trl_ext.grpo.async_checks import check_async_config
@@ -147,6 +149,15 @@ class GRPOFamilyConfig(GRPOConfig):
             How a LoRA policy's weights reach vLLM after each optimizer step: ``"merge"`` (TRL's: merge the adapter,
             send every weight, unmerge) or ``"adapter"`` (only the adapter's tensors, served by a LoRA-enabled
             engine as a new ``LoRARequest``; ``trl_ext.generation.vllm_lora``, ``docs/VLLM.md``).
+        bf16 (`bool` or `None`, defaults to `None`):
+            Unset: bf16 mixed precision where the device supports it (a bf16 GPU, as TRL), else fp32. TRL's default is
+            bf16 everywhere, which stops a CPU-only machine at construction and, once a trainer has run in fp32 in
+            the same process (the demo's warm start), at the next one ("AcceleratorState has already been
+            initialized").
+        gradient_checkpointing (`bool` or `None`, defaults to `None`):
+            Unset: on where an accelerator trains (TRL's default), off on a CPU, where it saves no accelerator memory
+            and costs a second forward. Passed to transformers under its current name, ``activation_checkpointing``,
+            where it has one, so that no deprecation warning comes from the preset's own default.
         max_staleness (`int`, defaults to `1`):
             The oldest a trained group may be, in generation batches (1: verl's one-step off-policy). Every trained
             group's age is logged (``async/staleness/mean``, ``/max``) and checked; 2 or more also lets dynamic
@@ -243,6 +254,14 @@ class GRPOFamilyConfig(GRPOConfig):
         },
     )
 
+    bf16: bool | None = field(
+        default=None,
+        metadata={"help": "bf16 mixed precision. None: where the device supports it (a bf16 GPU), else fp32."},
+    )
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Activation checkpointing. None: on with an accelerator, off on a CPU."},
+    )
     async_generation: bool = field(
         default=False,
         metadata={
@@ -267,6 +286,7 @@ class GRPOFamilyConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         self._resolve_renamed_fields()
+        self._resolve_device_defaults()
         self._validate_group()  # before TRL's checks, whose messages do not name the field
         try:
             super().__post_init__()
@@ -313,6 +333,16 @@ class GRPOFamilyConfig(GRPOConfig):
                 new = old
         self.dynamic_sampling_max_generation_batches = DEFAULT_MAX_GENERATION_BATCHES if new is None else new
         self.dynamic_sampling_max_rounds = self.dynamic_sampling_max_generation_batches
+
+    def _resolve_device_defaults(self) -> None:
+        """``bf16`` and ``gradient_checkpointing`` when unset, from the device (see the class docstring)."""
+        on_cpu = self.use_cpu or not (torch.cuda.is_available() or is_torch_bf16_gpu_available())
+        if self.bf16 is None:
+            self.bf16 = not self.fp16 and not on_cpu and is_torch_bf16_gpu_available()
+        if self.gradient_checkpointing is None:
+            self.gradient_checkpointing = not on_cpu
+        if getattr(self, "activation_checkpointing", False) is None:  # transformers >= 5.x: the current name
+            self.activation_checkpointing = self.gradient_checkpointing
 
     def _validate_group(self) -> None:
         if self.num_generations is not None and self.num_generations < 2:
