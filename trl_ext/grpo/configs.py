@@ -134,6 +134,11 @@ class GRPOFamilyConfig(GRPOConfig):
             (``"raise"``), or scores it ``None`` and counts it (``"skip"``; ``trl_ext.reliability.reward_guard``).
         reward_timeout (`float` or `None`, defaults to `None`):
             Per-call time limit of a reward function, counted and logged as ``rewards/<name>/timeouts``.
+        max_unscorable_rounds (`int` or `None`, defaults to `3`):
+            Stop the run (``RewardFunctionError``, naming the functions) when no task reward scores any completion
+            (all None/NaN) for this many consecutive generation rounds; before that, one warning names each function
+            and its None fraction, and training goes on as in TRL (``trl_ext.reliability.unscorable``). ``None`` or
+            0: never stop (TRL's behaviour, also what a plain ``trl.GRPOConfig`` gets).
         preemption_signals (`list[str]`, defaults to `["SIGTERM", "SIGUSR1"]`):
             Signals on which training finishes the optimizer step in progress on every process, writes a checkpoint
             and exits with code 75 (``trl_ext.reliability.preemption``, ``docs/PREEMPTION.md``); a second signal
@@ -244,6 +249,13 @@ class GRPOFamilyConfig(GRPOConfig):
         metadata={
             "help": "Seconds one reward-function call may take; past it the batch's scores from that function are "
             "None and rewards/<name>/timeouts counts it. None: no limit."
+        },
+    )
+    max_unscorable_rounds: int | None = field(
+        default=3,
+        metadata={
+            "help": "Stop when no task reward scores any completion (all None/NaN) for this many consecutive "
+            "generation rounds (before that: one warning, training goes on as in TRL). None or 0: never stop."
         },
     )
     preemption_signals: list[str] = field(

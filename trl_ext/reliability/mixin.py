@@ -179,7 +179,7 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
         funcs = params.get("reward_funcs")  # optional, as in TRL (an environment may own the reward)
         funcs_list = list(funcs) if isinstance(funcs, list | tuple) else [] if funcs is None else [funcs]
         checks.check_prompt_column(dataset, environment_factory=params.get("environment_factory"))
-        checks.check_reward_columns(funcs_list, dataset)
+        checks.check_reward_columns(funcs_list, dataset, rollout_func=params.get("rollout_func"))
         checks.check_dataset_size(dataset, config)
         checks.check_vllm(config)
         checks.check_tokenizer(params.get("processing_class"))
