@@ -1,12 +1,4 @@
-"""GSPO (arXiv 2507.18071): a sequence-level importance ratio (Eq. 7) clipped at 3e-4 / 4e-4, the sequence-mean
-loss and 4 minibatches per rollout. ``--gspo_token true`` (or ``trl-ext gspo_token``) is GSPO-token (Eq. 13).
-
-    python recipes/gspo.py          # or `trl-ext gspo`: the demo, recipes/configs/demo/gspo/config_demo.yaml
-    accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/gspo.py \
-        --config recipes/configs/qwen3-30b-a3b/gspo/config_colocate.yaml
-
-The recipe is ``trl_ext/scripts/gspo.py`` (``trl_ext.scripts.gspo``): this entry point only calls its ``cli``.
-"""
+"""Runs trl_ext/scripts/gspo.py (`trl_ext.scripts.gspo`): its docstring says what it does and how to call it."""
 
 from trl_ext.scripts.gspo import cli
 

@@ -168,7 +168,7 @@ def test_dynamic_sampling_with_no_informative_group_is_bounded_and_says_what_to_
     )
     trainer = DAPOTrainer(tiny_model, [constant], args=args, train_dataset=problems[0], processing_class=tokenizer)
     before = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
-    with caplog.at_level(logging.WARNING, logger="trl_ext.grpo.ds_sampler"):
+    with caplog.at_level(logging.WARNING, logger="trl_ext.grpo.dynamic_sampling.sampler"):
         trainer.train()  # no crash; each step is at most dynamic_sampling_max_generation_batches generations (below)
     assert torch.equal(before, torch.cat([p.detach().flatten() for p in trainer.model.parameters()]))
     logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]

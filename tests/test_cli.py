@@ -55,15 +55,18 @@ def test_recipe_help_is_short_grouped_and_starts_with_the_model(capsys, monkeypa
     lines = _help(["--help"], capsys, monkeypatch)
     assert len(lines) <= 250
     assert lines[0] == "usage: trl-ext dapo [--config FILE.yaml] [--FLAG VALUE ...]"
-    assert lines[3].startswith("  --model_name_or_path STR")
+    assert lines[3].startswith("  --model_name_or_path STR") and lines[4].startswith("  --output_dir STR")
+    first_screen = "\n".join(lines[:80])  # where the run writes, beside the model, data and reward flags
+    for flag in ("--model_name_or_path", "--output_dir", "--dataset_name", "--reward_funcs"):
+        assert f"  {flag} " in first_screen, flag
     headings = [line for line in lines if line.endswith(":") and not line.startswith(" ")]
     assert headings == [
-        "model:",
+        "model and output:",
         "recipe: data, rewards, run (RLScriptArguments):",
         "preset: DAPOConfig (trl-ext's own fields and defaults):",
         "training:",
         "generation and loss:",
-        "output, logging and checkpoints:",
+        "logging and checkpoints:",
         "hardware and precision:",
     ]
     text = "\n".join(lines)

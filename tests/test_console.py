@@ -55,10 +55,14 @@ def _metrics(path) -> list[dict]:
 
 @pytest.mark.slow
 def test_demo_console_is_clean_and_logs_held_out_accuracy(tmp_path):
-    """The done-when check of issue 15: the demo from nothing (fresh warm start in tmp_path), a few RL steps."""
-    out = tmp_path / "run"
+    """The done-when check of issue 15: the demo from nothing (a fresh warm start in an empty cache folder), a few RL
+    steps."""
+    out, cache = tmp_path / "run", tmp_path / "cache"
     result = _recipe(
-        "dapo.py", "--max_steps", "4", "--logging_steps", "2", "--output_dir", str(out), cwd=str(tmp_path)
+        "dapo.py",
+        *("--max_steps", "4", "--logging_steps", "2", "--output_dir", str(out)),
+        cwd=str(tmp_path),
+        extra_env={"TRL_EXT_CACHE": str(cache)},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     printed = result.stdout + result.stderr
@@ -69,11 +73,11 @@ def test_demo_console_is_clean_and_logs_held_out_accuracy(tmp_path):
     lines = result.stdout.splitlines()
     opening = lines[0]
     assert opening.startswith("[dapo] DAPOTrainer") and "fp32 on CPU" in opening and str(out) in opening
+    assert "| generation transformers |" in opening
     assert "600 train / 240 held-out" in opening and "4 steps of 8 prompts x 8 completions" in opening
-    assert "SFT warm start (trained first, then cached)" in opening  # a first run: nothing cached yet
-    # the next run says "(cached)": the warm start is complete under its key (the key includes torch's thread count,
-    # which is the recipe process's own, not this test process's)
-    assert [p.parent.name for p in (tmp_path / "outputs" / "demo-warm-start").glob("*/warm_start.json")]
+    assert f"SFT warm start (trained first, then cached in {cache})" in opening  # a first run: nothing cached yet
+    # the next run says "(cached)": the warm start is complete under its key in the cache folder
+    assert [p.parent.name for p in (cache / "demo-warm-start").glob("*/warm_start.json")]
     assert any(line.startswith("warm start (SFT) step 600/600 | loss") for line in lines)
     rl_lines = [line for line in lines if line.startswith("dapo (RL) step")]
     assert [line.split(" | ")[0] for line in rl_lines] == ["dapo (RL) step 2/4", "dapo (RL) step 4/4"]
@@ -87,6 +91,9 @@ def test_demo_console_is_clean_and_logs_held_out_accuracy(tmp_path):
     assert all("reward" in row for row in rows if "held_out/accuracy" in row)  # in the regular log of that step
     summary = json.loads((out / "summary.json").read_text())
     assert summary["accuracy_after"] == held_out[-1][1]
+    generation = summary["generation"]  # dynamic sampling timed it: seconds per optimizer step and share of the step
+    assert generation["backend"] == "transformers" and 0 < generation["share_of_step"] <= 1
+    assert generation["s_per_step"] > 0 and f"transformers: {generation['s_per_step']:.3f} s/step" in result.stdout
     assert summary["accuracy_gain_points"] == round(100 * (summary["accuracy_after"] - summary["accuracy_before"]), 1)
     assert (out / "curves.png").stat().st_size > 10_000
     # the summary table: aligned rows, the same figures as summary.json

@@ -5,8 +5,8 @@ the documented ``recipes/configs/...`` names found in the installed package.
 To stay fast the install reuses this environment's dependencies (``--no-deps --no-build-isolation``) and goes to a
 ``--target`` folder put first on ``PYTHONPATH``; the source is copied without ``recipes/`` (and without the checkout's
 ``build/``), so a recipe or YAML that the wheel lacks fails here. The whole test takes about 25 s on 2 busy cores
-(install about 3 s, the one-step run the rest, mostly imports); the demo's cached warm start is linked in when this
-checkout has one, else the run trains it first.
+(install about 3 s, the one-step run the rest, mostly imports); the demo's warm start comes from the user's cache
+folder (``trl_ext.demo.cache_dir``), the same from any folder, else the run trains it first.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WARM_START = os.path.join(ROOT, "outputs", "demo-warm-start")
 
 
 def _install(tmp_path) -> str:
@@ -50,9 +49,7 @@ def test_pip_install_runs_trl_ext_dapo_outside_the_checkout(tmp_path):
     assert os.path.isfile(os.path.join(packaged, "accelerate_configs", "zero3.yaml"))
 
     run_dir = tmp_path / "elsewhere"
-    (run_dir / "outputs").mkdir(parents=True)
-    if os.path.isdir(WARM_START):
-        os.symlink(WARM_START, run_dir / "outputs" / "demo-warm-start")
+    run_dir.mkdir()
     env = {**os.environ, "PYTHONPATH": site, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
     # The installed copy is the one imported, and a documented config name resolves inside it

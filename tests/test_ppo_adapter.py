@@ -11,7 +11,10 @@ import pytest
 import torch
 from datasets import Dataset
 
-pytest.importorskip("trl.experimental.ppo", reason='PPO needs trl 1.12 (removed in 1.13): pip install "trl-ext[ppo]"')
+pytest.importorskip(
+    "trl.experimental.ppo",
+    reason='PPO needs trl 1.12 (removed in 1.13): run its tests in the PPO venv of README "Set up"',
+)
 from trl.experimental.utils import get_reward  # noqa: E402
 
 from trl_ext.ppo import RuleRewardModel, prompt_token_ids, tokenize_prompts  # noqa: E402

@@ -9,7 +9,10 @@ import os
 
 import pytest
 
-pytest.importorskip("trl.experimental.ppo", reason='PPO needs trl 1.12 (removed in 1.13): pip install "trl-ext[ppo]"')
+pytest.importorskip(
+    "trl.experimental.ppo",
+    reason='PPO needs trl 1.12 (removed in 1.13): run its tests in the PPO venv of README "Set up"',
+)
 
 from trl_ext.recipe.parsing import parse
 

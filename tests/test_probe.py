@@ -10,20 +10,10 @@ import os
 import pytest
 import torch
 
-from trl_ext.diagnostics.probe import (
-    ProbeArguments,
-    _expected_cost,
-    default_run_config,
-    dynamic_sampling_policy,
-    fit_beta_prior,
-    main,
-    mixed_group_prob,
-    pass_at_k,
-    probe_model,
-    recommend,
-    sample_transformers,
-    summarize,
-)
+from trl_ext.diagnostics.eval_metrics import pass_at_k
+from trl_ext.diagnostics.probe import ProbeArguments, main, probe_model, sample_transformers
+from trl_ext.diagnostics.probe_args import default_run_config, dynamic_sampling_policy
+from trl_ext.diagnostics.probe_stats import _expected_cost, fit_beta_prior, mixed_group_prob, recommend, summarize
 from trl_ext.rewards.arithmetic import parse_first_int
 
 

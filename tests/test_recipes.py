@@ -181,7 +181,8 @@ def test_summary_says_no_health_warnings_and_nothing_without_a_monitor(tmp_path,
 
 
 def test_top_level_recipes_only_call_the_packaged_cli():
-    """``recipes/<name>.py`` is a docstring, ``from trl_ext.scripts.<name> import cli`` and a guarded ``cli()``."""
+    """``recipes/<name>.py`` is a one-line docstring naming its module, ``from trl_ext.scripts.<name> import cli``
+    and a guarded ``cli()``: nothing that ``trl_ext/scripts/<name>.py`` says already (usage lines included)."""
     import ast
 
     from trl_ext.cli import RECIPES
@@ -190,6 +191,7 @@ def test_top_level_recipes_only_call_the_packaged_cli():
         with open(os.path.join(ROOT, "recipes", f"{name}.py")) as f:
             body = ast.parse(f.read()).body
         assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), name
+        assert "\n" not in body[0].value.value and f"trl_ext/scripts/{name}.py" in body[0].value.value, name
         imports, guard = body[1:-1], body[-1]
         assert [ast.unparse(node) for node in imports] == [f"from trl_ext.scripts.{name} import cli"], name
         assert ast.unparse(guard) == "if __name__ == '__main__':\n    cli()", name

@@ -163,7 +163,8 @@ def test_overoptimization_is_quiet_on_the_healthy_demo_run(tmp_path):
 
 
 def test_probe_reports_the_reward_models_spread_on_the_first_groups(reward_model_dir):
-    from trl_ext.diagnostics.probe import ProbeArguments, probe_model, reward_model_spread
+    from trl_ext.diagnostics.probe import ProbeArguments, probe_model
+    from trl_ext.diagnostics.probe_stats import reward_model_spread
     from trl_ext.recipe.common import load_policy
 
     assert reward_model_spread([1.0, 3.0, 0.0, 0.0], 2) == {"within_group_std": 0.5, "std": 1.224744871391589,

@@ -1,6 +1,6 @@
 """What a Python user is told in the second hour: the preset's rollout rhythm and the logged rows it leaves without
-reward figures, reward functions that score nothing (None/NaN), an overlong buffer too short to ramp, and shaping
-rewards recognized by their mark (not their name) in dynamic sampling's accuracy metric."""
+reward figures, an overlong buffer too short to ramp, and shaping rewards recognized by their mark (not their name)
+in dynamic sampling's accuracy metric (reward functions that score nothing: tests/test_unscorable.py)."""
 
 from __future__ import annotations
 
@@ -9,32 +9,20 @@ import math
 from types import SimpleNamespace
 
 import pytest
-import torch
 from helpers import tiny_args
 
 from trl_ext import DAPOTrainer
 from trl_ext.grpo import rollout_rhythm
 from trl_ext.grpo.configs import warn_step_like_overlong_buffer
 from trl_ext.grpo.dynamic_sampling.groups import informative_groups
-from trl_ext.reliability.reward_guard import GuardedReward, RewardFunctionError
-from trl_ext.reliability.unscorable import UnscorableWatch
+from trl_ext.reliability.reward_guard import GuardedReward
 from trl_ext.rewards import get_reward
 from trl_ext.rewards.shaping import is_shaping_reward, mark_shaping
-
-NAN = float("nan")
 
 
 def position_reward(completions, **kwargs):
     """0, 1, 2, 3 within each group of 4: every group informative."""
     return [float(i % 4) for i in range(len(completions))]
-
-
-def none_every_third(completions, **kwargs):
-    return [None if i % 3 == 0 else 1.0 for i in range(len(completions))]
-
-
-def always_none(completions, **kwargs):
-    return [None] * len(completions)
 
 
 def even_answer_reward(completions, answer, **kwargs):
@@ -100,70 +88,6 @@ def test_dapo_trainer_warns_about_its_rhythm_and_rows_carry_the_rollout_index(
     rows = [h for h in trainer.state.log_history if "loss" in h]
     assert [h["rollout"] for h in rows] == [1.0, 1.0, 2.0]
     assert ["reward" in h for h in rows] == [True, False, True]
-
-
-# -- item 2: None / NaN rewards ------------------------------------------------------------------------------------
-
-
-def test_unscorable_fractions_and_one_warning_for_a_function_that_never_scores(caplog):
-    watch = UnscorableWatch(["acc", "fmt", "overlong"], shaping=[False, False, True], rounds=2)
-    rewards = torch.tensor([[1.0, NAN, -0.5], [NAN, NAN, 0.0], [0.0, NAN, 0.0], [NAN, NAN, -1.0]])
-    with caplog.at_level(logging.WARNING, logger="trl_ext.reliability.unscorable"):
-        first = watch.observe(rewards)
-        assert first == {"rewards/acc/none_frac": 0.5, "rewards/fmt/none_frac": 1.0, "rewards/overlong/none_frac": 0.0}
-        assert not caplog.records  # one round is not enough to tell
-        watch.observe(rewards[:2], training=False)  # evaluation rounds are not watched
-        assert not caplog.records
-        second = watch.observe(rewards[:2])
-        assert second["rewards/acc/none_frac"] == 0.5
-        watch.observe(rewards)  # past the watched rounds: counted, never reported again
-    messages = [r.getMessage() for r in caplog.records]
-    assert len(messages) == 1 and watch.warned == ["fmt"]
-    assert "reward function 'fmt' returned None/NaN" in messages[0]
-    assert "all 6 completions of the first 2 generation rounds" in messages[0]
-    assert "does not apply to this data" in messages[0] and "or it is broken" in messages[0]
-
-
-def test_every_task_reward_unscorable_stops_naming_them():
-    watch = UnscorableWatch(["acc", "overlong"], shaping=[False, True], rounds=2)
-    rewards = torch.tensor([[NAN, -0.5], [NAN, 0.0]])
-    watch.observe(rewards)  # the first round alone does not stop
-    with pytest.raises(RewardFunctionError) as info:
-        watch.observe(rewards)
-    message = str(info.value)
-    assert "['acc'] returned None/NaN" in message and "all 4 completions of the first 2 generation rounds" in message
-    assert "only the shaping rewards ['overlong'] score them" in message
-    assert "do not apply to this data" in message and "or they are broken" in message
-    only = UnscorableWatch(["overlong"], shaping=[True], rounds=1)  # all shaping: they are the task rewards
-    with pytest.raises(RewardFunctionError, match="every advantage is 0"):
-        only.observe(torch.tensor([[NAN], [NAN]]))
-
-
-def test_trainer_logs_none_fractions_and_warns_about_the_function_that_never_scores(
-    tiny_model, tokenizer, problems, tmp_path, caplog
-):
-    args = tiny_args("dapo", tmp_path, max_steps=3, soft_overlong_punishment=False, dynamic_sampling=False)
-    funcs = [position_reward, none_every_third, always_none]
-    trainer = DAPOTrainer(tiny_model, funcs, args=args, train_dataset=problems[0], processing_class=tokenizer)
-    with caplog.at_level(logging.WARNING, logger="trl_ext.reliability.unscorable"):
-        trainer.train()
-    rows = [h for h in trainer.state.log_history if "loss" in h]
-    # 8 completions per round: indices 0, 3, 6 are None for none_every_third
-    assert [h["rewards/none_every_third/none_frac"] for h in rows] == [3 / 8] * 3
-    assert [h["rewards/always_none/none_frac"] for h in rows] == [1.0] * 3
-    assert [h["rewards/position_reward/none_frac"] for h in rows] == [0.0] * 3
-    messages = [r.getMessage() for r in caplog.records]
-    assert len(messages) == 1 and "reward function 'always_none' returned None/NaN" in messages[0]
-    assert "all 24 completions of the first 3 generation rounds" in messages[0]
-
-
-def test_trainer_stops_when_its_only_task_reward_never_scores(tiny_model, tokenizer, problems, tmp_path):
-    # DAPO's defaults: the trainer adds the overlong shaping term, dynamic sampling refills the uninformative rounds
-    args = tiny_args("dapo", tmp_path, max_steps=5, overlong_buffer_len=4)
-    trainer = DAPOTrainer(tiny_model, [always_none], args=args, train_dataset=problems[0], processing_class=tokenizer)
-    with pytest.raises(RewardFunctionError, match=r"\['always_none'\] returned None/NaN.*soft_overlong_punishment"):
-        trainer.train()
-    assert trainer.state.global_step == 0  # stopped in the first step's refill rounds, before any update
 
 
 # -- item 8: an overlong buffer too short to ramp ------------------------------------------------------------------

@@ -108,3 +108,54 @@ def test_the_counter_sees_a_private_name():
     """The counter itself works: an attribute access to a TRL-private name is found."""
     assert "_metrics" in names_used_in_package()
     assert {"_metrics", "_generate_and_score_completions"} <= trl_private_names()
+
+
+# -- vLLM (trl_ext/generation): private members of TRL's VLLMGeneration, vLLM and torch, and module globals set -------
+
+#: Underscored members of objects trl_ext does not define, touched in trl_ext/generation/, each with its guard:
+#: TRL's weight stream and sleep flag (tests/test_vllm_sync.py: the sync-shape and wake-up tests), torch's own
+#: set_num_threads behind the public name vLLM's CPU worker replaces (the restore test).
+EXPECTED_GENERATION_PRIVATE = {"_iter_named_params", "_llm_weights_sleeping", "_C"}
+#: ``module.attribute = ...`` under trl_ext/generation/: torch's set_num_threads put back after vLLM replaced it
+#: (vllm_sync.restore_set_num_threads) and TRL's client class inside ``file_weight_sync()`` (vllm_server).
+EXPECTED_MODULE_GLOBALS = {"torch.set_num_threads", "generation.VLLMClient"}
+
+
+def _own_names() -> set[str]:
+    """Names trl_ext defines itself: functions, classes, and attributes it assigns (``self._x = ...``)."""
+    own: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                own.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr.startswith("_"):
+                if not (isinstance(node.value, ast.Name) and node.value.id in {"adopted", "generation"}):
+                    own.add(node.attr)
+    return own
+
+
+def test_generation_touches_only_the_counted_private_members_of_trl_vllm_and_torch():
+    touched = set()
+    for path in (PACKAGE / "generation").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                touched.add(node.attr)
+    touched -= _own_names() - EXPECTED_GENERATION_PRIVATE
+    assert touched == EXPECTED_GENERATION_PRIVATE, (
+        f"new: {sorted(touched - EXPECTED_GENERATION_PRIVATE)}, gone: {sorted(EXPECTED_GENERATION_PRIVATE - touched)}"
+    )
+
+
+def test_generation_sets_only_the_counted_module_globals():
+    found = set()
+    for path in (PACKAGE / "generation").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        modules = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
+                   if isinstance(node, ast.Import | ast.ImportFrom) for alias in node.names}  # fmt: skip
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                    if target.value.id in modules:
+                        found.add(f"{target.value.id}.{target.attr}")
+    assert found == EXPECTED_MODULE_GLOBALS, f"new: {sorted(found - EXPECTED_MODULE_GLOBALS)}"

@@ -217,7 +217,7 @@ def test_round_limit_trains_on_nothing_and_warns_once(tiny_model, tokenizer, pro
         tiny_model, [constant_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
     )
     before = _final_params(trainer)
-    with caplog.at_level(logging.WARNING, logger="trl_ext.grpo.ds_sampler"):
+    with caplog.at_level(logging.WARNING, logger="trl_ext.grpo.dynamic_sampling.sampler"):
         trainer.train()
     assert torch.equal(before, _final_params(trainer))  # zero-weight fillers change nothing
     logs = [h for h in trainer.state.log_history if "dynamic_sampling/limit_hit" in h]

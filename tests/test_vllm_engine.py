@@ -44,6 +44,8 @@ NUM_GENERATIONS = 4
 MAX_TOKENS = 6
 MARGIN = 0.05  # nats: a top-2 margin below this may flip between float32 and bfloat16
 LOGPROB_ATOL = 0.1  # nats: bfloat16 engine vs float32 policy (measured below 0.02 on the demo model)
+USER_THREADS = 3  # neither the machine's count nor 1
+LORA_TARGETS = ["q_proj", "v_proj", "up_proj", "down_proj"]
 PROMPTS = ["1+2=", "17+25=", "3+4=", "29+29=", "10+0=", "8+9=", "21+5=", "6+6="]
 
 
@@ -184,14 +186,47 @@ def assert_sampled_by_the_policy(trainer) -> None:  # type: ignore[no-untyped-de
 def dapo(model_dir, train_set, tmp_path_factory):  # type: ignore[no-untyped-def]
     """A DAPO trainer (dynamic sampling on) trained 3 steps with the colocated engine, and the requests its
     engine received during training."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(USER_THREADS)
     trainer = build_trainer("dapo", model_dir, train_set, str(tmp_path_factory.mktemp("dapo")))
+    trainer.threads = {"constructed": torch.get_num_threads()}
     initial_embedding = trainer.model.get_input_embeddings().weight.detach().clone()
     before = engine_requests(trainer)
     trainer.train()
+    trainer.threads["trained"] = torch.get_num_threads()
     trainer.requests_during_training = engine_requests(trainer) - before
     trainer.initial_embedding = initial_embedding
     yield trainer
     del trainer
+    torch.set_num_threads(threads)
+
+
+def test_the_engine_leaves_torch_threads_as_the_user_set_them(dapo):  # type: ignore[no-untyped-def]
+    assert dapo.threads == {"constructed": USER_THREADS, "trained": USER_THREADS}
+    # vLLM's CPU worker replaces torch.set_num_threads with a no-op; trl-ext puts torch's back: a later call counts
+    torch.set_num_threads(USER_THREADS - 1)
+    assert torch.get_num_threads() == USER_THREADS - 1
+    torch.set_num_threads(USER_THREADS)
+
+
+def test_vllms_runtime_thread_rule_leaves_a_pinned_count(monkeypatch):  # type: ignore[no-untyped-def]
+    """vLLM's GPU worker drops the process to 1 thread when it loads (``set_torch_threads_for_runtime``) unless
+    ``OMP_NUM_THREADS`` was set outside vLLM: the pin trl-ext sets before TRL builds the engine keeps the count."""
+    from vllm.utils.torch_utils import OMP_NUM_THREADS_SET_BY_VLLM, set_torch_threads_for_runtime
+
+    threads = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv(OMP_NUM_THREADS_SET_BY_VLLM, raising=False)
+    try:
+        torch.set_num_threads(USER_THREADS)
+        set_torch_threads_for_runtime()
+        assert torch.get_num_threads() == 1  # the control: what a colocated engine on CUDA does to the trainer
+        torch.set_num_threads(USER_THREADS)
+        vllm_setup.keep_torch_threads()
+        set_torch_threads_for_runtime()
+        assert torch.get_num_threads() == USER_THREADS
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_dapo_every_dynamic_sampling_round_is_generated_by_the_engine(dapo):  # type: ignore[no-untyped-def]
@@ -241,8 +276,11 @@ def test_sync_makes_the_engine_the_trained_policy_tied_head_included(dapo):  # t
 
 def test_gspo_trains_and_resumes_from_a_checkpoint_with_the_engine(model_dir, train_set, tmp_path):  # type: ignore[no-untyped-def]
     first = build_trainer(
-        "gspo", model_dir, train_set, str(tmp_path), max_steps=2, save_strategy="steps", save_steps=2
-    )
+        "gspo", model_dir, train_set, str(tmp_path), max_steps=2, save_strategy="steps", save_steps=2,
+        generation_kwargs={"min_tokens": 2},
+    )  # fmt: skip
+    assert first.args.vllm_importance_sampling_correction  # so min_tokens must not reach vLLM
+    assert "min_tokens" not in first.vllm_generation.generation_kwargs
     before = engine_requests(first)
     first.train()
     assert engine_requests(first) - before == 2 * 8  # two steps of 8 completions, all from the engine
@@ -267,9 +305,7 @@ def test_lora_merges_syncs_and_unmerges(model_dir, train_set, tmp_path):  # type
     from peft import LoraConfig
     from peft.tuners.lora import LoraLayer
 
-    lora = LoraConfig(
-        r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"], lora_dropout=0.0
-    )
+    lora = LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, lora_dropout=0.0)
     trainer = build_trainer("dapo", model_dir, train_set, str(tmp_path), peft_config=lora, max_steps=2)
     before = engine_requests(trainer)
     trainer.train()
@@ -284,6 +320,46 @@ def test_lora_merges_syncs_and_unmerges(model_dir, train_set, tmp_path):  # type
     with trainer.model.disable_adapter():
         base = compare_engine_with_policy(trainer)
     assert base["max_logprob_error"] > LOGPROB_ATOL, base
+
+
+def test_lora_adapter_sync_serves_the_trained_adapter_of_an_in_memory_model(train_set, tmp_path):  # type: ignore[no-untyped-def]
+    """``vllm_lora_sync="adapter"``: a LoRA-enabled engine, one new ``LoRARequest`` per sync, the base never merged
+    nor sent; the engine reads the trained policy as closely as merge-sync's (``LOGPROB_ATOL``). The model is built in
+    memory: the engine loads a snapshot of it."""
+    from peft import LoraConfig
+    from peft.tuners.lora import LoraLayer
+
+    from trl_ext import trainer_class_for
+    from trl_ext.demo import build_model, build_tokenizer
+    from trl_ext.generation import vllm_lora
+
+    tokenizer = build_tokenizer()
+    model = build_model(tokenizer)
+    assert model.name_or_path == ""
+    config = vllm_config("dapo", str(tmp_path), max_steps=2, vllm_lora_sync="adapter")
+    vllm_setup.check_trainer_args(config, model, processing_class=tokenizer)  # as the trainer does (the snapshot)
+    lora = LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, lora_dropout=0.0)
+    trainer = trainer_class_for(config)(model, [parity_reward], args=config, train_dataset=train_set,
+                                        processing_class=tokenizer, peft_config=lora)  # fmt: skip
+    generation = trainer.vllm_generation
+    assert generation.route == vllm_lora.ADAPTER and isinstance(generation.llm, vllm_lora.AdapterLLM)
+    generation._iter_named_params = None  # merge-sync's weight stream: calling it would fail the test
+    before = engine_requests(trainer)
+    trainer.train()
+    assert engine_requests(trainer) > before
+    syncs = generation.adapter.version
+    assert syncs == trainer.state.global_step  # one adapter per optimizer step (before each step's generation)
+    assert generation.llm.lora_request.lora_int_id == syncs
+    assert generation.llm.llm_engine.list_loras() == {syncs}  # the previous adapter was dropped
+    assert_sampled_by_the_policy(trainer)
+    layers = [m for m in trainer.model.modules() if isinstance(m, LoraLayer)]
+    assert layers and not any(layer.merged for layer in layers)
+    found = assert_engine_is_policy(trainer)  # one more sync, then the teacher-forced comparison
+    assert generation.llm.lora_request.lora_int_id == syncs + 1
+    print(f"adapter sync: {found}, {generation.sync_seconds / (syncs + 1):.3f} s per sync")
+    with trainer.model.disable_adapter():
+        base = compare_engine_with_policy(trainer)
+    assert base["max_logprob_error"] > LOGPROB_ATOL, base  # the engine serves base + adapter
 
 
 def test_eval_with_vllm_matches_transformers(model_dir, tmp_path):  # type: ignore[no-untyped-def]

@@ -28,6 +28,7 @@ needs_vllm = pytest.mark.skipif(
 
 PROMPTS = [f"{a}+{b}=" for a, b in [(1, 2), (12, 7), (33, 4), (5, 56), (9, 9), (40, 2), (7, 70), (18, 3)]]
 START_TIMEOUT_S = 420
+LORA_RANK = 8  # the server serves adapters too (vllm_lora_sync="adapter"); full-weight sync is unaffected
 
 
 def _free_port() -> int:
@@ -55,7 +56,9 @@ def server(tmp_path_factory):
     build_model(tokenizer).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     port = _free_port()
-    command = serve_command(model_dir, port=port, dtype="float32", max_model_len=64, extra=["--enforce-eager"])
+    command = serve_command(
+        model_dir, port=port, dtype="float32", max_model_len=64, extra=["--enforce-eager"], lora_rank=LORA_RANK
+    )
     env = serve_env(kv_cache_gib=1)
     env.setdefault("OMP_NUM_THREADS", "1")
     log_path = folder / "server.log"
@@ -144,7 +147,7 @@ def test_file_sync_makes_the_server_sample_from_the_policy(server):
     assert not os.listdir(client.sync_dir)  # the weight files are removed after loading
 
 
-def _dapo(server: tuple[str, str], tmp_path, async_generation: bool) -> Any:
+def _dapo(server: tuple[str, str], tmp_path, async_generation: bool, peft_config: Any = None, **overrides: Any) -> Any:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trl_ext import DAPOConfig, trainer_class_for
@@ -173,12 +176,13 @@ def _dapo(server: tuple[str, str], tmp_path, async_generation: bool) -> Any:
         vllm_mode="server",
         vllm_server_base_url=base_url,
         async_generation=async_generation,
+        **overrides,
     )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     with file_weight_sync(str(tmp_path / "sync")):
         trainer = trainer_class_for(args)(  # AsyncDAPOTrainer with async_generation, else DAPOTrainer
             model, [even_answer_reward], args=args, train_dataset=train,
-            processing_class=AutoTokenizer.from_pretrained(model_dir),
+            processing_class=AutoTokenizer.from_pretrained(model_dir), peft_config=peft_config,
         )  # fmt: skip
     trainer.train()
     return trainer
@@ -209,6 +213,31 @@ def test_overlapped_generation_runs_against_the_server(server, tmp_path):
     assert _logged(trainer, "async/weight_syncs")
     gaps = _logged(trainer, "sampling/sampling_logp_difference/max")
     assert gaps[0] < 1e-4  # the first rollout: sampled by the initial weights, trained from them
+
+
+@needs_vllm
+def test_adapter_sync_trains_dapo_against_the_server(server, tmp_path):
+    """``vllm_lora_sync="adapter"`` in server mode: each sync loads the adapter alone through
+    ``/v1/load_lora_adapter`` (the previous one unloaded) and TRL's client generates with it; every step's
+    completions were sampled by the policy that trains on them, as with full-weight sync."""
+    import requests
+    from peft import LoraConfig
+
+    from trl_ext.generation import vllm_lora
+
+    lora = LoraConfig(r=LORA_RANK, lora_alpha=16, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"])
+    trainer = _dapo(server, tmp_path, async_generation=False, peft_config=lora, vllm_lora_sync="adapter")
+    generation = trainer.vllm_generation
+    assert generation.route == vllm_lora.ADAPTER and trainer.state.global_step == 4
+    assert generation.adapter.version == 4  # one adapter per optimizer step
+    assert generation.vllm_client.model == f"{vllm_lora.NAME}-v4"
+    served = {entry["id"] for entry in requests.get(f"{server[0]}/v1/models", timeout=10).json()["data"]}
+    assert f"{vllm_lora.NAME}-v4" in served and f"{vllm_lora.NAME}-v3" not in served
+    gaps = _logged(trainer, "sampling/sampling_logp_difference/max")
+    print(f"adapter sync against the server: sampling gap max {max(gaps):.2e}, "
+          f"{generation.sync_seconds / generation.adapter.version:.3f} s per sync")  # fmt: skip
+    assert len(gaps) == 4 and max(gaps) < 1e-3
+    assert sum(_logged(trainer, "dynamic_sampling/rounds")) > 4
 
 
 # -- the client without a server ------------------------------------------------------------------------------------
@@ -280,4 +309,7 @@ def test_serve_command_replaces_nccl_with_the_file_receiver():
     assert "--weight-transfer-config" not in command
     assert command[command.index("--logprobs-mode") + 1] == "processed_logprobs"
     assert serve_env(kv_cache_gib=2)["VLLM_CPU_KVCACHE_SPACE"] == "2"
-    assert serve_env()["VLLM_SERVER_DEV_MODE"] == "1"
+    assert serve_env()["VLLM_SERVER_DEV_MODE"] == "1" and serve_env()["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
+    assert "--enable-lora" not in command
+    lora = serve_command("model-dir", lora_rank=16)
+    assert lora[lora.index("--max-lora-rank") + 1] == "16" and "--enable-lora" in lora

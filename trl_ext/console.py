@@ -271,8 +271,19 @@ def precision_label(training_args: Any) -> str:
     return f"{kind} on {count} GPU{'s' if count > 1 else ''} per node"
 
 
+def generation_backend(training_args: Any) -> str:
+    """``"transformers"``, ``"vLLM colocate"`` or ``"vLLM server (host:port)"``: what generates the completions."""
+    if not getattr(training_args, "use_vllm", False):
+        return "transformers"
+    if training_args.vllm_mode != "server":
+        return "vLLM colocate"
+    url = getattr(training_args, "vllm_server_base_url", None)
+    return f"vLLM server ({url or f'{training_args.vllm_server_host}:{training_args.vllm_server_port}'})"
+
+
 def opening_line(recipe: str, parts: Sequence[str | None]) -> str:
-    """``[dapo] DAPOTrainer | model ... | data ... | 500 steps | fp32 on CPU | outputs in outputs/dapo-demo``."""
+    """``[dapo] DAPOTrainer | model ... | data ... | 500 steps | fp32 on CPU | generation transformers | outputs in
+    outputs/dapo-demo``."""
     return f"[{recipe}] " + " | ".join(part for part in parts if part)
 
 

@@ -12,12 +12,14 @@ that the policy is right some of the time but far from always. That is the cold-
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import os
 import platform
 import random
-from dataclasses import asdict, dataclass
+import shutil
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import datasets
@@ -239,35 +241,43 @@ def warm_start_sft_kwargs(output_dir: str, sft: WarmStartConfig | None = None) -
     )
 
 
+#: The environment variable that moves trl-ext's cache folder (default: ``$XDG_CACHE_HOME/trl-ext``, else
+#: ``~/.cache/trl-ext``).
+CACHE_ENV = "TRL_EXT_CACHE"
+
+
+def cache_dir(*parts: str) -> str:
+    """trl-ext's cache folder (``$TRL_EXT_CACHE``, else ``$XDG_CACHE_HOME/trl-ext``, else ``~/.cache/trl-ext``),
+    joined with ``parts``: one place per user, whatever the current folder."""
+    root = os.environ.get(CACHE_ENV) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser(os.path.join("~", ".cache")), "trl-ext"
+    )
+    return os.path.join(root, *parts)
+
+
 def warm_start_key(
     task: DemoTaskConfig | None = None, model_config: DemoModelConfig | None = None, sft: WarmStartConfig | None = None
 ) -> dict[str, Any]:
     """Everything that changes the warm start's weights, and so names its cache folder: the task, model and SFT
-    settings (the SFT seed among them), a hash of this module's source (the SFT path: tokenizer, model, data and
-    ``SFTConfig`` fields all live here), the torch, transformers, TRL, accelerate and datasets releases, and torch's
-    CPU thread count (a float reduction on 1 thread and on 2 differs in the last bits, and 600 SFT steps amplify
-    that into a different warm start). Two machines of the same kind can still train different weights from the
-    same key (different CPU instruction sets), so ``warm_start.json`` also records the machine."""
-    import accelerate
+    settings (the SFT seed among them), the vocabulary, the source of the functions that build and train it, and the
+    releases of the three libraries that compute it: torch (kernels), transformers (the model's code and the
+    training loop) and TRL (``SFTTrainer``'s batching and loss; 1.12 and 1.16 train different weights from the same
+    settings). Nothing else: not accelerate, datasets or other packages, nor the thread count (the SFT runs on one
+    thread), so the recipes, a notebook and the tests share one cached warm start. ``warm_start.json`` also records
+    the machine and every release (a CPU with other instructions may round differently under the same key)."""
     import transformers
     import trl
 
     task, model_config, sft = task or DemoTaskConfig(), model_config or DemoModelConfig(), sft or WarmStartConfig()
-    with open(__file__, "rb") as f:
-        code = hashlib.sha256(f.read()).hexdigest()[:12]
+    functions = (build_tokenizer, build_model, make_problems, warm_start_sft_kwargs, _train_warm_start)
+    code = hashlib.sha256("".join(inspect.getsource(f) for f in functions).encode()).hexdigest()[:12]
     return {
         "task": asdict(task),
         "model": asdict(model_config),
         "sft": asdict(sft),
+        "vocab": [PAD, EOS, UNK, CHARS],
         "code": code,
-        "versions": {
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "trl": trl.__version__,
-            "accelerate": accelerate.__version__,
-            "datasets": datasets.__version__,
-        },
-        "torch_threads": torch.get_num_threads(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
     }
 
 
@@ -286,49 +296,85 @@ def key_hash(key: dict[str, Any]) -> str:
 
 
 def warm_start_dir(
-    output_dir: str = "outputs/demo-warm-start",
+    output_dir: str | None = None,
     task: DemoTaskConfig | None = None,
     model_config: DemoModelConfig | None = None,
     sft: WarmStartConfig | None = None,
 ) -> str:
-    """Where ``warm_start`` keeps the warm start of these settings: ``output_dir/<hash of warm_start_key>``."""
-    return os.path.join(output_dir, key_hash(warm_start_key(task, model_config, sft)))
+    """Where ``warm_start`` keeps the warm start of these settings: ``output_dir/<hash of warm_start_key>``
+    (``output_dir`` None: ``cache_dir("demo-warm-start")``)."""
+    return os.path.join(output_dir or cache_dir("demo-warm-start"), key_hash(warm_start_key(task, model_config, sft)))
 
 
 def warm_start_record(path: str) -> dict[str, Any]:
-    """What ``warm_start.json`` of a cached warm start says: its key (``key``, ``key_hash``), the machine that trained
-    it, its final SFT loss (``final_loss``)."""
+    """What ``warm_start.json`` of a cached warm start says: its key (``key``, ``key_hash``), the machine and the
+    package releases that trained it, its final SFT loss (``final_loss``)."""
     with open(os.path.join(path, "warm_start.json")) as f:
         return json.load(f)
 
 
-def warm_start_is_cached(output_dir: str = "outputs/demo-warm-start", sft: WarmStartConfig | None = None) -> bool:
+def warm_start_is_cached(output_dir: str | None = None, sft: WarmStartConfig | None = None) -> bool:
     """Whether ``warm_start(output_dir, sft=sft)`` with the default task and model would load a cached warm start."""
     return os.path.exists(os.path.join(warm_start_dir(output_dir, sft=sft), "warm_start.json"))
 
 
 def warm_start(
-    output_dir: str = "outputs/demo-warm-start",
+    output_dir: str | None = None,
     task: DemoTaskConfig | None = None,
     model_config: DemoModelConfig | None = None,
     sft: WarmStartConfig | None = None,
     use_cache: bool = True,
 ) -> str:
-    """Build the demo model, run the SFT warm start with TRL's ``SFTTrainer`` and save it; returns its directory.
+    """The demo model after its SFT warm start (TRL's ``SFTTrainer``): trained on first use, then cached; returns
+    its folder, ``output_dir/<hash of warm_start_key>``.
 
-    The result is cached under ``output_dir/<hash of the settings>`` so re-runs skip it (``use_cache=False`` forces
-    a fresh run). The same function backs ``recipes/sft.py`` with no arguments.
-    """
+    ``output_dir`` None: the user's cache folder (``cache_dir``: ``~/.cache/trl-ext/demo-warm-start``, moved by
+    ``$TRL_EXT_CACHE`` or ``$XDG_CACHE_HOME``), so every run, folder and notebook finds it. ``use_cache=False``
+    trains anew. The warm start is written to a temporary folder and renamed into place when complete, so an
+    interrupted run or two processes training at once never leave a half-written entry. The same code path backs
+    ``recipes/sft.py`` with no arguments."""
     task, model_config, sft = task or DemoTaskConfig(), model_config or DemoModelConfig(), sft or WarmStartConfig()
     run_dir = warm_start_dir(output_dir, task, model_config, sft)
-    done_marker = os.path.join(run_dir, "warm_start.json")
-    if use_cache and os.path.exists(done_marker):
+    if use_cache and os.path.exists(os.path.join(run_dir, "warm_start.json")):
         return run_dir
+    partial = f"{run_dir}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    losses = _train_warm_start(partial, task, model_config, sft)
+    import accelerate
+    import transformers
+    import trl
 
+    key = warm_start_key(task, model_config, sft)
+    record = {
+        "key_hash": key_hash(key),
+        "key": key,
+        "machine": f"{cpu_name()}, {os.cpu_count()} CPUs ({platform.platform()})",
+        "releases": {m.__name__: m.__version__ for m in (torch, transformers, trl, accelerate, datasets)},
+        "final_loss": losses[-1] if losses else None,
+    }
+    with open(os.path.join(partial, "warm_start.json"), "w") as f:
+        json.dump(record, f, indent=2)
+    if not use_cache:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    try:
+        os.rename(partial, run_dir)
+    except OSError:  # another process published the same warm start first: same key, same weights
+        shutil.rmtree(partial, ignore_errors=True)
+    return run_dir
+
+
+def _train_warm_start(
+    path: str, task: DemoTaskConfig, model_config: DemoModelConfig, sft: WarmStartConfig
+) -> list[float]:
+    """Train the warm start and save model and tokenizer to ``path``, on one thread (its weights then depend on no
+    thread count); returns the logged SFT losses."""
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, model_config)
     train, _ = make_problems(task)
-    args = SFTConfig(**warm_start_sft_kwargs(os.path.join(run_dir, "trainer"), sft))
+    # transformers 5 names activation checkpointing so; the old name (TRL's default) warns. Off: a 0.6M model.
+    new_name = "activation_checkpointing" in {f.name for f in fields(SFTConfig)}
+    checkpointing = {"activation_checkpointing" if new_name else "gradient_checkpointing": False}
+    args = SFTConfig(**warm_start_sft_kwargs(os.path.join(path, "trainer"), sft), **checkpointing)
     bars = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # TRL's five preprocessing passes over 600 rows: nothing worth a bar
     try:
@@ -342,17 +388,12 @@ def warm_start(
         if bars:
             datasets.enable_progress_bars()
     use_console(trainer, "warm start (SFT)", bar=True)  # disable_tqdm above only kept transformers' output away
-    trainer.train()
-    trainer.model.save_pretrained(run_dir)
-    tokenizer.save_pretrained(run_dir)
-    key = warm_start_key(task, model_config, sft)
-    losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
-    record = {
-        "key_hash": key_hash(key),
-        "key": key,
-        "machine": f"{cpu_name()}, {os.cpu_count()} CPUs ({platform.platform()})",
-        "final_loss": losses[-1] if losses else None,
-    }
-    with open(done_marker, "w") as f:
-        json.dump(record, f, indent=2)
-    return run_dir
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        trainer.train()
+    finally:
+        torch.set_num_threads(threads)
+    trainer.model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return [row["loss"] for row in trainer.state.log_history if "loss" in row]

@@ -111,7 +111,10 @@ def load_data(
         return _load_file(dataset_name, "dataset_name"), held_out
     if _looks_local(dataset_name) and not os.path.exists(os.path.expanduser(dataset_name)):
         raise MissingFileError(missing_path_message(dataset_name, "dataset_name"))
-    data = load_dataset(dataset_name, dataset_config)
+    try:
+        data = load_dataset(dataset_name, dataset_config)
+    except ConnectionError as error:  # datasets' "Couldn't reach '<name>' on the Hub", offline or network down
+        raise UserError(hub_unreachable(f"dataset_name={dataset_name!r}", error)) from error
     if train_split not in data:
         raise UserError(f"dataset_train_split={train_split!r} is not a split of {dataset_name}: {list(data)}.")
     if test_file or opts_out(test_split):
@@ -120,6 +123,19 @@ def load_data(
         _check_test_split(dataset_name, list(data), test_split)
         return data[train_split], None
     return data[train_split], data[test_split]
+
+
+def hub_unreachable(
+    what: str, error: BaseException, local: str = "a folder or a .jsonl/.json/.csv/.parquet file"
+) -> str:
+    """The one line for a Hub name that could not be fetched and is not cached (``what``: the field and its value;
+    ``local``: what a local copy is)."""
+    cause = " ".join(str(error).split())  # transformers' message spans two lines
+    return (
+        f"{what}: the Hugging Face Hub could not be reached and no cached copy is here ({cause}). Give a local copy "
+        f"({local}), or fill the cache once where the Hub is reachable (the same HF_HOME) and set HF_HUB_OFFLINE=1 "
+        "to use it without waiting on the network."
+    )
 
 
 def held_out_size(rows: int) -> int:

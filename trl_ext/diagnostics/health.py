@@ -1,37 +1,26 @@
 """Training-health monitor: plain-words warnings, with the suggested fix, while an RL run can still be saved.
 
-:class:`HealthMonitor` is a ``transformers.TrainerCallback``: it works with any TRL trainer (and any ``Trainer``)
-and reads only the metrics the trainer logs. At every log it runs the checks of
-:mod:`trl_ext.diagnostics.health_checks` (``non_finite``, ``kl_spike``, ``entropy_collapse``, ``clip_high``,
-``kept_groups_low``, ``truncation_high``, ``sampling_mismatch``, ``reward_stall``, ``reward_overoptimized``: each
-explained there with its action), under the thresholds of :class:`HealthThresholds`
-(:mod:`trl_ext.diagnostics.health_thresholds`). This module turns their verdicts into warnings, metrics, a stop and
-checkpoint state; ``CONDITIONS``, ``HealthThresholds`` and ``HealthChecks`` are importable from here too.
+:class:`HealthMonitor` is a ``transformers.TrainerCallback``: it works with any TRL trainer and reads only the
+metrics the trainer logs. At every log it runs the checks of :mod:`trl_ext.diagnostics.health_checks` and turns their
+verdicts into warnings, metrics, a stop and checkpoint state.
 
 **Once per episode.** A condition warns when it becomes active and then stays quiet until it has cleared and comes
-back; the warning is logged with the ``logging`` module (logger ``trl_ext.diagnostics.health``) on the main process only.
+back; the warning is logged (logger ``trl_ext.diagnostics.health``) on the main process only.
 
 **As metrics.** Every log gains ``health/<condition>`` = 1.0 (active) or 0.0 for each condition evaluated, plus
-``health/kl_ratio`` and ``health/entropy_ratio`` (the quantities behind the two relative thresholds). The monitor
-adds them to the ``logs`` dict it receives and to the matching ``state.log_history`` entry. Reporting callbacks
-(TensorBoard, W&B, ...) see them only if they run *after* the monitor, but ``Trainer`` registers its reporting
-callbacks *before* those passed in ``callbacks=[...]``. :meth:`HealthMonitor.attach` therefore puts the monitor
-first in the trainer's callback list; a monitor passed only through ``callbacks=[...]`` still warns, stops and
-writes ``log_history``, but dashboards then miss the ``health/*`` series.
+``health/kl_ratio`` and ``health/entropy_ratio``, in ``logs`` and in the matching ``state.log_history`` entry.
+``Trainer`` registers its reporting callbacks (TensorBoard, W&B) *before* those passed in ``callbacks=[...]``, so
+:meth:`HealthMonitor.attach` puts the monitor first; otherwise dashboards miss the ``health/*`` series.
 
 **Fatal condition.** ``transformers`` hides a non-finite ``loss`` from the logs by default
-(``logging_nan_inf_filter=True`` replaces it by the running average), but ``grad_norm`` and TRL's metrics still show
-it. On a non-finite value the monitor sets ``control.should_training_stop`` (when ``stop_on_non_finite``) and, only
-with ``save_on_non_finite``, ``control.should_save``: a checkpoint written then may already hold non-finite weights
-and would be the newest, which ``resume_from_checkpoint=True`` picks, so by default the run stops without saving and
-the checkpoints written before are kept. The check runs per log, so use ``logging_steps=1`` to stop at the first bad
-step.
+(``logging_nan_inf_filter``), but ``grad_norm`` and TRL's metrics still show it. On a non-finite value the monitor
+stops training (``stop_on_non_finite``) and saves only with ``save_on_non_finite``: that checkpoint may already hold
+non-finite weights and would be the newest, which ``resume_from_checkpoint=True`` picks. Use ``logging_steps=1`` to
+stop at the first bad step.
 
-**Resume.** The running levels (the KL EMA, the starting entropy, the reward window, the streaks and the active
-episodes) are saved in every checkpoint (the monitor is a ``transformers`` ``ExportableState``: they go into
-``trainer_state.json`` under ``stateful_callbacks["HealthMonitor"]``) and restored at the start of a resumed run, so
-a resumed run warns exactly as the uninterrupted one would; so are the warnings given (``events``), so that a
-resumed run's summary lists those of the whole run.
+**Resume.** The running levels, active episodes and warnings given are saved in every checkpoint (an
+``ExportableState`` in ``trainer_state.json``) and restored by a resumed run, which then warns exactly as the
+uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -62,16 +51,12 @@ class HealthEvent:
 
 
 class HealthMonitor(HealthChecks, TrainerCallback, ExportableState):
-    """Watches logged metrics and warns, once per episode, with the suggested action (see :mod:`trl_ext.diagnostics.health`).
+    """Watches logged metrics and warns, once per episode, with the suggested action (module docstring).
 
-    ``check(logs, step)`` is the whole logic and needs no trainer; ``on_log`` calls it, writes the ``health/*``
-    metrics into the logs and stops training on a fatal condition. ``events`` holds every warning given (kept in
-    checkpoints, so a resumed run still has those of before the resume); :meth:`warnings_by_kind` groups them for a
-    run's summary. ``summary_at_end=False`` leaves out the end-of-training list on stderr, for a caller that reports
-    the warnings itself (the recipes' summary table and ``summary.json``).
-
-    The checks and their running levels are inherited from :class:`HealthChecks`, so that the levels stay plain
-    attributes of the monitor: pickles and checkpoints keep the layout they had when both lived in one class.
+    ``check(logs, step)`` is the whole logic and needs no trainer; ``on_log`` calls it. ``events`` holds every
+    warning given. ``summary_at_end=False`` leaves out the end-of-training list, for a caller that reports the
+    warnings itself. The checks are inherited from :class:`HealthChecks` so that the levels stay plain attributes
+    of the monitor, the layout pickles and checkpoints keep.
     """
 
     def __init__(self, thresholds: HealthThresholds | dict | None = None, summary_at_end: bool = True):
@@ -87,8 +72,7 @@ class HealthMonitor(HealthChecks, TrainerCallback, ExportableState):
         super().reset()
 
     def state(self) -> dict[str, Any]:
-        """What a checkpoint keeps (``transformers.trainer_callback.ExportableState``): the thresholds as ``args`` and
-        the running levels, streaks and active episodes as ``attributes``."""
+        """What a checkpoint keeps (``ExportableState``): the thresholds as ``args``, the levels as ``attributes``."""
         levels = self.running_levels()
         levels["active"] = sorted(self.active)
         levels["events"] = [asdict(event) for event in self.events]
@@ -121,11 +105,9 @@ class HealthMonitor(HealthChecks, TrainerCallback, ExportableState):
         callbacks.insert(0, self)
         return self
 
-    # ------------------------------------------------------------------------------------------------ episodes
-
     def check(self, logs: dict[str, Any], step: int = 0, args: Any = None, main_process: bool = True) -> dict:
-        """Run every check on one log; returns the ``health/*`` metrics. New episodes are appended to ``events``
-        and (``print_warnings``, ``main_process``) logged. ``args`` only enriches messages with current settings."""
+        """Run every check on one log; returns the ``health/*`` metrics. New episodes are appended to ``events`` and
+        logged."""
         results, metrics = self.evaluate(logs, step, args)
         for name, (active, message) in results.items():
             if active is None:
@@ -145,8 +127,7 @@ class HealthMonitor(HealthChecks, TrainerCallback, ExportableState):
 
     def warnings_by_kind(self) -> list[dict[str, Any]]:
         """The warnings given so far, one entry per condition in the order they first fired: ``{"kind", "count"
-        (episodes), "step" (the first), "message" (the first, with its suggested fix), "fatal"}``. What a run's
-        summary reports: a condition that returns several times in a long run is one line with its count."""
+        (episodes), "step" (the first), "message" (the first), "fatal"}``, for a run's summary."""
         grouped: dict[str, dict[str, Any]] = {}
         for event in self.events:
             entry = grouped.setdefault(
@@ -164,8 +145,6 @@ class HealthMonitor(HealthChecks, TrainerCallback, ExportableState):
         lines = [f"[trl-ext health] {len(self.events)} warning(s):"]
         lines += [f"  step {e.step:>6d}  {e.condition:<17s} {e.message}" for e in self.events]
         return "\n".join(lines)
-
-    # ------------------------------------------------------------------------------------------------ callbacks
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
         self.reset()

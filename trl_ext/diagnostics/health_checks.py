@@ -2,43 +2,18 @@
 
 :class:`HealthChecks` keeps the running levels the relative checks compare against and evaluates every check on one
 log; it needs no trainer and reads only logged metrics. :class:`trl_ext.diagnostics.health.HealthMonitor` builds on
-it (warnings once per episode, the ``health/*`` metrics, checkpoint state, the ``TrainerCallback`` hooks); the
-thresholds are :class:`trl_ext.diagnostics.health_thresholds.HealthThresholds`. At every log it checks:
+it; the thresholds are :class:`trl_ext.diagnostics.health_thresholds.HealthThresholds`. Each ``_<condition>``
+method below says what its condition means; its message names the fix. A check whose metric is absent from a log
+(e.g. ``kl`` with ``beta=0``) is skipped for that log.
 
-- ``non_finite`` (fatal): ``loss``, ``grad_norm``, ``kl``, ``entropy`` or ``reward`` is NaN/inf. Optionally stops
-  with a checkpoint. Action: lower the learning rate, keep gradient clipping on, check precision and rewards.
-- ``kl_spike``: ``kl`` > ``kl_spike_ratio`` x its running level (an EMA, counted as at least ``kl_min``). Action:
-  raise ``beta`` or lower the learning rate.
-- ``entropy_collapse``: ``entropy`` < ``entropy_collapse_ratio`` x its starting level (or < ``entropy_floor``).
-  Action: clip-higher (``epsilon_high``), an entropy bonus (``entropy_coef``).
-- ``clip_high``: ``clip_ratio/region_mean`` > ``clip_frac_max`` for ``clip_patience`` logs in a row. Action: lower
-  the learning rate, fewer updates per generation (more on-policy).
-- ``kept_groups_low``: ``dynamic_sampling/kept_group_frac`` (else ``1 - frac_reward_zero_std``) < ``kept_frac_min``
-  for ``kept_patience`` logs. Action: a curriculum / filtering prompts, larger groups.
-- ``truncation_high``: ``completions/clipped_ratio`` > ``truncated_frac_max`` for ``truncated_patience`` logs.
-  Action: a longer ``max_completion_length``, overlong shaping or masking.
-- ``reward_stall``: over the last ``stall_window`` logs the least-squares rise of ``reward`` is below
-  ``reward_stall_delta`` while ``loss`` spanned more than ``loss_move_delta``. Action: check the rewards against
-  sampled completions, the data's difficulty, the learning rate and the group size.
+``sampling_mismatch`` reads vLLM's importance-sampling metrics (TRL's ``sampling/*``, which nothing else reads).
+Causes: truncated sampling (top-p < 1, top-k, min-p: the correction is biased, TRL issue #6789), a precision
+mismatch between engine and trainer, ``--logprobs-mode`` other than ``processed_logprobs``, weights that did not
+reach the engine, or (``async_generation``) a policy that moves too far in one step.
 
-- ``sampling_mismatch``: vLLM's importance-sampling correction (TRL's ``sampling/*`` metrics, which nothing else reads)
-  says the engine's and the trainer's token log-probs disagree: ``sampling/importance_sampling_ratio/mean`` is more
-  than ``is_ratio_tolerance`` from 1, or ``sampling/sampling_logp_difference/mean`` exceeds ``logp_gap_max`` nats, for
-  ``sampling_patience`` logs. Causes: truncated sampling (top-p < 1, top-k, min-p: the correction is biased, TRL issue
-  #6789), a precision mismatch between engine and trainer, ``--logprobs-mode`` other than ``processed_logprobs``,
-  weights that did not reach the engine, or (``async_generation``) a policy that moves too far in one step.
-
-- ``reward_overoptimized``: a learned reward (``proxy_metrics``, e.g. ``rewards/<reward model>/mean``) rises while a
-  gold figure (``gold_metrics``: ``held_out/accuracy``, or a rule reward's ``rewards/<name>/mean``) falls by more
-  than ``overopt_gold_drop`` over its last ``overopt_window`` values (least-squares rise; the proxy over the same
-  steps): the policy games the reward model (Gao et al. 2022, arXiv 2210.10760). Action: stop at the best
-  checkpoint, raise ``beta``, retrain the reward model on the policy's own samples, or mix in a rule reward.
-
-A check whose metric is absent from a log (e.g. ``kl`` with ``beta=0``) is skipped for that log.
-
-**Reward-stall window.** The trend is measured over at least ``stall_window`` logs and, when the trainer's
-``logging_steps`` is known, at least ``stall_steps`` training steps (200 logs at ``logging_steps=1``): a per-step
-reward is noisy, and 20 single-step logs of a healthy run often show no least-squares rise.
+``reward_stall`` measures the trend over at least ``stall_window`` logs and, when ``logging_steps`` is known, at
+least ``stall_steps`` training steps: a per-step reward is noisy, and 20 single-step logs of a healthy run often
+show no least-squares rise.
 """
 
 from __future__ import annotations
@@ -92,14 +67,9 @@ def _hint(args: Any, name: str) -> str:
 
 
 class HealthChecks:
-    """The running levels behind the relative checks, and every check over one log (this module's docstring).
-
-    :meth:`evaluate` runs the checks in order and updates the levels: the KL running level (``_kl_level`` over
-    ``_kl_count`` logs), the starting entropy, the streaks of the sustained conditions, the reward/loss window and
-    the proxy/gold series of the over-optimization check. :meth:`running_levels` and :meth:`load_running_levels`
-    save and restore them as JSON-able values (what a checkpoint keeps), so that a resumed run judges as the
-    uninterrupted one would.
-    """
+    """The running levels behind the relative checks, and every check over one log. :meth:`running_levels` and
+    :meth:`load_running_levels` save and restore the levels as JSON-able values (what a checkpoint keeps), so that a
+    resumed run judges as the uninterrupted one would."""
 
     _LEVELS = ("_streak", "_kl_level", "_kl_count", "_entropy_start", "_proxy", "_gold")
 
@@ -133,10 +103,9 @@ class HealthChecks:
     def evaluate(
         self, logs: dict[str, Any], step: int = 0, args: Any = None
     ) -> tuple[dict[str, tuple[bool | None, str]], dict[str, float]]:
-        """Run every check on one log, in order. Returns each condition's ``(active, message)`` (``active`` is None
-        when the check was not evaluated: its metric is absent or its level still warming up) and the ratio metrics
-        ``health/kl_ratio`` and ``health/entropy_ratio`` when they were computed. ``args`` (the training arguments)
-        only enriches messages with current settings."""
+        """Run every check on one log. Returns each condition's ``(active, message)`` (``active`` is None when the
+        check was not evaluated: metric absent or level warming up) and the ``health/kl_ratio`` and
+        ``health/entropy_ratio`` metrics when computed. ``args`` only enriches messages with current settings."""
         metrics: dict[str, float] = {}
         results = {
             "non_finite": self._non_finite(logs, args),

@@ -1,49 +1,30 @@
 """Pre-flight probe: will RL learn anything on this model and data, and what will dynamic sampling cost?
 
-Before a GRPO/DAPO/GSPO run, the probe samples a group of ``num_generations`` completions for each of a sample of
-prompts (``transformers.generate`` on CPU or a single GPU; ``vllm.LLM`` when vLLM is installed and a GPU is present),
-scores them with the run's reward functions and reports:
+The probe samples ``num_generations`` completions for each of a sample of prompts (``transformers.generate``, or
+``vllm.LLM`` when vLLM is installed and a GPU is present), scores them with the run's reward functions and reports:
 
-- **pass@1 and pass@k** for k = 1, 2, 4, ..., G, with the unbiased estimator of Chen et al. (arXiv 2107.03374):
-  ``pass@k = 1 - C(n - c, k) / C(n, k)`` per prompt (n samples, c successes), averaged over prompts;
-- the fractions of **all-correct, all-wrong and mixed groups** (by success), and the fraction of groups that
-  dynamic sampling keeps (rewards not all equal: ``trl_ext.grpo.dynamic_sampling.groups.informative_groups``, DAPO Eq. 11);
-- the **expected generation rounds per step** that dynamic sampling needs at this difficulty under the refill
-  policy of the run's own config (a ``GRPOFamilyConfig``: its ``dynamic_sampling_max_generation_batches`` budget,
-  refill margin, round size, carried surplus and prompts per generation batch; ``probe_args.dynamic_sampling_policy``,
-  ``trl_ext.grpo.dynamic_sampling.sizing.expected_refill_rounds``; what the trainer logs as ``dynamic_sampling/rounds``), the
-  generation batches that costs, the whole-batch upper bound (``group_filter.expected_rounds``), and how the kept
-  fraction would change with a smaller or larger group;
-- the reward distribution, completion lengths and the fraction truncated (no EOS within ``max_completion_length``,
-  TRL's ``completions/clipped_ratio``);
-- **recommendations** with the numbers behind them: SFT first when pass@G is near zero (a group without a success
-  has zero advantage; the cold-start rule of DeepSeek-R1 and DAPO), filter always-solved prompts, raise the group
-  size, raise ``max_completion_length``.
+- **pass@k** for k = 1, 2, 4, ..., G (the unbiased estimator of Chen et al., arXiv 2107.03374);
+- the fractions of **all-correct, all-wrong and mixed groups**, and of groups dynamic sampling keeps (DAPO Eq. 11);
+- the **expected generation rounds per step** under the refill policy of the run's own config
+  (``probe_args.dynamic_sampling_policy``), and how the kept fraction would change with the group size;
+- reward and length distributions, and the fraction truncated (TRL's ``completions/clipped_ratio``);
+- **recommendations** with the numbers behind them (``probe_stats.recommend``).
 
-A completion *passes* when its (weighted, summed) reward is ``>= success_threshold`` (default ``1.0``: the "correct"
-value of the 0/1 and +1/-1 verifiable rewards). The threshold is fixed rather than "the highest reward observed"
-because a cold model that never succeeds would then pass everywhere, which is exactly the case the probe must catch.
-For other reward scales, set ``--success_threshold``.
+A completion *passes* when its weighted reward is ``>= success_threshold`` (default 1.0). The threshold is fixed
+rather than "the highest reward observed" because a cold model that never succeeds would then pass everywhere, which
+is exactly the case the probe must catch.
 
-The report is printed as a table, saved as ``report.json`` and plotted as ``histogram.png`` under ``output_dir``
-(default ``outputs/probe/<model>``). With no arguments the probe runs on the built-in arithmetic demo after its SFT
-warm start (``trl_ext.demo.warm_start``); ``--no_warm_start`` (or ``--model_name_or_path demo-random``) probes the
-cold, randomly initialised demo model instead::
+The report is printed, saved as ``report.json`` and plotted as ``histogram.png`` under ``output_dir``::
 
     python -m trl_ext.diagnostics.probe                       # demo, warm-started
     python -m trl_ext.diagnostics.probe --no_warm_start       # demo, cold
-    python -m trl_ext.diagnostics.probe --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name my/math \\
-        --reward_funcs accuracy format --num_generations 16
     trl-ext probe --config recipes/configs/qwen2.5-0.5b-instruct/dapo/config_gsm8k.yaml   # a run's own YAML
 
 ``--config`` takes the run's training YAML: its model, data, rewards and sampling fill the probe's settings (flags
-override them) and its config (``preset:``, default DAPO) is the run whose dynamic sampling is projected. Without
-one, the projection assumes ``GRPOFamilyConfig``'s defaults with dynamic sampling on and 16 prompts per generation
-batch (``probe_args.default_run_config``). The module is split by job: settings (``probe_args``), statistics and
-advice (``probe_stats``), the report (``probe_report``); this module samples, scores and runs the command line.
+override them) and its config (``preset:``, default DAPO) is the run whose dynamic sampling is projected.
 
-What it does not do: it does not train, and it samples with the model's plain ``generate`` (no chat template beyond
-the tokenizer's own, no tools), so its numbers describe the first step of training, not later ones.
+What it does not do: it does not train, and it samples with the model's plain ``generate``, so its numbers describe
+the first step of training, not later ones.
 """
 
 from __future__ import annotations
@@ -65,7 +46,6 @@ from datasets import Dataset
 
 from trl_ext.data import TaskData, format_prompts, load_task_data
 from trl_ext.demo import build_model, build_tokenizer
-from trl_ext.diagnostics.eval_metrics import pass_at_k
 from trl_ext.diagnostics.probe_args import (
     DEFAULT_GROUPS_PER_BATCH,
     DEMO,
@@ -76,15 +56,7 @@ from trl_ext.diagnostics.probe_args import (
     dynamic_sampling_policy,
 )
 from trl_ext.diagnostics.probe_report import ProbeReport
-from trl_ext.diagnostics.probe_stats import (
-    Recommendation,
-    _expected_cost,
-    fit_beta_prior,
-    mixed_group_prob,
-    recommend,
-    reward_model_spread,
-    summarize,
-)
+from trl_ext.diagnostics.probe_stats import recommend, reward_model_spread, summarize
 from trl_ext.errors import UserError, as_user_errors
 from trl_ext.grpo.configs import GRPOFamilyConfig
 from trl_ext.grpo.presets import lookup
@@ -94,36 +66,9 @@ from trl_ext.recipe.rewards import reward_functions
 from trl_ext.reward_model import as_callable, is_reward_model, reward_model_name
 from trl_ext.scoring import eos_ids, generate_groups, prompt_text, score_completions
 
-__all__ = [  # the probe's public names, several at home in the modules it is split into
-    "DEMO",
-    "DEMO_RANDOM",
-    "ProbeArguments",
-    "ProbeReport",
-    "Recommendation",
-    "_expected_cost",
-    "default_run_config",
-    "dynamic_sampling_policy",
-    "fit_beta_prior",
-    "load_model",
-    "load_prompts",
-    "load_task",
-    "main",
-    "mixed_group_prob",
-    "parse_args",
-    "pass_at_k",
-    "probe_model",
-    "recommend",
-    "reward_model_spread",
-    "run_probe",
-    "sample_transformers",
-    "sample_vllm",
-    "score",
-    "summarize",
-]
-
 DEMO_MAX_COMPLETION_LENGTH = 8  # the demo's answers are at most 2 digits + EOS
 DEFAULT_MAX_COMPLETION_LENGTH = 256
-#: The probe's former flags for the run's refill policy, now read from the run's config: flag -> config field.
+#: Deprecated flags for the run's refill policy, now read from the run's config: flag -> config field.
 RENAMED_FLAGS = {
     "--max_rounds": ("dynamic_sampling_max_generation_batches", int),
     "--refill_margin": ("dynamic_sampling_refill_margin", float),
@@ -200,9 +145,7 @@ def score(
     completions: list[Any],
     prompt_column: str,
 ) -> torch.Tensor:
-    """Weighted sum of the reward functions, called with TRL's signature and keyword columns
-    (``trl_ext.scoring.score_completions``: ``None`` is NaN, NaNs skipped in the sum as TRL does, a completion is
-    NaN only when every function returned ``None``)."""
+    """Weighted sum of the reward functions, called as TRL calls them (``trl_ext.scoring.score_completions``)."""
     keys = [key for key in rows[0] if key not in (prompt_column, "prompt", "completion", "completion_ids")]
     columns = {key: [row[key] for row in rows] for key in keys}
     extra = {"trainer_state": None, "log_extra": _noop, "log_metric": _noop}
@@ -210,9 +153,7 @@ def score(
 
 
 def load_task(args: ProbeArguments) -> TaskData:
-    """The probed data, mapped by its layout as the recipes map it (``trl_ext.data.load_task_data``): the split
-    (for the demo: ``train``, or the held-out set for ``test``) cut to a seeded sample of ``num_prompts`` rows in
-    ``train``."""
+    """The probed split, mapped by its layout as the recipes map it, cut to a seeded sample of ``num_prompts`` rows."""
     data = load_task_data(
         types.SimpleNamespace(
             dataset_name=args.dataset_name,
@@ -234,11 +175,6 @@ def load_task(args: ProbeArguments) -> TaskData:
     return TaskData(dataset, None, data.layout)
 
 
-def load_prompts(args: ProbeArguments) -> Dataset:
-    """The probed prompts (``load_task``'s training rows)."""
-    return load_task(args).train
-
-
 def probe_model(
     model: Any,
     tokenizer: Any,
@@ -249,12 +185,8 @@ def probe_model(
     model_path: str | None = None,
     training_args: GRPOFamilyConfig | None = None,
 ) -> ProbeReport:
-    """Probe an already loaded model on ``dataset`` (all its rows; sample them first) with ``reward_funcs``.
-
-    This is the function behind the command line, for recipes and notebooks that hold the model already.
-    ``model_path`` enables the vLLM sampler (vLLM loads from a path). ``training_args``: the run whose dynamic
-    sampling cost is projected (its refill policy, ``dynamic_sampling_policy``); None: ``default_run_config(args)``.
-    """
+    """Probe an already loaded model on all rows of ``dataset`` with ``reward_funcs``. ``model_path`` enables the
+    vLLM sampler; ``training_args`` is the run whose dynamic sampling is projected (None: ``default_run_config``)."""
     args = args or ProbeArguments()
     policy = dynamic_sampling_policy(training_args or default_run_config(args))
     if len(dataset) == 0:
@@ -283,31 +215,19 @@ def probe_model(
     group_size = args.num_generations
     conversational = isinstance(raw_prompts[0], list)
     completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
-    rewards = score(
-        reward_funcs,
-        weights,
-        [row for row in rows for _ in range(group_size)],
-        [p for p in raw_prompts for _ in range(group_size)],
-        completions,
-        args.prompt_column,
-    )
+    flat_prompts = [p for p in raw_prompts for _ in range(group_size)]
+    flat_rows = [row for row in rows for _ in range(group_size)]
+    rewards = score(reward_funcs, weights, flat_rows, flat_prompts, completions, args.prompt_column)
     elapsed = time.perf_counter() - start
 
     shape = (len(rows), group_size)
-    flat_prompts = [p for p in raw_prompts for _ in range(group_size)]
     spread = {
         reward_model_name(f): reward_model_spread(as_callable(f)(flat_prompts, completions), group_size)
         for f in reward_funcs
         if is_reward_model(f)
     }
-    summary = summarize(
-        rewards.view(shape),
-        lengths.view(shape),
-        truncated.view(shape),
-        args.success_threshold,
-        **policy,
-    )
     rewards_grouped = rewards.view(shape)
+    summary = summarize(rewards_grouped, lengths.view(shape), truncated.view(shape), args.success_threshold, **policy)
     per_prompt = [
         {
             "prompt": str(p)[:300],
@@ -351,8 +271,7 @@ def probe_model(
 
 
 def load_model(args: ProbeArguments) -> tuple[Any, Any, str, str | None]:
-    """The model and tokenizer to probe, a display name, and its path (for vLLM; None for the cold demo model).
-    Loading is the recipes' (``trl_ext.recipe.models.load_policy``: no name = the demo's cached SFT warm start)."""
+    """The model and tokenizer to probe (loaded as the recipes load them), a display name, and its path (for vLLM)."""
     if args.no_warm_start or args.model_name_or_path == DEMO_RANDOM:
         tokenizer = build_tokenizer()
         return build_model(tokenizer), tokenizer, DEMO_RANDOM, None
@@ -365,8 +284,7 @@ def load_model(args: ProbeArguments) -> tuple[Any, Any, str, str | None]:
 def run_probe(
     args: ProbeArguments | None = None, save: bool = True, training_args: GRPOFamilyConfig | None = None
 ) -> ProbeReport:
-    """Load the model, data and rewards named in ``args``, probe (``training_args``: the run to project dynamic
-    sampling for, see ``probe_model``), and (``save=True``) write the report files."""
+    """Load the model, data and rewards named in ``args``, probe, and (``save=True``) write the report files."""
     args = args or ProbeArguments()
     model, tokenizer, name, path = load_model(args)
     task = load_task(args)
@@ -394,8 +312,7 @@ def _pop_option(argv: list[str], flag: str) -> str | None:
 
 
 def _renamed_flags(argv: list[str]) -> dict[str, Any]:
-    """The former refill-policy flags (``RENAMED_FLAGS``) removed from ``argv``: ``{config field: value}``, each
-    with a ``FutureWarning`` that names the config field that replaces it."""
+    """The deprecated refill-policy flags (``RENAMED_FLAGS``) removed from ``argv``, as ``{config field: value}``."""
     given = {}
     for flag, (field_name, convert) in RENAMED_FLAGS.items():
         value = _pop_option(argv, flag)
@@ -416,10 +333,8 @@ def _renamed_flags(argv: list[str]) -> dict[str, Any]:
 def _run_config(
     args: ProbeArguments, run: dict[str, Any], preset: str | None, renamed: dict[str, Any]
 ) -> GRPOFamilyConfig:
-    """The run's config: the preset's class (``preset``, else the YAML's ``preset:``, else DAPO) over the YAML's keys
-    that are its fields, with the probe's sampling (``SAMPLING_FIELDS``) and the former flags' values
-    (``renamed``); a YAML that sets no batch gets ``DEFAULT_GROUPS_PER_BATCH`` prompts per generation batch, and
-    with neither a YAML nor a preset the run is ``default_run_config``. Precision is off: nothing is trained."""
+    """The run's config: the preset's class (``preset``, else the YAML's ``preset:``, else DAPO) over the YAML's keys,
+    with the probe's sampling and the deprecated flags' values; neither a YAML nor a preset: ``default_run_config``."""
     if "generation_batch_size" in renamed:  # --groups_per_batch: prompts, not completions
         renamed["generation_batch_size"] *= args.num_generations
     if not run and preset is None:  # the default run is on-policy: its batch is one optimizer step's
@@ -441,12 +356,8 @@ def _run_config(
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[ProbeArguments, GRPOFamilyConfig]:
-    """``(probe settings, the run's config)`` from the command line. ``--config`` names the run's training YAML
-    (a file, or a packaged name such as ``recipes/configs/demo/dapo/config_demo.yaml``): its keys that are probe
-    settings (model, data, rewards, sampling; ``dataset_prompt_column`` / ``dataset_train_split`` under the probe's
-    names) fill those not given as flags, and the rest configure the run (``_run_config``; ``--preset`` or the
-    YAML's ``preset:`` picks its class). The former refill-policy flags (``RENAMED_FLAGS``) still work, with a
-    warning."""
+    """``(probe settings, the run's config)`` from the command line. The keys of the ``--config`` YAML that are probe
+    settings fill those not given as flags; the rest configure the run (``_run_config``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     preset = _pop_option(argv, "--preset")
     renamed = _renamed_flags(argv)
@@ -472,8 +383,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ProbeArguments, GRPOF
 
 
 def main(argv: Sequence[str] | None = None) -> ProbeReport:
-    """Command-line entry point: parse the probe's settings and the run's config (``parse_args``), probe, print the
-    table."""
+    """Command-line entry point: parse, probe, print the table."""
     args, training_args = parse_args(argv)
     report = run_probe(args, training_args=training_args)
     print(report.format())

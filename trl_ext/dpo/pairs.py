@@ -1,27 +1,13 @@
 """Preference pairs mined from groups of scored rollouts: the data side of group-mined / iterative DPO.
 
-Iterative Reasoning Preference Optimization (Pang et al., arXiv 2404.19733, section 2) samples N completions per
-prompt from the current model, scores them with a verifiable reward and builds pairs (correct, incorrect). This
-module does the same with any reward functions of the GRPO family (TRL's signature ``f(prompts, completions,
-**columns) -> list[float | None]``), in three independent steps:
-
-1. ``sample_groups``: ``num_generations`` sampled completions per prompt from a causal LM (``model.generate``).
-2. ``score_completions``: the weighted sum of the reward functions, NaN-aware like TRL's GRPO (``None`` = "this
-   function does not apply"; a completion that no function scores is unscorable, NaN).
-3. ``select_pairs`` / ``build_pairs``: drop uninformative groups with ``trl_ext.grpo.dynamic_sampling.groups.informative_groups``
-   (the very filter of DAPO's dynamic sampling, Eq. 11: rewards not all equal), then pair the best-reward tier
-   with the worst-reward tier, taking the pair whose lengths are closest. Pairing by reward alone would let a
-   length difference ride along with the preference and teach it (Park et al., "Disentangling Length from Quality
-   in DPO", arXiv 2403.19159); matching lengths within the reward tiers removes most of it at no cost.
-   A truncated completion (no EOS within the length limit) is never the chosen one: TRL's ``DPOTrainer`` appends
-   EOS to every completion, so a truncated "chosen" would teach the model to stop at an arbitrary cut.
-
-TRL's ``DPOTrainer`` re-tokenizes the text (prompt + completion + EOS). ``mine_pairs`` checks that this gives back
-exactly the sampled token ids (``round_trips``) and leaves out of the pairs any completion for which it does not,
-so that DPO trains on the tokens the model sampled; ``mining/not_round_trip`` counts them.
-
-``mine_pairs`` chains the three. ``build_pairs`` is usable on its own to turn scored rollouts (e.g. logged by a GRPO
-run) into a ``datasets.Dataset`` with ``prompt`` / ``chosen`` / ``rejected`` columns for ``DPOTrainer``.
+Iterative RPO (Pang et al., arXiv 2404.19733, section 2) samples N completions per prompt from the current model,
+scores them with a verifiable reward and pairs correct with incorrect. ``mine_pairs`` does the same with any GRPO-family
+reward functions: ``sample_groups``, then ``score_completions``, then ``build_pairs``, which drops uninformative groups
+(``informative_groups``, DAPO's dynamic-sampling filter, Eq. 11) and pairs the best-reward tier with the worst,
+taking the pair whose lengths are closest. Pairing by reward alone would let a length difference ride along with the
+preference and teach it (Park et al., arXiv 2403.19159). A truncated completion is never chosen: TRL's
+``DPOTrainer`` appends EOS to every completion, so it would teach the model to stop at an arbitrary cut; nor does a
+completion whose text does not re-tokenize to its sampled ids (``round_trips``) enter a pair.
 """
 
 from __future__ import annotations
@@ -84,13 +70,10 @@ def select_pairs(
 ) -> list[tuple[int, int]]:
     """Indices ``(chosen, rejected)`` into the flat, group-contiguous ``rewards`` (TRL's ``view(-1, G)`` order).
 
-    Per informative group (``informative_groups(rewards, G, atol)``): the chosen candidates are the completions
-    within ``atol`` of the group's best scorable reward, the rejected ones within ``atol`` of its worst; among all
-    candidate pairs whose rewards differ by more than ``atol``, take the one with the smallest ``|len(c) - len(r)|``
-    (ties: lowest indices), then the next closest with unused completions, up to ``pairs_per_group``. Pairs whose
-    length gap exceeds ``max_length_gap`` are skipped (``None``: no limit). NaN rewards never enter a pair.
-    A ``truncated`` completion (no EOS) is never chosen: the chosen tier is the best reward among the completions
-    that ended; an ``excluded`` one (e.g. text that does not re-tokenize to its sampled ids) enters no pair.
+    Per informative group, chosen candidates are within ``atol`` of the best reward among completions that ended
+    (not ``truncated``), rejected ones within ``atol`` of the worst; pairs are taken by smallest length gap (ties:
+    lowest indices), no completion reused, up to ``pairs_per_group`` and ``max_length_gap``. NaN rewards and
+    ``excluded`` completions enter no pair.
     """
     if pairs_per_group < 1:
         raise ValueError(f"pairs_per_group={pairs_per_group} must be >= 1.")
@@ -159,10 +142,8 @@ def build_pairs(
     excluded: Sequence[bool] | None = None,
 ) -> Dataset:
     """Scored rollouts to a preference ``Dataset`` (``prompt``, ``chosen``, ``rejected`` plus the rewards and lengths
-    of both sides), ready for ``DPOTrainer``. Groups are contiguous runs of ``num_generations`` completions; prompts
-    may be given once per group or once per completion. ``lengths`` defaults to the completions' character counts
-    (pass token counts when you have them); ``truncated`` marks completions without EOS (never chosen),
-    ``excluded`` those that must enter no pair. Selection rules: ``select_pairs``."""
+    of both sides) for ``DPOTrainer``; prompts once per group or per completion, ``lengths`` by default in characters.
+    Selection rules: ``select_pairs``."""
     rewards = torch.as_tensor(rewards, dtype=torch.float32).flatten()
     n = len(completions)
     if rewards.numel() != n:
@@ -215,16 +196,14 @@ def sample_groups(
     top_p: float = 1.0,
     batch_size: int = 64,
 ) -> tuple[list[Any], list[list[int]]]:
-    """``num_generations`` sampled completions per prompt, group-contiguous, and their token ids (up to and
-    including EOS when generated: TRL GRPO's ``completion_ids``). Conversational prompts go through the chat template and come back as
-    ``[{"role": "assistant", "content": text}]``, the format TRL's ``DPOTrainer`` expects for such prompts."""
+    """``num_generations`` sampled completions per prompt, group-contiguous, and their token ids (up to and including
+    EOS). Conversational prompts come back as ``[{"role": "assistant", "content": text}]``, as ``DPOTrainer`` expects."""
     if num_generations < 2:
         raise ValueError(f"num_generations={num_generations}: a group needs at least 2 completions to compare.")
     if tokenizer.pad_token_id is None:
         raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token (e.g. to tokenizer.eos_token).")
     eos = tokenizer.eos_token_id
     texts = [prompt_text(p, tokenizer) for p in prompts]
-    sampling = {"temperature": temperature, "top_p": top_p, "top_k": 0}
     eos_ids = [] if eos is None else [eos]
     completion_ids, _ = generate_groups(
         model,
@@ -236,7 +215,9 @@ def sample_groups(
         eos_ids,
         tokenizer.pad_token_id,
         add_special_tokens=False,
-        **sampling,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=0,
     )
     completions: list[Any] = []
     for k, ids in enumerate(completion_ids):
@@ -247,11 +228,9 @@ def sample_groups(
 
 
 def round_trips(tokenizer: Any, text: str, ids: Sequence[int]) -> bool:
-    """Whether TRL's ``DPOTrainer`` would train on exactly the sampled ``ids``: it appends EOS to the completion text
-    (when missing) and tokenizes it; the result must equal ``ids`` (EOS-terminated; a truncated completion gets the
-    EOS appended). Tokenized after the prompt in TRL; checked here on the completion alone, which is exact for
-    tokenizers that do not merge across the prompt boundary (character-level, and BPE with a prompt ending in a
-    separator) and errs on the side of leaving a completion out otherwise."""
+    """Whether TRL's ``DPOTrainer``, which appends EOS to the completion text and tokenizes it, trains on exactly the
+    sampled ``ids``. Checked on the completion alone (TRL tokenizes it after the prompt): exact for tokenizers that do
+    not merge across the prompt boundary, and errs on the side of leaving a completion out otherwise."""
     eos, eos_id = tokenizer.eos_token, tokenizer.eos_token_id
     expected = list(ids) if ids and ids[-1] == eos_id else [*ids, eos_id]
     full = text if text.endswith(eos) else text + eos
@@ -273,9 +252,8 @@ def mine_pairs(
     max_length_gap: int | None = None,
     batch_size: int = 64,
 ) -> tuple[Dataset, PairStats]:
-    """Sample groups from ``model`` for every row of ``dataset`` (a ``prompt`` column plus whatever columns the reward
-    functions need, e.g. ``answer``), score them (with ``completion_ids`` too, as TRL's GRPO passes them), and build
-    best-vs-worst pairs matched on token length."""
+    """Sample groups from ``model`` for every row of ``dataset`` (a ``prompt`` column plus the reward functions'
+    columns), score them as TRL's GRPO does, and build best-vs-worst pairs matched on token length."""
     if "prompt" not in dataset.column_names:
         raise ValueError(
             f"the prompt dataset has columns {dataset.column_names} but no 'prompt' column; rename the column that "

@@ -1,41 +1,28 @@
 r"""DPO over TRL's ``DPOTrainer``: length-bias diagnostics, and pairs mined from groups of the current policy.
 
 ``DPOTrainer`` takes exactly the arguments of ``trl.DPOTrainer`` and computes exactly its loss (DPO, arXiv
-2305.18290, Eq. 7: L = -log sigmoid(beta [log pi/pi_ref (y_w|x) - log pi/pi_ref (y_l|x)]), or whichever
-``loss_type`` the config names). On top it logs how much of the implicit reward margin comes from length:
+2305.18290, Eq. 7, or whichever ``loss_type`` the config names). On top it logs how much of the implicit reward
+margin comes from length, an exact split of each pair's margin:
 
     margin = beta (L_w a_w - L_l a_l)                     a = per-token log-ratio log(pi/pi_ref) / L
            = beta (L_w - L_l)(a_w + a_l)/2   +   beta (a_w - a_l)(L_w + L_l)/2
              ^ length part: the length gap    ^ per-token part: what the model prefers
                at the pair's mean rate           token for token
 
-an exact split of each pair's margin. Logged (averaged like TRL's own metrics): ``length_bias/chosen_len``,
-``length_bias/rejected_len``, ``length_bias/gap`` (mean L_w - L_l, in completion tokens),
-``length_bias/margin_from_length`` (mean length part) and ``length_bias/length_share`` (sum |length part| /
-(sum |length part| + sum |per-token part|), in [0, 1]: 0 = length explains none of the margin). The diagnostics use
-the unweighted sequence log-ratios (DPO's implicit reward r = beta log pi/pi_ref, Eq. 5) whatever the loss; they
-read the per-token log-probabilities of TRL's own policy and reference forwards (forward hooks: TRL >= 1.15's fused LM
-head returns them as ``log_probs``; with older TRL one log-softmax gather over the logits), never run a forward pass of
-their own (nor ``compute_loss(return_outputs=True)``, which costs one on TRL >= 1.15), and never change the loss.
+Logged: ``length_bias/chosen_len``, ``rejected_len``, ``gap`` (L_w - L_l), ``margin_from_length`` (the length part)
+and ``length_share`` (sum |length part| / (sum |length part| + sum |per-token part|): 0 = length explains none of
+the margin). They use the unweighted sequence log-ratios (DPO's implicit reward, Eq. 5) read from TRL's own policy
+and reference forwards through forward hooks: no extra forward pass, no change to the loss.
 
-TRL settings that counter length bias (all ``trl.DPOConfig`` fields, so also fields of ``DPOConfig`` below):
+TRL settings that counter length bias: ``loss_type="sigmoid_norm"`` (length-normalized log-ratios), ``ld_alpha``
+(LD-DPO, arXiv 2409.06411), ``loss_type=["sigmoid", "sft"]`` (RPO's NLL term, arXiv 2404.19733, Eq. 1), and on the
+data side ``trl_ext.dpo.pairs``' length-matched pairs.
 
-- ``loss_type="sigmoid_norm"``: length-normalized log-ratios, -log sigmoid(beta (a_w - a_l)) (the per-token part
-  alone; the SimPO-style average without its reward margin).
-- ``ld_alpha`` (LD-DPO, arXiv 2409.06411): tokens past the shorter completion's length count with weight
-  ``ld_alpha`` in [0, 1] (1.0 = plain DPO; the paper finds 0.2 - 0.5 good for 7B-scale models).
-- ``loss_type=["sigmoid", "sft"], loss_weights=[1.0, alpha]``: RPO's NLL term on the chosen completion (Iterative
-  RPO, arXiv 2404.19733, Eq. 1, alpha = 1 in the paper; TRL's "sft" term is the token-mean NLL, where the paper
-  divides by |x| + |y|). It keeps the chosen log-likelihood from falling, the failure that makes plain DPO drift.
-- Data side: ``trl_ext.dpo.pairs`` pairs completions of similar length (``pairs_per_group``, ``max_length_gap``).
-
-Group-mined, iterative DPO (Iterative RPO, arXiv 2404.19733, section 2): ``DPOTrainer.from_groups`` samples
-``num_generations`` completions per prompt from the current policy, scores them with GRPO-family reward functions,
-drops all-equal groups (``trl_ext.grpo.dynamic_sampling.groups``, shared with DAPO's dynamic sampling) and trains on length-matched
-best-vs-worst pairs. ``train_iterative_dpo`` repeats that for ``mining_rounds`` rounds, each round re-sampling from
-the improved model and using it as the new reference (the paper's M_t -> M_{t+1} with reference M_t). What it does
-not do: the paper's gold-answer check on the chosen chain of thought is whatever your reward function checks, and it
-trains each round from the previous round's weights without re-tuning hyper-parameters per round.
+Group-mined, iterative DPO (Iterative RPO, arXiv 2404.19733, section 2): ``DPOTrainer.from_groups`` trains on pairs
+mined from the current policy (``trl_ext.dpo.pairs``); ``train_iterative_dpo`` repeats that for ``mining_rounds``
+rounds, each re-sampling from the improved model and using it as the new reference (M_t -> M_{t+1} with reference
+M_t). What it does not do: the paper's gold-answer check on the chosen chain of thought is whatever your reward
+function checks, and hyper-parameters are not re-tuned per round.
 """
 
 from __future__ import annotations
@@ -71,21 +58,17 @@ class DPOConfig(trl.DPOConfig):
     its TRL default, so ``trl_ext.DPOTrainer`` with this config trains exactly like TRL on preference data.
 
     Parameters (in addition to ``trl.DPOConfig``'s):
-        length_diagnostics (`bool`, defaults to `True`): log ``length_bias/*`` (module docstring). No effect on the loss.
+        length_diagnostics (`bool`, defaults to `True`): log ``length_bias/*``. No effect on the loss.
         num_generations (`int`, defaults to `8`): completions sampled per prompt when mining pairs (Iterative RPO
             samples N = 30 on GSM8K; 8 is enough on the demo task).
-        mining_rounds (`int`, defaults to `1`): rounds of sample -> pair -> train in ``train_iterative_dpo``; each
-            round re-samples from the improved model and uses it as the reference (Iterative RPO used 4).
-        mining_max_new_tokens (`int`, defaults to `256`): generation length when mining.
-        mining_temperature (`float`, defaults to `1.0`) / mining_top_p (`float`, defaults to `1.0`): sampling
-            settings when mining (Iterative RPO: temperature 0.8 on GSM8K).
-        mining_batch_size (`int`, defaults to `64`): prompts per ``generate`` call when mining.
-        prompts_per_round (`int` or `None`, defaults to `None`): prompts sampled per round (seeded); ``None``: all.
-        reward_weights (`list[float]` or `None`, defaults to `None`): one weight per reward function; ``None``: 1.0.
-        reward_atol (`float`, defaults to `1e-6`): a group is uninformative (dropped) when max(r) - min(r) <= atol;
-            chosen / rejected are the completions within atol of the best / worst reward.
-        pairs_per_group (`int`, defaults to `1`): length-matched best-vs-worst pairs per group, no completion reused.
-        max_length_gap (`int` or `None`, defaults to `None`): drop pairs whose completions differ by more tokens.
+        mining_rounds (`int`, defaults to `1`): rounds of sample -> pair -> train (Iterative RPO used 4).
+        mining_max_new_tokens, mining_temperature, mining_top_p, mining_batch_size: generation when mining
+            (Iterative RPO: temperature 0.8 on GSM8K).
+        prompts_per_round (`int` or `None`): prompts sampled per round (seeded); ``None``: all.
+        reward_weights (`list[float]` or `None`): one weight per reward function; ``None``: 1.0.
+        reward_atol (`float`, defaults to `1e-6`): a group is dropped when max(r) - min(r) <= atol.
+        pairs_per_group (`int`, defaults to `1`): length-matched best-vs-worst pairs per group.
+        max_length_gap (`int` or `None`): drop pairs whose completions differ by more tokens.
     """
 
     length_diagnostics: bool = field(
@@ -143,9 +126,8 @@ def length_margin_decomposition(
     rejected_lengths: torch.Tensor,
     beta: float,
 ) -> dict[str, torch.Tensor]:
-    """Exact per-pair split of DPO's implicit reward margin ``beta (c - r)`` into a length part and a per-token part
-    (module docstring). ``*_logratios`` are sequence sums of log(pi / pi_ref); lengths are completion token counts.
-    Returns ``margin``, ``length_part``, ``per_token_part`` (``margin == length_part + per_token_part``)."""
+    """Exact per-pair split of DPO's implicit reward margin into ``length_part`` and ``per_token_part`` (module
+    docstring), from sequence sums of log(pi / pi_ref) and completion token counts."""
     lw, ll = chosen_lengths.float().clamp(min=1), rejected_lengths.float().clamp(min=1)
     aw, al = chosen_logratios.float() / lw, rejected_logratios.float() / ll
     length_part = beta * (lw - ll) * (aw + al) / 2
@@ -158,9 +140,8 @@ def length_margin_decomposition(
 
 
 def _next_token_logps(output: Any, input_ids: torch.Tensor) -> torch.Tensor:
-    """``(batch, seq - 1)`` log p(input_ids[t + 1] | ...) from a causal LM's forward output: TRL's fused-head
-    ``log_probs`` when present (TRL >= 1.15), else gathered from ``logits``. Prompt-learning PEFT prepends virtual
-    positions: the last ``seq - 1`` positions are the real tokens' (as TRL slices them)."""
+    """``(batch, seq - 1)`` log p(input_ids[t + 1] | ...): TRL's fused-head ``log_probs`` (TRL >= 1.15), else
+    gathered from ``logits``. The last ``seq - 1`` positions, as TRL slices them (prompt-learning PEFT prepends some)."""
     width = input_ids.size(1) - 1
     log_probs = getattr(output, "log_probs", None)
     if log_probs is not None:
@@ -170,13 +151,11 @@ def _next_token_logps(output: Any, input_ids: torch.Tensor) -> torch.Tensor:
 
 
 class DPOTrainer(trl.DPOTrainer):
-    """``trl.DPOTrainer`` (same constructor, same loss) plus ``length_bias/*`` metrics and group-mined pairs
-    (``from_groups``). See the module docstring for the equations and the TRL settings that counter length bias."""
+    """``trl.DPOTrainer`` (same constructor, same loss) plus ``length_bias/*`` metrics and group-mined pairs."""
 
     mining_stats: PairStats | None = None
     mined_pairs: Dataset | None = None
 
-    # ---- length-bias diagnostics -------------------------------------------------------------------------------
     def _length_diagnostics_on(self) -> bool:
         # TRL <= 1.14 sets `use_liger_kernel` (Liger's DPO loss builds no per-token outputs to read); TRL >= 1.15
         # always uses its fused LM head, Liger or not, and no longer has the attribute.
@@ -189,11 +168,9 @@ class DPOTrainer(trl.DPOTrainer):
 
     @contextlib.contextmanager
     def _capture_sequence_logps(self) -> Iterator[dict[str, list[torch.Tensor]]]:
-        """Per-token log-probabilities of the forwards TRL runs inside one ``compute_loss``, read from its own outputs
-        with forward hooks (never a second forward): ``captured["policy"]`` and ``captured["reference"]`` are lists of
-        ``(batch, seq - 1)`` tensors, position t holding log p(input_ids[t + 1]). TRL >= 1.15's fused LM head returns
-        ``log_probs`` and no ``logits``; older TRL returns ``logits``, gathered here at the next token. Without a
-        ``ref_model`` (PEFT), TRL's reference is the adapter-disabled policy, called after the policy."""
+        """Next-token log-probabilities of the forwards TRL runs inside one ``compute_loss``, read with forward hooks:
+        ``captured["policy"]`` and ``captured["reference"]``. Without a ``ref_model`` (PEFT), TRL's reference is the
+        adapter-disabled policy, called after the policy."""
         captured: dict[str, list[torch.Tensor]] = {"policy": [], "reference": []}
         policy = self.accelerator.unwrap_model(self.model)
 
@@ -229,8 +206,8 @@ class DPOTrainer(trl.DPOTrainer):
     def _log_length_bias(
         self, inputs: dict, token_logps: torch.Tensor, ref_token_logps: torch.Tensor | None = None
     ) -> None:
-        """Log ``length_bias/*`` from next-token log-probabilities ``(batch, seq - 1)`` of the policy (and of the
-        reference, unless the batch carries precomputed ``ref_*_logps``)."""
+        """Log ``length_bias/*`` from next-token log-probabilities of the policy and the reference (or the batch's
+        precomputed ``ref_*_logps``)."""
         mask = inputs["completion_mask"][..., 1:].bool()
         policy = token_logps.detach().float().masked_fill(~mask, 0.0).sum(1)
         if "ref_chosen_logps" in inputs:
@@ -255,7 +232,6 @@ class DPOTrainer(trl.DPOTrainer):
         metrics["length_bias/margin_from_length"].append(gather(parts["length_part"]).mean().item())
         metrics["length_bias/length_share"].append(length_abs.item() / total if total > 0 else 0.0)
 
-    # ---- group-mined pairs -------------------------------------------------------------------------------------
     @classmethod
     def from_groups(
         cls,
@@ -269,11 +245,10 @@ class DPOTrainer(trl.DPOTrainer):
         callbacks: list | None = None,
         peft_config: Any = None,
     ) -> DPOTrainer:
-        """A trainer on pairs mined from the current ``model`` (``trl_ext.dpo.pairs.mine_pairs``) for the prompts of
-        ``train_dataset`` (a ``prompt`` column and the columns the reward functions read). ``ref_model=None`` with
-        a full model uses a frozen copy of ``model`` as it is now (TRL would reload ``model``'s checkpoint from
-        disk, which is not the current policy after a previous round). ``eval_dataset``, if given, must be a
-        preference dataset. The mining outcome is in ``trainer.mining_stats`` and is logged at the first log."""
+        """A trainer on pairs mined from the current ``model`` for the prompts of ``train_dataset``. ``ref_model=None``
+        with a full model uses a frozen copy of ``model`` as it is now (TRL would reload ``model``'s checkpoint from
+        disk, which is not the current policy after a previous round). ``eval_dataset`` must be a preference dataset.
+        The mining outcome is in ``trainer.mining_stats`` and is logged at the first log."""
         if not isinstance(args, DPOConfig):
             raise TypeError(
                 f"from_groups needs a trl_ext.dpo.DPOConfig (it holds num_generations, reward_weights, ...); got "
@@ -353,11 +328,10 @@ def train_iterative_dpo(
     on_round_end: Callable[[int, torch.nn.Module], dict[str, float] | None] | None = None,
     on_trainer: Callable[[int, DPOTrainer], Any] | None = None,
 ) -> list[RoundResult]:
-    """Iterative RPO (arXiv 2404.19733): for ``args.mining_rounds`` rounds, mine pairs from the current model, train
-    one ``DPOTrainer`` on them with the current model as the reference, and continue from the result. ``model`` is
-    trained in place. Round k writes to ``<output_dir>/round-<k>`` and uses seed ``args.seed + k``;
-    ``on_round_end(k, model)`` may return metrics (e.g. held-out accuracy) stored in the round's result;
-    ``on_trainer(k, trainer)`` sees each round's trainer before it trains (e.g. to attach the recipes' console)."""
+    """Iterative RPO (arXiv 2404.19733): for ``args.mining_rounds`` rounds, mine pairs from the current model and
+    train on them with it as the reference; ``model`` is trained in place. Round k writes to
+    ``<output_dir>/round-<k>`` with seed ``args.seed + k``; ``on_round_end(k, model)`` may return metrics for the
+    round's result; ``on_trainer(k, trainer)`` sees each round's trainer before it trains."""
     results = []
     for k in range(args.mining_rounds):
         round_args = copy.copy(args)

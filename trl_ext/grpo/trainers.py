@@ -119,7 +119,9 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
             logger.warning(warning)
         self.pad_token_id = tokenizer_of(self.processing_class).pad_token_id
         self.unscorable_watch = UnscorableWatch(
-            list(self.reward_func_names), [is_shaping_reward(f) for f in self.reward_funcs]
+            list(self.reward_func_names),
+            [is_shaping_reward(f) for f in self.reward_funcs],
+            getattr(self.args, "max_unscorable_rounds", None),
         )
         self.scored_rewards: torch.Tensor | None = None  # what TRL's _calculate_rewards returned for the last round
         self.dynamic_sampler, self.metric_columns, self.step_gate = setup.dynamic_sampling_for(self)

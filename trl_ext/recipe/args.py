@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from transformers import TrainingArguments
+
 from trl_ext.demo import WarmStartConfig
 
 
@@ -112,6 +114,14 @@ class RLScriptArguments(DataArguments):
             "so that evaluating costs under 5 percent of the run. 0: only before and after."
         },
     )
+    if "overwrite_output_dir" not in TrainingArguments.__dataclass_fields__:  # transformers 5 dropped it
+        overwrite_output_dir: bool = field(
+            default=False,
+            metadata={
+                "help": "Write over an earlier run's output in output_dir (its model, summary.json, metrics.jsonl). "
+                "False: such a folder stops the run at once, naming the fix."
+            },
+        )
 
 
 @dataclass

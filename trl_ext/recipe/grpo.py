@@ -31,11 +31,11 @@ from transformers import TrainerCallback
 from trl import ModelConfig
 from trl.trainer.utils import get_callable_name
 
-from trl_ext.console import format_duration, precision_label, summary_table, use_console
+from trl_ext.console import format_duration, generation_backend, precision_label, summary_table, use_console
 from trl_ext.data import TaskData
 from trl_ext.diagnostics.health import HealthMonitor, HealthThresholds
 from trl_ext.diagnostics.held_out import HELD_OUT_KEY, HeldOutEvaluation
-from trl_ext.errors import as_user_errors
+from trl_ext.errors import UserError, as_user_errors
 from trl_ext.grpo.configs import GRPOFamilyConfig
 from trl_ext.grpo.presets import PRESETS, lookup
 from trl_ext.recipe import parsing, report
@@ -202,18 +202,32 @@ def resolve_checkpoint(value: str | None, output_dir: str) -> str | bool | None:
     return value
 
 
-def prepare_output_dir(output_dir: str, resume: str | bool | None, is_main: bool = True) -> str:
-    """Create ``output_dir``; refuse one holding another run's checkpoints unless resuming (two runs' checkpoints
-    never mix); keep the last run's ``metrics.jsonl`` as ``.previous`` instead of appending; on resume, continue the
-    record where the checkpoint left off (``continue_record``, on the main process only: ``is_main``). Returns the
-    path of ``metrics.jsonl``."""
+#: What a finished or interrupted run leaves in its output_dir, besides checkpoints: another run there would write
+#: over it.
+RUN_OUTPUTS = ("summary.json", "metrics.jsonl", "config.json", "adapter_config.json")
+
+
+def prepare_output_dir(
+    output_dir: str, resume: str | bool | None, is_main: bool = True, overwrite: bool = False
+) -> str:
+    """Create ``output_dir`` for a run and return the path of its ``metrics.jsonl``. A run that does not resume stops
+    at once in a folder holding another run's checkpoints (two runs' checkpoints never mix) or, unless
+    ``overwrite``, its output (``RUN_OUTPUTS``): nothing is ever written over silently. Overwriting keeps the last
+    run's ``metrics.jsonl`` as ``.previous`` instead of appending to it; resuming continues the record where the
+    checkpoint left off (``continue_record``, on the main process only: ``is_main``)."""
     os.makedirs(output_dir, exist_ok=True)
+    metrics_path = os.path.join(output_dir, "metrics.jsonl")
     if not resume:
         check_fresh_output_dir(output_dir)
-    metrics_path = os.path.join(output_dir, "metrics.jsonl")
-    if not resume and os.path.exists(metrics_path):
-        os.replace(metrics_path, metrics_path + ".previous")
-    if resume and is_main:
+        found = [name for name in RUN_OUTPUTS if os.path.exists(os.path.join(output_dir, name))]
+        if found and not overwrite:
+            raise UserError(
+                f"output_dir={output_dir!r} holds the output of an earlier run ({', '.join(found)}), which this run "
+                "would write over. Give another --output_dir, or pass --overwrite_output_dir true to write over it."
+            )
+        if is_main and os.path.exists(metrics_path):
+            os.replace(metrics_path, metrics_path + ".previous")
+    elif is_main:
         recover_interrupted_publish(output_dir)  # a checkpoint a kill left set aside counts as the newest
         checkpoint = last_complete_checkpoint(output_dir) if resume is True else str(resume)
         if checkpoint is not None:
@@ -425,6 +439,18 @@ def summarize(
         "health_warnings": health_warnings(trainer),
     }
     ds_logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
+    # Generation and scoring are timed by dynamic sampling, once per rollout; a rollout feeds steps_per_generation x
+    # num_iterations optimizer steps. A step's time: training time less held-out evaluation, over this run's steps.
+    per_rollout = training_args.steps_per_generation * training_args.num_iterations
+    step_s = train_seconds * (1 - (summary["held_out_eval_time_frac"] or 0)) / max(trainer.state.global_step, 1)
+    generation_s = (
+        sum(h["dynamic_sampling/generation_time"] for h in ds_logs) / len(ds_logs) / per_rollout if ds_logs else None
+    )
+    summary["generation"] = {
+        "backend": generation_backend(training_args),
+        "s_per_step": round(generation_s, 4) if generation_s is not None else None,
+        "share_of_step": round(min(generation_s / step_s, 1.0), 3) if generation_s is not None else None,
+    }
     if ds_logs:
         mean = lambda key: sum(h[key] for h in ds_logs) / len(ds_logs)  # noqa: E731
         summary.update(
@@ -432,9 +458,7 @@ def summarize(
                 "dynamic_sampling_rounds_mean": round(mean("dynamic_sampling/rounds"), 3),
                 "dynamic_sampling_kept_group_frac_mean": round(mean("dynamic_sampling/kept_group_frac"), 3),
                 "dynamic_sampling_limit_hit_frac": round(mean("dynamic_sampling/limit_hit"), 3),
-                # each log entry averages its window's steps: these are seconds per optimizer step
-                "dynamic_sampling_generation_s_per_step": round(mean("dynamic_sampling/generation_time"), 4),
-                "dynamic_sampling_dropped_s_per_step": round(mean("dynamic_sampling/dropped_time"), 4),
+                "dynamic_sampling_dropped_s_per_step": round(mean("dynamic_sampling/dropped_time") / per_rollout, 4),
             }
         )
     if trainer.accelerator.is_main_process:
@@ -472,16 +496,22 @@ def format_summary(summary: dict[str, Any], format_duration) -> str:
                 f"{100 * summary['held_out_eval_time_frac']:.1f}% of training time",
             )
         )
-    if "dynamic_sampling_rounds_mean" in summary:
-        generation, dropped = (
-            summary["dynamic_sampling_generation_s_per_step"],
-            summary["dynamic_sampling_dropped_s_per_step"],
+    generation = summary["generation"]
+    if generation["s_per_step"] is None:
+        rows.append(("generation", f"{generation['backend']} (timed when dynamic sampling is on)"))
+    else:
+        rows.append(
+            (
+                "generation + scoring",
+                f"{generation['backend']}: {generation['s_per_step']:.3f} s/step, {generation['share_of_step']:.0%} "
+                f"of the step; {summary['dynamic_sampling_dropped_s_per_step']:.3f} s on dropped groups",
+            )
         )
+    if "dynamic_sampling_rounds_mean" in summary:
         rows += [
             ("dynamic sampling", f"{summary['dynamic_sampling_rounds_mean']:.2f} rounds/step"),
             ("kept-group fraction", f"{summary['dynamic_sampling_kept_group_frac_mean']:.2f}"),
             ("round limit hit", f"{summary['dynamic_sampling_limit_hit_frac']:.0%} of steps"),
-            ("generation + scoring", f"{generation:.3f} s/step, {dropped:.3f} s of it on dropped groups"),
         ]
     warnings = summary.get("health_warnings")
     if warnings is not None:

@@ -1,9 +1,10 @@
 """A recipe's ``--help``: the flags a user reaches for, grouped, in under 250 lines; ``--help-all`` prints every
 field (TRL's and transformers' ``TrainingArguments``: over 1,400 lines), as ``TrlParser`` would.
 
-The short help lists, in this order: the model (the most-used ``ModelConfig`` fields), the recipe's own script
-arguments (data, rewards, run options: every field, full text), the preset's own fields (what trl-ext's config class
-defines or sets to the paper's value: every field, full text), then the most-used training, generation and output
+The short help lists, in this order: the model and the output folder (the most-used ``ModelConfig`` fields and
+``output_dir``), the recipe's own script arguments (data, rewards, run options: every field, full text), the preset's
+own fields (what trl-ext's config classes define or set to the paper's value: the preset class's in full text, its
+family's in a sentence; deprecated names left out), then the most-used training, generation, logging and checkpoint
 fields of TRL and transformers (first sentence of their help; ``--help-all`` has the rest).
 """
 
@@ -18,8 +19,9 @@ from collections.abc import Sequence
 
 HELP_ALL = "--help-all"
 MAX_WIDTH = 120
-MODEL_FIELDS = (
+MODEL_FIELDS = (  # the first section, with where the run writes: the first screen holds model, output, data, rewards
     "model_name_or_path",
+    "output_dir",
     "dtype",
     "use_peft",
     "lora_r",
@@ -51,8 +53,7 @@ MOST_USED: dict[str, tuple[str, ...]] = {  # heading -> fields, shown when the r
         "use_vllm",
         "vllm_mode",
     ),
-    "output, logging and checkpoints": (
-        "output_dir",
+    "logging and checkpoints": (
         "logging_steps",
         "save_strategy",
         "save_steps",
@@ -122,23 +123,26 @@ def short_help(
     shown: set[str] = set()
     sections: list[tuple[str, list[argparse.Action]]] = []
 
-    def section(title: str, names: Sequence[str], full_text: bool) -> None:
+    def section(title: str, names: Sequence[str], full_text: Sequence[str] = ()) -> None:
+        """The fields ``names`` not shown yet (deprecated ones never); those in ``full_text`` with their whole help."""
         picked = [n for n in names if n in actions and n not in shown]
         shown.update(picked)
+        picked = [n for n in picked if not (actions[n].help or "").startswith("Deprecated")]
         if picked:
-            sections.append((title, [_short_action(actions[n], full_text) for n in picked]))
+            sections.append((title, [_short_action(actions[n], n in full_text) for n in picked]))
 
     script, *configs = dataclass_types
     script_fields = [f.name for f in dataclasses.fields(script)]
-    section("model", [name for name in MODEL_FIELDS if name not in script_fields], full_text=False)
-    section(f"recipe: data, rewards, run ({script.__name__})", script_fields, True)
-    for config in configs:
-        section(f"preset: {config.__name__} (trl-ext's own fields and defaults)", own_fields(config), True)
+    section("model and output", [name for name in MODEL_FIELDS if name not in script_fields])
+    section(f"recipe: data, rewards, run ({script.__name__})", script_fields, script_fields)
+    for config in configs:  # the preset class's own defaults in full (the paper's values), its family's briefly
+        preset_fields = list(config.__dict__.get("__annotations__", {}))
+        section(f"preset: {config.__name__} (trl-ext's own fields and defaults)", own_fields(config), preset_fields)
     for title, names in MOST_USED.items():
-        section(title, names, full_text=False)
+        section(title, names)
 
     width = min(shutil.get_terminal_size().columns, MAX_WIDTH) - 2
-    formatter = argparse.HelpFormatter(prog, max_help_position=34, width=width)
+    formatter = argparse.HelpFormatter(prog, max_help_position=30, width=width)
     formatter.add_usage(f"{prog} [--config FILE.yaml] [--FLAG VALUE ...]", [], [], prefix="usage: ")
     for title, section_actions in sections:
         formatter.start_section(title)

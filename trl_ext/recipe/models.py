@@ -15,6 +15,7 @@ from peft import AutoPeftModelForCausalLM
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from trl import get_quantization_config
 
+from trl_ext.data.loading import hub_unreachable
 from trl_ext.demo import WarmStartConfig, build_model, build_tokenizer, warm_start, warm_start_sft_kwargs
 from trl_ext.errors import UserError
 from trl_ext.reliability.checks import check_quantization
@@ -44,12 +45,17 @@ def load_policy(
     path = model_name_or_path or warm_start(sft=demo_warm_start_config(warm_start_seed))
     check_model_folder(path)
     torch_dtype = "auto" if dtype in (None, "auto") else getattr(torch, dtype)
-    if os.path.exists(os.path.join(path, "adapter_config.json")):  # a LoRA run's output: base model + adapter, merged
-        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **(quantization or {}))
-        model = model.merge_and_unload() if quantization is None else model
-    else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **(quantization or {}))
-    return model, load_tokenizer(model_name_or_path and path, chat_template), path
+    try:
+        if os.path.exists(os.path.join(path, "adapter_config.json")):  # a LoRA run's output: base + adapter, merged
+            model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **(quantization or {}))
+            model = model.merge_and_unload() if quantization is None else model
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **(quantization or {}))
+        return model, load_tokenizer(model_name_or_path and path, chat_template), path
+    except OSError as error:  # transformers: "We couldn't connect to 'https://huggingface.co' ..." (or offline mode)
+        if os.path.isdir(path) or not re.search(r"connect|offline", str(error), re.IGNORECASE):
+            raise
+        raise UserError(hub_unreachable(f"model_name_or_path={path!r}", error, "a save_pretrained folder")) from error
 
 
 def demo_warm_start_config(seed: int | None) -> WarmStartConfig:

@@ -10,9 +10,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from trl_ext.console import format_duration, opening_line, precision_label, quiet_libraries, summary_table
+from trl_ext.console import (
+    format_duration,
+    generation_backend,
+    opening_line,
+    precision_label,
+    quiet_libraries,
+    summary_table,
+)
 from trl_ext.data import Layout, TaskData, held_out_label
-from trl_ext.demo import warm_start_is_cached
+from trl_ext.demo import cache_dir, warm_start_is_cached
 from trl_ext.recipe.models import demo_warm_start_config
 from trl_ext.reliability.checkpoints import list_checkpoints
 
@@ -97,9 +104,9 @@ def announce(
     if recipe == "sft":
         default_model = "demo model, random init"
     elif warm_start_is_cached(sft=demo_warm_start_config(getattr(script_args, "demo_warm_start_seed", None))):
-        default_model = "demo model + SFT warm start (cached)"
+        default_model = f"demo model + SFT warm start (cached in {cache_dir()})"
     else:
-        default_model = "demo model + SFT warm start (trained first, then cached)"
+        default_model = f"demo model + SFT warm start (trained first, then cached in {cache_dir()})"
     max_steps = getattr(training_args, "max_steps", -1)
     parts = [
         trainer_name,
@@ -112,6 +119,7 @@ def announce(
         steps or (f"{max_steps} steps" if max_steps and max_steps > 0 else None),
         learning_rate_part(script_args, training_args),
         precision_label(training_args),
+        f"generation {generation_backend(training_args)}" if hasattr(training_args, "use_vllm") else None,
         f"outputs in {training_args.output_dir}",
     ]
     print(opening_line(recipe, parts), flush=True)

@@ -72,10 +72,16 @@ def _guess_prompt(columns: Sequence[str]) -> str:
     return columns[0] if columns else "<column>"
 
 
-def check_reward_columns(reward_funcs: Sequence[Any], dataset: Any, name: str = "train_dataset") -> None:
-    """Every column a reward function reads must be in the training set (TRL passes each column as a keyword)."""
+def check_reward_columns(
+    reward_funcs: Sequence[Any], dataset: Any, name: str = "train_dataset", rollout_func: Any = None
+) -> None:
+    """Every column a reward function reads must be in the training set. TRL passes a reward function, as keywords,
+    the dataset's columns, the extra fields a ``rollout_func`` returns, and its own (``reward_guard.TRL_REWARD_KWARGS``:
+    prompts, completions, trainer state, logging callbacks, an ``environment_factory``'s environments). The extra
+    fields are known only at run time: with a ``rollout_func`` the check is left to the first call
+    (``GuardedReward``), which names what the batch carried."""
     columns = _columns(dataset)
-    if columns is None:
+    if columns is None or rollout_func is not None:
         return
     for func in reward_funcs:
         if isinstance(func, str) or not callable(func) or hasattr(func, "config"):  # reward models read text only

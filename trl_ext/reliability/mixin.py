@@ -10,7 +10,7 @@ a non-finite loss, atomic checkpoints and an exact resume.
   ``getattr`` so that configs without these fields keep the defaults ``"raise"`` / ``None``).
 - ``trl_ext.reliability.unscorable``: ``rewards/<name>/none_frac`` logged per function and round; a function that
   scores no completion of the first rounds is named in a warning, and the run stops when no task reward scores any
-  (watched by ``trl_ext.grpo.scored_rounds``, which sees every round).
+  (watched in the trainers' ``_calculate_rewards``, which sees every round).
 - ``FiniteLossMixin`` (here): a NaN or infinite loss stops the run before the optimizer step, with the step, the
   batch's prompts, the inputs that are non-finite, the batch saved to ``output_dir`` and the last checkpoint kept.
 - ``trl_ext.reliability.checkpoints.AtomicCheckpointMixin``: checkpoints are complete or absent; resumes are checked;
@@ -179,7 +179,7 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
         funcs = params.get("reward_funcs")  # optional, as in TRL (an environment may own the reward)
         funcs_list = list(funcs) if isinstance(funcs, list | tuple) else [] if funcs is None else [funcs]
         checks.check_prompt_column(dataset, environment_factory=params.get("environment_factory"))
-        checks.check_reward_columns(funcs_list, dataset)
+        checks.check_reward_columns(funcs_list, dataset, rollout_func=params.get("rollout_func"))
         checks.check_dataset_size(dataset, config)
         checks.check_vllm(config)
         checks.check_tokenizer(params.get("processing_class"))

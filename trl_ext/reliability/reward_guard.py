@@ -17,6 +17,8 @@ construction) and fixes all four:
   window and the processes; ``GuardedReward.total_errors`` keeps the running total) and a warning is printed the
   first time, with the exception and the completion. Invalid values (a string, ``inf``) count as errors the same
   way; a wrong number of values always stops the run (it cannot be attributed to a completion).
+- **Missing keywords**: a parameter without a default that the call does not carry (a column of neither the
+  dataset nor a ``rollout_func``'s extra fields) stops the run at the first call, naming it and what was passed.
 - **Hangs** (``reward_timeout``, seconds, ``None`` = no bound): the call runs in a worker thread and the trainer
   waits at most that long. A call that overruns scores all its completions ``None``, is counted in
   ``rewards/<name>/timeouts`` and warned about; ``max_consecutive_timeouts`` (3) overruns in a row stop the run (a
@@ -138,6 +140,7 @@ class GuardedReward:
         self.timeout = timeout
         self.max_consecutive_timeouts = max_consecutive_timeouts
         self.__name__ = get_callable_name(func)
+        self.reads = reward_columns(func) or []  # keywords it needs: checked against each call
         self.total_errors = 0
         self.total_timeouts = 0
         self._consecutive_timeouts = 0
@@ -146,7 +149,7 @@ class GuardedReward:
     @property
     def required_columns(self) -> list[str] | None:
         """The dataset columns the wrapped function reads (see ``reward_columns``)."""
-        return reward_columns(self.func)
+        return self.reads
 
     def __repr__(self) -> str:
         return f"GuardedReward({self.__name__}, errors={self.errors!r}, timeout={self.timeout!r})"
@@ -162,6 +165,9 @@ class GuardedReward:
         n = _batch_size(call)
         if n is None:  # called outside TRL without a batch: nothing to check against
             return self.func(**call)
+        missing = [name for name in self.reads if name not in call]
+        if missing:
+            raise RewardFunctionError(self._missing_message(missing[0], call))
         log_metric = kwargs.get("log_metric")
         errors_before, timeouts_before = self.total_errors, self.total_timeouts
         try:
@@ -177,6 +183,17 @@ class GuardedReward:
             log_metric(f"rewards/{self.__name__}/errors", float(self.total_errors - errors_before))
             log_metric(f"rewards/{self.__name__}/timeouts", float(self.total_timeouts - timeouts_before))
         return values
+
+    def _missing_message(self, name: str, call: dict[str, Any]) -> str:
+        given = sorted(key for key in call if key not in TRL_REWARD_KWARGS)
+        return (
+            f"reward function {self.__name__!r} reads {name!r}, but TRL's call carries no such keyword (besides its "
+            f"own, it passed {given}). TRL passes a reward function the dataset's columns and the extra fields a "
+            "rollout_func returns (its output dict beyond prompt_ids, completion_ids and logprobs), besides prompts, "
+            f"completions, completion_ids, trainer_state, log_extra, log_metric and environments. Return {name!r} "
+            f"from the rollout_func (or add the column to every dataset the trainer scores, eval_dataset included), or "
+            "give the parameter a default value."
+        )
 
     def _call(self, call: dict[str, Any]) -> Any:
         if self.timeout is None:

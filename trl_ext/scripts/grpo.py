@@ -54,7 +54,8 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     set_seed(training_args.seed)
     demo_threads(model_args)
     resume = resolve_checkpoint(training_args.resume_from_checkpoint, output_dir)
-    metrics_path = prepare_output_dir(output_dir, resume, is_main=training_args.process_index == 0)
+    overwrite = getattr(script_args, "overwrite_output_dir", None) or getattr(training_args, "overwrite_output_dir", 0)
+    metrics_path = prepare_output_dir(output_dir, resume, training_args.process_index == 0, bool(overwrite))
 
     # Rewards named by registry name are built first (a typo fails before any download); none named: the task
     # reward that fits the data's layout (math accuracy, code tests; the demo's arithmetic check on the demo)

@@ -1,0 +1,182 @@
+"""Adapter-only LoRA sync (``vllm_lora_sync="adapter"``): vLLM serves the base weights it loaded once and the
+trainer hands it only the LoRA adapter after each optimizer step, as a new ``LoRARequest`` (its id changes with the
+weights). TRL's default (``"merge"``) merges the adapter into the base, streams every merged weight and unmerges.
+
+- Colocate: TRL builds its engine without LoRA, so :meth:`AdapterSync.start` builds it once more with LoRA enabled
+  (TRL's ``LLM(...)`` arguments, :data:`TRL_ENGINE_ARGS`, plus ``enable_lora`` and a ``max_lora_rank`` sized from the
+  PEFT config) and puts :class:`AdapterLLM` in its place: TRL's ``generate`` then carries the current adapter.
+- Server: the adapter goes through ``/v1/load_lora_adapter`` (start the server with ``--enable-lora --max-lora-rank R``
+  and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``: ``vllm_server.serve_command(lora_rank=R)``) and TRL's client asks for it
+  by name (its ``model`` field).
+
+vLLM 0.31 loads an adapter from a folder only (``LoRARequest.lora_path``), so the adapter is written to a temporary
+folder (``save_pretrained`` of the PEFT model: the adapter's tensors and config, nothing of the base); in server
+mode, the folder of the file weight sync, which both processes see. :func:`check_adapter` refuses at construction
+what vLLM cannot serve."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from trl_ext.errors import UserError
+
+ADAPTER = "LoRA adapter only"
+NAME = "trl-ext-adapter"
+#: vLLM's accepted ``max_lora_rank`` values (``vllm.config.lora.MaxLoRARanks``)
+RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+#: The keyword arguments of TRL's colocated ``LLM(...)`` (``VLLMGeneration._init_vllm``), rebuilt with LoRA here
+TRL_ENGINE_ARGS = (
+    "model", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs", "enable_sleep_mode",
+    "model_impl", "distributed_executor_backend", "seed", "max_num_batched_tokens", "logprobs_mode", "quantization",
+    "trust_remote_code",
+)  # fmt: skip
+
+
+def check_adapter(peft_config: Any, serveable: set[str] | None = None) -> None:
+    """Raise a ``UserError`` naming the fix for a LoRA config adapter sync cannot serve: not LoRA, DoRA,
+    ``modules_to_save``, a trained bias, or target modules outside ``serveable`` (the engine's LoRA-capable modules)."""
+    fix = "or set vllm_lora_sync='merge' (TRL's merge-and-send, which serves any adapter)"
+    if peft_config is None or type(peft_config).__name__ != "LoraConfig":
+        raise UserError(f"vllm_lora_sync='adapter' needs a LoRA model: pass peft_config=LoraConfig(...), {fix}.")
+    if getattr(peft_config, "use_dora", False):
+        raise UserError(f"vllm_lora_sync='adapter': vLLM does not serve DoRA adapters; set use_dora=False, {fix}.")
+    if peft_config.modules_to_save:
+        raise UserError(
+            f"vllm_lora_sync='adapter': modules_to_save={sorted(peft_config.modules_to_save)} are full weights vLLM's "
+            f"adapters cannot carry; drop modules_to_save, {fix}."
+        )
+    if getattr(peft_config, "bias", "none") != "none":
+        raise UserError(f"vllm_lora_sync='adapter': vLLM's adapters carry no bias; set bias='none', {fix}.")
+    targets = peft_config.target_modules
+    targets = {targets} if isinstance(targets, str) else set(targets or ())
+    unserved = sorted(targets - serveable) if serveable is not None and "all-linear" not in targets else []
+    if unserved:
+        raise UserError(
+            f"vllm_lora_sync='adapter': vLLM cannot serve LoRA on {unserved} of this model (it can on "
+            f"{sorted(serveable or ())}); target those, {fix}."
+        )
+
+
+def serveable_modules(engine_model: Any) -> set[str]:
+    """The module names vLLM's engine model accepts LoRA weights for (checkpoint names: a packed ``qkv_proj``
+    stands for ``q_proj``, ``k_proj``, ``v_proj``), as vLLM's adapter loader expects them."""
+    from vllm.lora.utils import get_supported_lora_modules
+
+    packed = getattr(engine_model, "packed_modules_mapping", {}) or {}
+    return {name for module in get_supported_lora_modules(engine_model) for name in packed.get(module, [module])}
+
+
+def max_lora_rank(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds ``rank``."""
+    fits = [value for value in RANKS if value >= rank]
+    if not fits:
+        raise UserError(f"vllm_lora_sync='adapter': LoRA rank {rank} exceeds vLLM's largest, {RANKS[-1]}.")
+    return fits[0]
+
+
+class AdapterLLM:
+    """Stands in for TRL's colocated ``vllm.LLM``: ``generate`` carries the current adapter's ``LoRARequest``;
+    everything else is the engine's."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self.lora_request: Any = None
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        return self.llm.generate(*args, lora_request=self.lora_request, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.llm, name)
+
+
+@dataclass
+class AdapterSync:
+    """Writes the adapter to ``folder`` and hands it to the engine as version ``version`` (module docstring)."""
+
+    folder: str
+    version: int = 0
+
+    @classmethod
+    def start(cls, generation: Any) -> AdapterSync:
+        """Check the trainer's LoRA config and, in colocate mode, rebuild TRL's engine with LoRA enabled."""
+        from peft import PeftModel
+
+        model = generation.model
+        peft_config = model.peft_config.get("default") if isinstance(model, PeftModel) else None
+        if getattr(generation, "enable_sleep_mode", False):
+            raise UserError(
+                "vllm_lora_sync='adapter' with vllm_enable_sleep_mode=True: sleep discards the engine's base weights, "
+                "which adapter sync never sends again. Set vllm_enable_sleep_mode=False or vllm_lora_sync='merge'."
+            )
+        if generation.mode != "colocate":
+            check_adapter(peft_config)  # the server checks target modules when it loads the adapter
+            client = getattr(generation, "vllm_client", None)
+            folder = getattr(client, "sync_dir", None) or os.environ.get("TRL_EXT_VLLM_SYNC_DIR")
+            return cls(tempfile.mkdtemp(prefix="trl-ext-adapter-", dir=folder))
+        from trl_ext.generation.vllm_sync import engine_model_runner
+
+        check_adapter(peft_config, serveable_modules(engine_model_runner(generation.llm).get_model()))
+        generation.llm = AdapterLLM(build_lora_engine(generation, max_lora_rank(peft_config.r)))
+        return cls(tempfile.mkdtemp(prefix="trl-ext-adapter-"))
+
+    def sync(self, generation: Any) -> None:
+        """Write the adapter and have the engine serve it under a new name and id; the previous one is dropped."""
+        previous = os.path.join(self.folder, f"v{self.version}")
+        self.version += 1
+        path = os.path.join(self.folder, f"v{self.version}")
+        name = f"{NAME}-v{self.version}"
+        if generation.mode == "colocate":
+            from vllm.lora.request import LoRARequest
+
+            generation.model.save_pretrained(path)
+            engine = generation.llm
+            request = LoRARequest(name, self.version, path)
+            engine.llm_engine.add_lora(request)
+            if engine.lora_request is not None:
+                engine.llm_engine.remove_lora(engine.lora_request.lora_int_id)
+            engine.lora_request = request
+            engine.reset_prefix_cache()
+        elif generation.accelerator.is_main_process:
+            generation.model.save_pretrained(path)
+            client = generation.vllm_client
+            _post(client, "/v1/load_lora_adapter", lora_name=name, lora_path=os.path.abspath(path))
+            if client.model.startswith(NAME):
+                _post(client, "/v1/unload_lora_adapter", lora_name=client.model)
+            client.model = name
+            client.reset_prefix_cache()
+        shutil.rmtree(previous, ignore_errors=True)
+
+
+def _post(client: Any, route: str, **payload: str) -> None:
+    response = client.session.post(f"{client.base_url}{route}", json=payload)
+    if response.status_code != 200:
+        raise RuntimeError(
+            f"{route} failed ({response.status_code}: {response.text[:300]}). Start the server with --enable-lora "
+            "--max-lora-rank <rank> and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 (vllm_server.serve_command(lora_rank=...))."
+        )
+
+
+def build_lora_engine(generation: Any, rank: int) -> Any:
+    """TRL's colocated engine built again with the same arguments plus LoRA (one adapter at a time, up to ``rank``);
+    the engine TRL built is released first."""
+    import gc
+
+    from vllm import LLM
+
+    quantization = generation.llm.llm_engine.vllm_config.model_config.quantization
+    generation.llm = None
+    gc.collect()
+    arguments = dict(
+        model=generation.model.name_or_path, tensor_parallel_size=generation.tensor_parallel_size,
+        gpu_memory_utilization=generation.gpu_memory_utilization, max_model_len=generation.max_model_length,
+        max_num_seqs=generation.max_num_seqs, enable_sleep_mode=False, model_impl=generation.model_impl,
+        distributed_executor_backend="external_launcher",
+        seed=generation.accelerator.process_index // generation.tensor_parallel_size, max_num_batched_tokens=4096,
+        logprobs_mode="processed_logprobs", quantization=quantization, trust_remote_code=generation.trust_remote_code,
+    )  # fmt: skip
+    assert tuple(arguments) == TRL_ENGINE_ARGS
+    return LLM(**arguments, enable_lora=True, max_lora_rank=rank, max_loras=1)
