@@ -42,7 +42,7 @@ def test_recipe_demo_runs_and_writes_its_outputs(recipe, tmp_path):
         assert "rounds/step" in result.stdout and "kept-group fraction" in result.stdout  # summary table rows
         assert any("dynamic_sampling/kept_group_frac" in line for line in lines)
     if recipe == "gspo.py":
-        assert any("gspo/seq_clip_frac_region" in line for line in lines)
+        assert any("clip_ratio/region_mean" in line for line in lines)
 
 
 @pytest.mark.slow

@@ -94,8 +94,8 @@ def test_gspo_sequence_ratio_and_clipping_match_hand_computation(tiny_model, tok
     assert metrics["clip_ratio/high_mean"][-1] == pytest.approx(1 / 4)  # sequence 1
     assert metrics["clip_ratio/low_mean"][-1] == pytest.approx(1 / 4)  # sequence 2
     trainer.log({})
-    assert trainer.state.log_history[-1]["gspo/seq_clip_frac_region"] == pytest.approx(1 / 2)
-    assert trainer.state.log_history[-1]["gspo/seq_clip_frac_high"] == pytest.approx(1 / 4)
+    assert trainer.state.log_history[-1]["clip_ratio/region_mean"] == pytest.approx(1 / 2)
+    assert trainer.state.log_history[-1]["clip_ratio/high_mean"] == pytest.approx(1 / 4)
 
 
 def _small_model(tokenizer):

@@ -229,7 +229,11 @@ def _cat(input_ids, rows):
 def test_train_with_tools(kind, tools, standin, tmp_path):
     dataset = zen_conversational_prompt_only(ZEN_ROWS)
     args = dict(
-        learning_rate=0.1, per_device_train_batch_size=3, num_generations=3, max_completion_length=128, report_to="none"
+        learning_rate=0.1,
+        per_device_train_batch_size=3,
+        num_generations=3,
+        max_completion_length=128,
+        report_to="none",
     )
     trainer = make_trainer(
         kind,
@@ -642,7 +646,11 @@ def test_train_with_environment_owned_data(kind, standin, tmp_path):
 def test_train_with_malformed_tool_calls(kind, standin, tmp_path):
     dataset = zen_conversational_prompt_only(ZEN_ROWS)
     args = dict(
-        learning_rate=0.1, per_device_train_batch_size=3, num_generations=3, max_completion_length=128, report_to="none"
+        learning_rate=0.1,
+        per_device_train_batch_size=3,
+        num_generations=3,
+        max_completion_length=128,
+        report_to="none",
     )
     trainer = make_trainer(
         kind,

@@ -268,7 +268,12 @@ def _gemma3():
             eos_token_id=ids["<eos>"],
         ),
         vision_config=dict(
-            num_hidden_layers=2, hidden_size=16, num_attention_heads=4, intermediate_size=32, image_size=56, patch_size=14
+            num_hidden_layers=2,
+            hidden_size=16,
+            num_attention_heads=4,
+            intermediate_size=32,
+            image_size=56,
+            patch_size=14,
         ),
         mm_tokens_per_image=4,
         boi_token_index=ids["<start_of_image>"],

@@ -10,7 +10,7 @@ reward functions, stops on a non-finite loss, writes atomic checkpoints and resu
   ``AsyncDAPOTrainer``, ...; ``trainer_class_for`` picks it when ``args.async_generation``).
 - ``DAPOTrainer``: defaults to ``DAPOConfig`` and adds DAPO's soft overlong punishment (Eq. 13, TRL's
   ``get_soft_overlong_punishment``) to the reward functions when ``args.soft_overlong_punishment``.
-- ``GSPOTrainer``: defaults to ``GSPOConfig``; logs GSPO's sequence-level clip fractions under ``gspo/*``.
+- ``GSPOTrainer``: defaults to ``GSPOConfig`` (TRL logs its clip fractions per sequence, ``clip_ratio/*``).
 - ``GSPOTokenTrainer``: GSPO-token (``trl_ext.grpo.gspo_token``: TRL's token-level loss with the ratio of Eq. 13, on
   every supported TRL release). The ratio itself is switched by ``args.gspo_token`` in the shared mixin, so a
   ``GSPOTrainer`` given such a config trains GSPO-token too; this class only insists on the flag.
@@ -145,8 +145,13 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
         return sample_informative_batch(self, inputs)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.step_gate is not None and self.model.training:
+        if self.model.training and self.step_gate is not None:
             self.step_gate.count(inputs)
+        if self.model.training and self._logs_rollout:
+            # several optimizer steps per rollout: every training row says which rollout its updates trained on
+            # (trl_ext.grpo.rollout_rhythm; the mean over the row's micro-steps when a row spans two rollouts)
+            every = rollout_rhythm.generate_every(self.args)
+            self._metrics["train"]["rollout"].append(float(rollout_rhythm.rollout_index(self._step + 1, every)))
         return super().compute_loss(
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
         )
@@ -182,14 +187,6 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
         super()._load_extra_state(checkpoint)
         if self.dynamic_sampler is not None:
             setup.load_state(self.dynamic_sampler, checkpoint)
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        # With several optimizer steps per rollout the reward figures sit on the rows whose window holds a rollout:
-        # every training row says which rollout its updates trained on (trl_ext.grpo.rollout_rhythm).
-        if getattr(self, "_logs_rollout", False) and self.model.training and "loss" in logs:
-            every = rollout_rhythm.generate_every(self.args)
-            logs["rollout"] = float(rollout_rhythm.rollout_index(self._step, every))
-        super().log(logs, start_time)
 
 
 class DAPOTrainer(GRPOTrainer):
@@ -249,8 +246,8 @@ class DAPOTrainer(GRPOTrainer):
 class GSPOTrainer(GRPOTrainer):
     """GSPO (arXiv 2507.18071): the sequence-level ratio and its clipping come from ``GSPOConfig``
     (``importance_sampling_level="sequence"``, TRL's implementation of Eq. 7). TRL reports clip fractions per
-    sequence when the ratio is sequence-level; this class also logs them as ``gspo/seq_clip_frac_{low,high,region}``
-    so GSPO dashboards do not depend on that detail. ``trainer_class_for(GSPOConfig(gspo_token=True))`` is ``GSPOTokenTrainer``.
+    sequence when the ratio is sequence-level (``clip_ratio/{low,high,region}_mean``).
+    ``trainer_class_for(GSPOConfig(gspo_token=True))`` is ``GSPOTokenTrainer``.
     """
 
     _default_config = GSPOConfig
@@ -264,22 +261,10 @@ class GSPOTrainer(GRPOTrainer):
         "{Chujie Zheng and others},\n    year   = 2025,\n    eprint = {arXiv:2507.18071},\n}",
     }
 
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        # TRL averages self._metrics into the logs inside its own log(); alias the per-sequence clip fractions there.
-        # (GSPO-token's ratio has the value s_i on every token, so TRL's token fractions are sequence fractions
-        # weighted by length.)
-        if self.args.importance_sampling_level == "sequence" or getattr(self.args, "gspo_token", False):
-            metrics = self._metrics["train" if self.model.training else "eval"]
-            for side in ("low", "high", "region"):
-                key = f"clip_ratio/{side}_mean"
-                if key in metrics:
-                    metrics[f"gspo/seq_clip_frac_{side}"] = list(metrics[key])
-        super().log(logs, start_time)
-
 
 class GSPOTokenTrainer(GSPOTrainer):
     """GSPO-token (arXiv 2507.18071, Eq. 13): s_{i,t} = sg[s_i] * pi(o_t) / sg[pi(o_t)] (``trl_ext.grpo.gspo_token``,
-    over TRL's token-level loss), with dynamic sampling and ``gspo/*`` logging from this package."""
+    over TRL's token-level loss), with dynamic sampling from this package."""
 
     def __init__(
         self, model: Any, reward_funcs: Any = None, args: trl.GRPOConfig | None = None, *rest: Any, **kw: Any
