@@ -261,7 +261,8 @@ def predicted_rounds(p: float, groups: int, max_rounds: int, policy: dict | None
         return None
     from trl_ext.grpo.dynamic_sampling.sizing import expected_refill_rounds
 
-    return expected_refill_rounds(1 - p, groups, max_rounds, steps=2000, **policy)["rounds"]
+    known = {k: v for k, v in policy.items() if k in ("margin", "max_round_size")}  # a run of older code had more
+    return expected_refill_rounds(1 - p, groups, max_rounds, steps=2000, **known)["rounds"]
 
 
 # -- analysis ---------------------------------------------------------------------------------------------------------

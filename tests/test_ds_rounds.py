@@ -181,8 +181,8 @@ def test_old_and_ref_logps_of_the_trained_rows_are_trls(tiny_model, tokenizer, p
     out = trainer._generate_and_score_completions(_groups(problems, "eoeo"))
     assert len(generated) > 1 and sum(generated) > 16  # something was dropped and refilled
     assert out["completion_ids"].size(0) == 16
-    # TRL's passes ran once per round and kind, over every generated row (nothing deferred, no placeholder)
-    assert sorted(forward_rows) == sorted([("old", n) for n in generated] + [("ref", n) for n in generated])
+    # the reference pass is TRL's, in every round; the old-policy pass ran once, over the 16 trained rows only
+    assert sorted(forward_rows) == sorted([("old", 16)] + [("ref", n) for n in generated])
     # and the assembled values are those of the trained rows
     _close_on_completions(out["old_per_token_logps"], _direct_logps(trainer.model, out), out)
     _close_on_completions(out["ref_per_token_logps"], _direct_logps(trainer.ref_model, out), out)

@@ -40,6 +40,7 @@ from trl_ext.grpo.async_checks import warn_truncated_importance_sampling
 from trl_ext.grpo.configs import DAPOConfig, GRPOFamilyConfig, GSPOConfig
 from trl_ext.grpo.dynamic_sampling import setup
 from trl_ext.grpo.dynamic_sampling.loop import sample_informative_batch
+from trl_ext.grpo.dynamic_sampling.old_logps import DeferredOldLogps
 from trl_ext.grpo.gspo_token import GSPOTokenMixin
 from trl_ext.reliability.checks import tokenizer_of
 from trl_ext.reliability.mixin import GRPOReliabilityMixin
@@ -125,6 +126,7 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
         )
         self.scored_rewards: torch.Tensor | None = None  # what TRL's _calculate_rewards returned for the last round
         self.dynamic_sampler, self.metric_columns, self.step_gate = setup.dynamic_sampling_for(self)
+        self.deferred_old_logps = DeferredOldLogps(self)
 
     # -- TRL hooks -----------------------------------------------------------------------------------------------
 
@@ -144,6 +146,13 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
             return super()._generate_and_score_completions(inputs)
         return sample_informative_batch(self, inputs)
 
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        if self.deferred_old_logps.skips(model):  # a round's old-policy pass: run for the trained rows (old_logps)
+            return None, None, None
+        return super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+        )
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self.model.training and self.step_gate is not None:
             self.step_gate.count(inputs)
@@ -162,7 +171,8 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
         """One round through TRL's ``_generate_and_score_completions``: its output (this process's rows) and the
         per-function rewards its ``_calculate_rewards`` returned (every process's rows, NaN for None), on the CPU."""
         self.scored_rewards = None
-        output = super()._generate_and_score_completions(inputs)
+        with self.deferred_old_logps.during_round():
+            output = super()._generate_and_score_completions(inputs)
         rewards, self.scored_rewards = self.scored_rewards, None
         if rewards is None:
             raise RuntimeError(

@@ -14,10 +14,10 @@
 4. assemble the batch (``batch.assemble``): the first informative groups in generation order, zero-weight fillers
    when the budget ran out.
 
-TRL computes everything a round holds for every row it generated (old-policy and reference log-probs, vLLM's
-importance-sampling correction, its logs), so no value in the batch is a placeholder. A dropped group costs its
-generation, its scoring and those no-grad forward passes (measured in ``benchmarks/dynamic_sampling.py``). When the
-first round is all informative its output is returned untouched: the step is exactly TRL's.
+TRL computes what a round holds for every row it generated (reference log-probs, vLLM's importance-sampling
+correction, its logs); only its old-policy pass is deferred to the trained rows where nothing in the round reads it
+(``old_logps``: the round's output then has no such key, never a placeholder). A dropped group costs its generation
+and its scoring. When the first round is all informative the step is exactly TRL's.
 
 TRL's logs (``reward``, ``rewards/*``, the completions table, ``sampling/*``) describe every round generated, as
 TRL logs its own rounds; ``dynamic_sampling/*`` describes what was kept (``DynamicSampler.finish_step``).
@@ -66,9 +66,10 @@ def sample_informative_batch(
     if trainer.step_gate is not None:
         trainer.step_gate.arm(bool(fillers))
     if len(rounds) == 1 and len(chosen) == num_groups:
-        return rounds[0].output  # nothing dropped: TRL's own batch
+        return trainer.deferred_old_logps.fill(rounds[0].output)  # nothing dropped: TRL's own batch
     batch_weights = trainer.reward_weights if trainer.scale_rewards == "batch" else None
-    return assemble(rounds, chosen, fillers, accelerator, group_size, trainer.pad_token_id, batch_weights)
+    batch = assemble(rounds, chosen, fillers, accelerator, group_size, trainer.pad_token_id, batch_weights)
+    return trainer.deferred_old_logps.fill(batch)  # the old-policy pass, on the trained rows only
 
 
 def refill_inputs(

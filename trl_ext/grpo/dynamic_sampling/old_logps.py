@@ -1,0 +1,81 @@
+"""The old-policy log-probs of the trained rows only: no forward pass over a group that is then dropped.
+
+TRL computes pi_old's log-probs (the denominator of the clipped ratio, when a rollout trains several optimizer
+steps) in every round, before the rewards say which groups are kept: at p = 0.5 / 0.8 uninformative groups that pass
+took 11% / 26% of a GSPO step on the demo (``benchmarks/results/dynamic_sampling.md``). While a round runs,
+``DeferredOldLogps`` answers TRL's no-grad policy pass with nothing, so the round's output holds no
+``old_per_token_logps`` at all (TRL adds the key only when it has a value: no placeholder stands in for one); after
+assembly ``fill`` runs TRL's own ``_get_per_token_logps_and_entropies`` on the trained rows, with the same batch size
+and multimodal inputs TRL passes, and adds the key. The ratio then compares the training forward with an old pass
+over the very same tensors, as in TRL's own step.
+
+Deferred only where nothing inside the round reads those log-probs: not with vLLM's importance-sampling correction
+(TRL's ratio pi_old / pi_vLLM and its ``sampling/*`` metrics are computed in the round), and not where the reference
+pass also runs on the policy model (a PEFT adapter disabled, ``beta != 0`` without a reference model), which the
+policy pass could not be told apart from. The reference log-probs (``beta != 0``) are TRL's, computed in the round.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import trl
+
+#: what TRL's old-policy pass takes from a batch besides ids and masks (multimodal inputs), read off its signature
+_FORWARD_KEYS = [
+    name
+    for name in inspect.signature(trl.GRPOTrainer._get_per_token_logps_and_entropies).parameters
+    if name not in ("self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size")
+    and not name.startswith("compute_")
+]
+
+
+class DeferredOldLogps:
+    """Defers TRL's old-policy pass of dynamic-sampling rounds to the trained rows (module docstring)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.enabled = not (trainer.use_vllm and getattr(trainer, "vllm_importance_sampling_correction", False)) and (
+            trainer.beta == 0.0 or trainer.ref_model is not None
+        )
+        self.active = False
+        self.deferred = False  # a round's old-policy pass was skipped: fill() owes it
+
+    @contextmanager
+    def during_round(self) -> Iterator[None]:
+        self.active = self.enabled
+        try:
+            yield
+        finally:
+            self.active = False
+
+    def skips(self, model: Any) -> bool:
+        """Whether this ``_get_per_token_logps_and_entropies`` call is a round's old-policy pass, now deferred."""
+        if self.active and model is self.trainer.model and not torch.is_grad_enabled():
+            self.deferred = True
+            return True
+        return False
+
+    def fill(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """``batch`` with ``old_per_token_logps`` of its rows, when the rounds' passes were deferred."""
+        if not self.deferred:
+            return batch
+        self.deferred = False
+        trainer = self.trainer
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        extra = {key: batch[key] for key in _FORWARD_KEYS if key in batch}
+        with torch.no_grad():
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model,
+                input_ids,
+                attention_mask,
+                batch["completion_ids"].size(1),
+                batch_size=trainer.args.per_device_train_batch_size,
+                **extra,
+            )
+        return {**batch, "old_per_token_logps": logps}
