@@ -3,8 +3,8 @@ some groups on the demo task; each rank writes what it saw to ``<out>/rank<k>.js
 
     python -m torch.distributed.run --nproc_per_node 2 tests/dist_dapo_script.py <out> [on_policy|carry_skip]
 
-``on_policy``: one rollout per step, 6 rows per rank (a group straddles the ranks). ``carry_skip``: 3 minibatches per
-rollout (18 rows per rank, again a straddling group), surplus carried over, the first round oversampled and GRESO
+``on_policy``: one rollout per step, 6 rows per rank (a group straddles the ranks). ``off_policy_skip``: 3 minibatches
+per rollout (18 rows per rank, again a straddling group; old-policy log-probs, deferred to the trained rows) and GRESO
 skipping on, over 20 prompts so that prompts come back.
 
 Not a test file itself (pytest does not collect it).
@@ -30,14 +30,11 @@ def even_answer_reward(completions, answer, **kwargs):
 MODES = {
     # 6 rows per rank, groups of 4, one rollout per step: 12 rows, the second group straddles the two ranks
     "on_policy": dict(num_train=60, max_steps=3, num_minibatches=1),
-    # 3 minibatches per rollout: 18 rows (4.5 groups) per rank, old-policy log-probs, so surplus is carried over
-    # (a margin of 3 makes surplus certain) and the first round is oversampled once groups are dropped
-    "carry_skip": dict(
+    # 3 minibatches per rollout: 18 rows (4.5 groups) per rank, old-policy log-probs of the trained rows only
+    "off_policy_skip": dict(
         num_train=20,
         max_steps=9,
         num_minibatches=3,
-        dynamic_sampling_carry_over=0.5,
-        dynamic_sampling_refill_margin=3.0,
         dynamic_sampling_skip_predicted=True,
     ),
 }
@@ -63,15 +60,14 @@ def main(out: str, mode: str = "on_policy") -> None:
         **settings,
     )
     trainer = DAPOTrainer(model, [even_answer_reward], args=args, train_dataset=train, processing_class=tokenizer)
-    refill_rows = []  # rows each round drawn from the refill stream gives this rank (whole groups per process)
-    refill = trainer._refill_inputs
+    refill_rows = []  # rows each round gives this rank (whole groups per process for stream-drawn rounds)
+    generate_and_score = trainer.generate_and_score
 
-    def recording(inputs, num_prompts):
-        rows = refill(inputs, num_prompts)
-        refill_rows.append(len(rows))
-        return rows
+    def recording(inputs):
+        refill_rows.append(len(inputs))
+        return generate_and_score(inputs)
 
-    trainer._refill_inputs = recording
+    trainer.generate_and_score = recording
     trainer.train()
 
     world = dist.get_world_size() if dist.is_initialized() else 1

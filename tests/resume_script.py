@@ -2,8 +2,8 @@
 be killed (SIGKILL) by the test and resumed, and writes what it did to ``<out>/result.json`` (log history, the
 checkpoint it resumed from) and its final weights to ``<out>/final_weights.pt``.
 
-    python tests/resume_script.py dapo|dapo_carry|gspo|dpo <out> [--resume] [--step-sleep S] [--stall-save-at N]
-    python -m torch.distributed.run --nproc_per_node 2 tests/resume_script.py dapo|dapo_carry <out> [--resume]
+    python tests/resume_script.py dapo|dapo_offpolicy|gspo|dpo <out> [--resume] [--step-sleep S] [--stall-save-at N]
+    python -m torch.distributed.run --nproc_per_node 2 tests/resume_script.py dapo|dapo_offpolicy <out> [--resume]
 
 ``--step-sleep`` slows every step down (not its numbers) so that the test's kill lands between checkpoints;
 ``--stall-save-at N`` makes the save of checkpoint-N stop half-way (after the weights and optimizer, before the RNG
@@ -140,17 +140,15 @@ def build(algo: str, out: str, callbacks: list, **overrides):
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, DemoModelConfig(**SMALL))
     train, _ = make_problems(DemoTaskConfig(max_operand=9, num_train=12, num_eval=20))
-    if algo in ("dapo", "dapo_carry"):
+    if algo in ("dapo", "dapo_offpolicy"):
         # 2 prompts x 4 per step, 12 prompts: 6 steps per epoch, so the run crosses an epoch boundary. "dapo": one
-        # rollout per step (the off-policy split is the GSPO case's). "dapo_carry": 2 minibatches per rollout, so
-        # old-policy log-probs exist and surplus is carried over (a margin of 3 makes it certain), the first round is
-        # oversampled, and GRESO skipping keeps a history.
+        # rollout per step (the off-policy split is the GSPO case's). "dapo_offpolicy": 2 minibatches per rollout, so
+        # old-policy log-probs exist (computed for the trained rows), and GRESO skipping keeps a history.
         variant = (
             dict(num_minibatches=1)
             if algo == "dapo"
             else dict(
                 num_minibatches=2,
-                dynamic_sampling_carry_over=0.5,
                 dynamic_sampling_refill_margin=3.0,
                 dynamic_sampling_skip_predicted=True,
             )
@@ -218,7 +216,7 @@ class StopAt(TrainerCallback):
 def main() -> None:
     torch.set_num_threads(1)
     parser = argparse.ArgumentParser()
-    parser.add_argument("algo", choices=["dapo", "dapo_carry", "gspo", "dpo"])
+    parser.add_argument("algo", choices=["dapo", "dapo_offpolicy", "gspo", "dpo"])
     parser.add_argument("out")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--resume-from", default=None)

@@ -41,9 +41,10 @@ def _run(tmp_path, mode: str) -> list[dict]:
     assert ranks[0]["global_step"] == ranks[1]["global_step"]
     assert ranks[0]["weights_equal_across_ranks"] and ranks[1]["weights_equal_across_ranks"]
     assert ranks[0]["dynamic_sampling_logs"] == ranks[1]["dynamic_sampling_logs"]
-    # every round drawn from the refill stream gives both ranks the same whole number of groups (4 completions each)
+    # every round gives both ranks the same rows; a refill round whole groups (4 completions each)
     assert ranks[0]["refill_rows"] == ranks[1]["refill_rows"] and ranks[0]["refill_rows"]
-    assert all(rows % 4 == 0 and rows > 0 for rows in ranks[0]["refill_rows"])
+    rounds = [int(log["dynamic_sampling/rounds"]) for log in ranks[0]["dynamic_sampling_logs"]]
+    assert len(ranks[0]["refill_rows"]) == sum(rounds)
     return ranks
 
 
@@ -54,23 +55,24 @@ def test_dapo_dynamic_sampling_on_two_processes(tmp_path):
     logs = ranks[0]["dynamic_sampling_logs"]
     assert len(logs) == 3
     assert any(log["dynamic_sampling/kept_group_frac"] < 1.0 for log in logs)  # something really was filtered
-    # right-sized refills: whole groups per rank (checked in _run), where a generation batch is 6 rows per rank, a
-    # group straddling the two ranks; on-policy, the first round is TRL's own batch (3 groups)
-    assert all(log["dynamic_sampling/first_round_groups"] == 3 for log in logs)
-    # only the selected rows were gathered: every rank received the same bytes, logged identically
-    assert all(log["dynamic_sampling/gathered_bytes"] > 0 for log in logs if log["dynamic_sampling/rounds"] > 1)
+    # a generation batch is 6 rows per rank, a group straddling the two ranks; the first round is TRL's own batch,
+    # refills are whole groups per rank
+    first_rows, start = [], 0
+    for log in logs:
+        first_rows.append(ranks[0]["refill_rows"][start])
+        refills = ranks[0]["refill_rows"][start + 1 : start + int(log["dynamic_sampling/rounds"])]
+        assert all(rows % 4 == 0 for rows in refills)
+        start += int(log["dynamic_sampling/rounds"])
+    assert first_rows == [6, 6, 6] and any(log["dynamic_sampling/rounds"] > 1 for log in logs)
 
 
 @pytest.mark.slow
-def test_carry_over_oversampling_and_skipping_on_two_processes(tmp_path):
-    """Off-policy DAPO (3 minibatches per rollout, 18 rows per rank: a group straddles the ranks) with carry-over,
-    the first round oversampled and GRESO skipping: both ranks draw the same prompts, hold the same carried groups
-    and skip history, and end with the same weights."""
-    ranks = _run(tmp_path, "carry_skip")
+def test_off_policy_and_skipping_on_two_processes(tmp_path):
+    """Off-policy DAPO (3 minibatches per rollout, 18 rows per rank: a group straddles the ranks) with the old-policy
+    pass deferred to the trained rows and GRESO skipping: both ranks draw the same prompts, hold the same skip
+    history, and end with the same weights."""
+    ranks = _run(tmp_path, "off_policy_skip")
     assert ranks[0]["global_step"] == 9
     logs = ranks[0]["dynamic_sampling_logs"]
     assert len(logs) == 3  # one generation per 3 steps: its figures are logged once
-    assert any(log["dynamic_sampling/first_round_groups"] > 9 for log in logs)  # oversampled beyond TRL's 9 groups
-    assert any(log["dynamic_sampling/carried_groups_used"] > 0 for log in logs)
-    assert all(log["dynamic_sampling/carried_groups_used"] <= 4 for log in logs)  # bounded: 0.5 x 9 groups
     assert ranks[0]["skip_history"] == ranks[1]["skip_history"] and ranks[0]["skip_history"]["streaks"]

@@ -244,27 +244,19 @@ def test_expected_rounds_follow_the_trainers_refill_policy():
     # 16 prompts at p = 0.25 within 4 batches: right-sized refills generate fewer groups than whole batches would
     # (the simulation runs the trainer's own refill_groups); capped at one batch, in more, smaller rounds; with
     # rounds of up to 2 batches (the default), in fewer rounds too
-    small = _expected_cost(0.25, 4, 16, 1.25, 0.0, max_round_size=1.0)
+    small = _expected_cost(0.25, 4, 16, 1.25, max_round_size=1.0)
     assert small["expected_generation_batches"] < small["expected_rounds_whole_batch"] < small["expected_rounds"]
-    big = _expected_cost(0.25, 4, 16, None, 0.0)
+    big = _expected_cost(0.25, 4, 16, None)
     assert big["expected_generation_batches"] < big["expected_rounds_whole_batch"]
     assert big["expected_rounds"] < big["expected_rounds_whole_batch"]
-    # carrying surplus over (off-policy minibatches) lowers the cost further
-    assert (
-        _expected_cost(0.5, 4, 16, 1.25, 0.25)["expected_generation_batches"]
-        < (_expected_cost(0.5, 4, 16, 1.25, 0.0)["expected_generation_batches"])
-    )
     from trl_ext import DAPOConfig
 
     args = DAPOConfig(output_dir="x", bf16=False, per_device_train_batch_size=16, num_minibatches=4)
     policy = dynamic_sampling_policy(args)
     assert policy["groups_per_batch"] == 16 * 4 // 16
     assert policy["max_generation_batches"] == args.dynamic_sampling_max_generation_batches == 4
-    # 4 minibatches per rollout: off-policy, token ratio, so the trainer carries surplus, and the probe knows it
-    assert policy["carry_over"] == args.dynamic_sampling_carry_over and policy["refill_margin"] is None
+    assert policy["refill_margin"] is None
     assert policy["max_round_size"] == args.dynamic_sampling_max_round_size == 2.0
-    on_policy = DAPOConfig(output_dir="x", bf16=False, per_device_train_batch_size=16, num_minibatches=1)
-    assert dynamic_sampling_policy(on_policy)["carry_over"] == 0.0
 
 
 def test_the_probe_takes_the_runs_config_for_its_projection(demo):
@@ -302,6 +294,6 @@ def test_cli_reads_the_runs_yaml_and_keeps_the_former_flags(tmp_path):
         args, run = parse_args(["--num_generations", "4", "--max_rounds", "7", "--groups_per_batch", "2"])
     policy = dynamic_sampling_policy(run)
     assert policy["max_generation_batches"] == 7 and policy["groups_per_batch"] == 2
-    with pytest.warns(FutureWarning, match="dynamic_sampling_carry_over"):
-        _, run = parse_args(["--preset", "grpo", "--carry_over", "0.5", "--refill_margin", "1.1"])
-    assert run.dynamic_sampling_carry_over == 0.5 and run.dynamic_sampling_refill_margin == 1.1
+    with pytest.warns(FutureWarning, match="dynamic_sampling_refill_margin"):
+        _, run = parse_args(["--preset", "grpo", "--refill_margin", "1.1"])
+    assert run.dynamic_sampling_refill_margin == 1.1
