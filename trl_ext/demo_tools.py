@@ -55,7 +55,7 @@ RESPONSE_TEMPLATE = {  # transformers' declarative response parsing (>= 5.13): a
     },
 }
 #: The SFT warm start: short on purpose, so that RL starts from a policy that gets the tool's use right part of the time.
-TOOL_WARM_START = demo.WarmStartConfig(max_steps=50, learning_rate=1e-3, per_device_train_batch_size=32)
+TOOL_WARM_START = demo.WarmStartConfig(max_steps=60, learning_rate=3e-3, per_device_train_batch_size=32)
 
 
 def multiply(a: int, b: int) -> int:
