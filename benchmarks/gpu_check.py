@@ -6,10 +6,10 @@
     python benchmarks/gpu_check.py gsm8k [--model <id or dir>] [--data <id or dir>]  # where the reproduction's are
     python benchmarks/gpu_check.py report --out <dir> [--markdown benchmarks/results/gpu_check.md]
 
-``run`` trains DAPO (dynamic sampling on) for a few steps and measures, by wrapping TRL's ``_generate``: generation
+``run`` trains DAPO (dynamic sampling on) for a few steps and measures, in a subclass timing TRL's ``_generate``: generation
 throughput (completion tokens per second of generation, weight sync to vLLM included) and the optimizer step time.
 It also checks the wiring: every generation round, the first and each dynamic-sampling refill, goes through
-``_generate``; with ``--mode vllm`` each of them reaches the vLLM engine and transformers' ``generate`` is never called.
+``_generate``; with ``--mode vllm`` every completion is a vLLM engine request (none fell back to transformers).
 The reward is informative only for prompts with an even answer, so groups are dropped and refill rounds happen.
 Completions are forced to full length (``min_tokens`` / ``min_new_tokens``) so both backends generate the same
 number of tokens. Nothing is downloaded.
@@ -131,6 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         num_generations=8,
         max_completion_length=length,
         generation_kwargs={"min_tokens": length} if use_vllm else {"min_new_tokens": length},
+        vllm_importance_sampling_correction=False,  # min_tokens would bias it (trl-ext then keeps it from vLLM)
         soft_overlong_punishment=False,  # every completion is full length here
         dynamic_sampling_max_generation_batches=4,
         num_minibatches=1,  # one rollout per optimizer step: the check compares generation paths, not updates
@@ -151,39 +152,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     train, _ = make_problems(DemoTaskConfig(max_operand=99, num_train=2000, num_eval=200))
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16 if on_gpu else torch.float32)
-    trainer = DAPOTrainer(
+    rounds: list[tuple[float, int]] = []
+
+    class TimedDAPOTrainer(DAPOTrainer):
+        """Times and counts every generation round (TRL's ``_generate``, refills included): a subclass, not a patch."""
+
+        def _generate(self, prompts):
+            if on_gpu:
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            result = super()._generate(prompts)
+            if on_gpu:
+                torch.cuda.synchronize()
+            rounds.append((time.perf_counter() - started, sum(len(ids) for ids in result[1])))
+            return result
+
+    trainer = TimedDAPOTrainer(
         model, [parity_reward], args=config, train_dataset=train, processing_class=AutoTokenizer.from_pretrained(args.model)
     )  # fmt: skip
-
-    # Spies: time and count every generation round; with vLLM, count engine calls and forbid the transformers path.
-    rounds: list[tuple[float, int]] = []
-    generate = trainer._generate
-
-    def timed_generate(prompts):
-        if on_gpu:
-            torch.cuda.synchronize()
-        started = time.perf_counter()
-        result = generate(prompts)
-        if on_gpu:
-            torch.cuda.synchronize()
-        rounds.append((time.perf_counter() - started, sum(len(ids) for ids in result[1])))
-        return result
-
-    trainer._generate = timed_generate
-    engine_calls = [0]
-    if use_vllm:
-        engine_generate = trainer.vllm_generation.generate
-
-        def counted(*a, **k):
-            engine_calls[0] += 1
-            return engine_generate(*a, **k)
-
-        trainer.vllm_generation.generate = counted
-
-        def no_fallback(*a, **k):
-            raise AssertionError("use_vllm=True but transformers' generate was called (silent fallback)")
-
-        type(trainer.model).generate = no_fallback
+    # With vLLM every completion is one engine request: the engine's counter shows no round fell back to transformers
+    requests = (lambda: trainer.vllm_generation.llm.request_counter.counter) if use_vllm else (lambda: 0)
+    requests_before = requests()
 
     started = time.perf_counter()
     trainer.train()
@@ -205,7 +194,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "generation_tokens_per_s": gen_tokens / gen_seconds if gen_seconds else float("nan"),
         "step_time_s": sum(steady) / len(steady) if steady else wall / max(trainer.state.global_step, 1),
         "train_wall_s": wall,
-        "vllm_engine_calls": engine_calls[0] if use_vllm else None,
+        "vllm_engine_requests": requests() - requests_before if use_vllm else None,
     }
     path = os.path.join(args.out, f"summary_{args.mode}.json")
     with open(path, "w") as f:
@@ -218,8 +207,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         problems.append(f"_generate was called {len(rounds)} times but dynamic sampling logged {logged_rounds} rounds")
     if logged_rounds <= trainer.state.global_step:
         problems.append("no refill round happened: the check did not exercise dynamic sampling's extra rounds")
-    if use_vllm and engine_calls[0] != len(rounds):
-        problems.append(f"{len(rounds)} generation rounds but {engine_calls[0]} vLLM engine calls")
+    completions = sum(round(h["dynamic_sampling/generated_groups"]) for h in logs) * config.num_generations
+    if use_vllm and summary["vllm_engine_requests"] != completions:
+        problems.append(f"{completions} completions generated but {summary['vllm_engine_requests']} vLLM requests")
     for problem in problems:
         print("CHECK FAILED:", problem)
     if not problems:
@@ -248,7 +238,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         ("rounds per step (dynamic sampling)", "rounds_per_step", "{:.2f}"),
         ("kept-group fraction", "kept_group_frac", "{:.2f}"),
         ("completion tokens generated", "generated_tokens", "{:,}"),
-        ("vLLM engine calls", "vllm_engine_calls", "{}"),
+        ("vLLM engine requests", "vllm_engine_requests", "{}"),
     ]
     modes = [m for m in ("transformers", "vllm") if m in runs]
     header = ["", *(runs[m]["mode"] for m in modes)]

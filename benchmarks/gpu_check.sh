@@ -2,9 +2,10 @@
 # GPU check of the vLLM wiring: on one GPU, offline, build a random-weight Qwen2 model locally, train DAPO (dynamic
 # sampling on) for a few steps with transformers generation and with vLLM colocated, check that every generation
 # round (refills included) went through TRL's generation path and, with vLLM, reached the vLLM engine, and print
-# generation throughput and step time side by side; then, when Qwen2.5-0.5B-Instruct and GSM8K are on the machine,
-# a few minutes of the GSM8K GRPO recipe with `trl-ext eval` before and after. About 3-6 minutes for the first part,
-# up to 20 more for the second; each phase has a hard time limit.
+# generation throughput and step time side by side; run the vLLM step benchmark (benchmarks/vllm_speed.py --parts
+# step,lora: sleep mode, LoRA merge- and adapter-sync) and the vLLM sync tests; then, when Qwen2.5-0.5B-Instruct and
+# GSM8K are on the machine, a few minutes of the GSM8K GRPO recipe with `trl-ext eval` before and after. About 3-6
+# minutes for the first part, up to 35 more for the rest; each phase has a hard time limit.
 #
 #   bash benchmarks/gpu_check.sh                 # GPU_CHECK_STEPS=8 GPU_CHECK_OUT=outputs/gpu_check by default
 #   GPU_CHECK_DRY_RUN=1 bash benchmarks/gpu_check.sh   # CPU dry run of the script (tiny model, transformers only)
@@ -62,6 +63,21 @@ run_mode transformers 180
 if [ "$DRY_RUN" != 1 ]; then
     phase "DAPO, $STEPS steps, vLLM colocate (limit 300 s)"
     run_mode vllm 300
+fi
+
+# The vLLM step benchmark and the sync tests, the same code as on CPU (benchmarks/vllm_speed.py, tests/test_vllm_*.py):
+# DAPO steps at 256 and 64 tokens, vLLM colocate with sleep mode against transformers, and LoRA with merge-sync against
+# adapter-sync; then the real-engine sync tests (teacher-forced log-prob gaps, LoRA both ways).
+if [ "$DRY_RUN" != 1 ]; then
+    phase "vLLM step benchmark: DAPO at 256 and 64 tokens, LoRA merge vs adapter (limit 1200 s)"
+    timeout 1200 python benchmarks/vllm_speed.py --parts step,lora --steps "${GPU_CHECK_STEP_STEPS:-4}" --sleep \
+        --threads 4 --prompts 8 --out "$OUT/vllm_speed" > "$OUT/vllm_speed.log" 2>&1 \
+        || { tail -n 40 "$OUT/vllm_speed.log"; echo "FAILED: the vLLM step benchmark"; exit 1; }
+    sed -n '/^## /,$p' "$OUT/vllm_speed/vllm_speed.md"
+    phase "vLLM sync tests on CUDA (limit 900 s)"
+    timeout 900 python -m pytest -q -p no:cacheprovider tests/test_vllm_sync.py tests/test_vllm_engine.py \
+        > "$OUT/vllm_tests.log" 2>&1 || { tail -n 40 "$OUT/vllm_tests.log"; echo "FAILED: the vLLM sync tests"; exit 1; }
+    tail -n 3 "$OUT/vllm_tests.log"
 fi
 
 # GSM8K reproduction (recipes/configs/qwen2.5-0.5b-instruct/grpo/config_gsm8k.yaml): a few minutes of GRPO, with

@@ -36,15 +36,10 @@ __all__ = ["MoERoutingMonitor", "attach_moe_monitor", "guard_router_logits", "ro
 def router_modules(model: nn.Module) -> list[tuple[nn.Module, int]]:
     """The router (gate) modules of ``model`` in forward order, each with the index of its logits in its output: the
     modules transformers hooks to record ``router_logits``. Empty for a dense model."""
-    specs = [
-        getattr(m, "_can_record_outputs", None) or {} for m in model.modules() if hasattr(m, "_can_record_outputs")
-    ]
-    recorder = next((spec["router_logits"] for spec in specs if "router_logits" in spec), None)
-    if recorder is None:
-        return []
-    target = getattr(recorder, "target_class", recorder)
-    index = getattr(recorder, "index", 0) or 0
-    return [(m, index) for m in model.modules() if isinstance(target, type) and isinstance(m, target)]
+    recorders = (getattr(m, "_can_record_outputs", None) or {} for m in model.modules())
+    recorder = next((r["router_logits"] for r in recorders if "router_logits" in r), None)
+    target = getattr(recorder, "target_class", None)
+    return [(m, recorder.index or 0) for m in model.modules() if isinstance(m, target)] if target else []
 
 
 def _skip_aux_loss_on_cached_steps(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
@@ -52,9 +47,9 @@ def _skip_aux_loss_on_cached_steps(module: nn.Module, args: tuple, kwargs: dict)
     B x 1 tokens, the mask B x L, and transformers' ``load_balancing_loss_func`` fails on the mismatch. The aux loss
     of a generation step is never used, so it is not computed there (``output_router_logits=False``)."""
     ids, mask = kwargs.get("input_ids", args[0] if args else None), kwargs.get("attention_mask")
-    if kwargs.get("output_router_logits") is None and ids is not None and mask is not None:
-        if mask.shape[-1] != ids.shape[-1]:
-            return args, {**kwargs, "output_router_logits": False}
+    known = kwargs.get("output_router_logits") is not None or ids is None or mask is None
+    if not known and mask.shape[-1] != ids.shape[-1]:
+        return args, {**kwargs, "output_router_logits": False}
     return None
 
 

@@ -105,6 +105,13 @@ class RLScriptArguments(DataArguments):
             "different warm start; benchmarks/reproduce.py varies it to measure how much the demo's figures move."
         },
     )
+    tools: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Tools for TRL's multi-turn rollout (GRPOTrainer tools=), by dotted path (module.function). With "
+            "no model and no dataset: the tool demo, trl_ext.demo_tools (docs/TOOLS.md)."
+        },
+    )
     health_monitor: bool = field(default=True, metadata={"help": "Warn on KL blow-up, entropy collapse, etc."})
     held_out_eval_steps: int | None = field(
         default=None,

@@ -26,11 +26,14 @@ only ever exists complete, for ``get_last_checkpoint``, for ``resume_from_checkp
 Faults while saving (``docs/PREEMPTION.md``):
 
 - A save that fails (no space left, permission denied, I/O error) raises ``CheckpointSaveError`` on every process,
-  naming the cause in words, the free space left and the last complete checkpoint; the unfinished staging folder is
-  removed at once. torch's zip writer reports a full disk without an errno (``[enforce fail at inline_container.cc]
-  . unexpected pos ...``, ``PytorchStreamWriter failed writing file``): such a failure is a full disk when the free
-  space, once the staging folder is removed, is less than a checkpoint needs (the size of the last complete one, or
-  of the model's weights before the first), or when under 1 MiB was left.
+  naming the cause in words, the folder, the free space left, the bytes a checkpoint needs and the last complete
+  checkpoint (intact); the unfinished staging folder is removed at once. torch's zip writer reports a full disk
+  without an errno (``[enforce fail at inline_container.cc] . unexpected pos ...``, ``PytorchStreamWriter failed
+  writing file``): after such a failure the folder is asked for the bytes a checkpoint needs (the size of the last
+  complete one; before the first, the weights and the optimizer state), by allocating them in a probe file, and the
+  filesystem's own answer (``ENOSPC``, ``EDQUOT``, ``EFBIG`` from ``ulimit -f``) is the cause. Where it cannot answer
+  (no ``fallocate``), the failure is a full disk when the free space, once the staging folder is removed, is less
+  than a checkpoint needs, or when under 1 MiB was left.
 - ``save_total_limit`` rotation first renames an old checkpoint into the staging area, then deletes it: a kill
   half-way through a deletion leaves no half-deleted ``checkpoint-N`` behind, and the newest checkpoint is never
   touched.
@@ -213,15 +216,38 @@ def is_torch_write_failure(error: BaseException | None) -> bool:
     return False
 
 
-def checkpoint_bytes_needed(run_dir: str, model: Any = None) -> int | None:
+def checkpoint_bytes_needed(run_dir: str, model: Any = None, optimizer: Any = None) -> int | None:
     """About what one checkpoint of this run takes on disk: the size of its last complete checkpoint (the next one
-    holds the same files), else the bytes of the model's weights (every checkpoint holds them at least once)."""
+    holds the same files), else the bytes of the model's weights and of the optimizer's state tensors."""
     last = last_complete_checkpoint(run_dir)
     if last is not None:
         return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(last) for name in names)
     if model is None:
         return None
-    return sum(getattr(p, "ds_numel", p.numel()) * p.element_size() for p in model.parameters())  # ZeRO-3: whole
+    weights = sum(getattr(p, "ds_numel", p.numel()) * p.element_size() for p in model.parameters())  # ZeRO-3: whole
+    state = getattr(optimizer, "state", None) or {}
+    tensors = [t for s in state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+    return weights + sum(t.numel() * t.element_size() for t in tensors)
+
+
+def space_errno(folder: str, nbytes: int) -> int | None:
+    """What the filesystem of ``folder`` answers when asked for ``nbytes`` (allocated in a probe file, then removed):
+    ``ENOSPC`` / ``EDQUOT`` / ``EFBIG`` (a file-size limit), or None when it has room or cannot say."""
+    path = os.path.join(folder, ".trl_ext_space_probe")
+    if not hasattr(os, "posix_fallocate"):  # macOS: the free space alone decides
+        return None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    except OSError:
+        return None
+    try:
+        os.posix_fallocate(fd, 0, max(nbytes, 1))
+    except OSError as error:
+        return error.errno if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else None
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return None
 
 
 def save_failure_cause(
@@ -229,18 +255,27 @@ def save_failure_cause(
     free_before_cleanup: int | None,
     free_after_cleanup: int | None = None,
     bytes_needed: int | None = None,
+    probed: int | None = None,
 ) -> tuple[str, str]:
-    """``(cause in words, what to do)`` for an error raised while writing a checkpoint. An error without errno is
-    a full disk when under ``LOW_SPACE_BYTES`` were left, or when it is torch's writer failing and the free space
-    once the unfinished checkpoint is removed (``free_after_cleanup``) is below what a checkpoint needs."""
+    """``(cause in words, what to do)`` for an error raised while writing a checkpoint. An error without errno
+    takes the filesystem's answer to the space probe (``probed``, ``space_errno``); else it is a full disk when under
+    ``LOW_SPACE_BYTES`` were left, or when it is torch's writer failing and the free space once the unfinished
+    checkpoint is removed (``free_after_cleanup``) is below what a checkpoint needs."""
     code = _errno_of(error) if error is not None else None
     low = free_before_cleanup is not None and free_before_cleanup < LOW_SPACE_BYTES
     too_small = free_after_cleanup is not None and bytes_needed is not None and free_after_cleanup < bytes_needed
     if code is None and (low or (too_small and is_torch_write_failure(error))):
         code = errno.ENOSPC
+    code = probed if code is None else code
     if code in (errno.ENOSPC, errno.EDQUOT):
         room = f"a checkpoint of this run takes about {_size(bytes_needed)}; " if bytes_needed else ""
-        return os.strerror(code), f"free space there ({room}or lower save_total_limit, or set save_only_model)"
+        fix = f"free space there ({room}or lower save_total_limit, or set save_only_model)"
+        if bytes_needed:
+            short = f", {_size(bytes_needed - free_after_cleanup)} more than is free" if too_small else ""
+            fix += f": {bytes_needed} bytes are needed{short}"
+        return os.strerror(code), fix
+    if code == errno.EFBIG:
+        return os.strerror(code), "raise the file-size limit (ulimit -f) of the process, or write elsewhere"
     if code in (errno.EACCES, errno.EPERM, errno.EROFS):
         return os.strerror(code), "make output_dir writable (or choose another output_dir)"
     if code is not None:
@@ -461,8 +496,10 @@ class AtomicCheckpointMixin:
             except OSError:
                 pass
         free_after = _free_bytes(run_dir)
-        needed = checkpoint_bytes_needed(run_dir, getattr(self, "model", None))
-        cause, fix = save_failure_cause(error, free_before, free_after, needed)
+        needed = checkpoint_bytes_needed(run_dir, getattr(self, "model", None), getattr(self, "optimizer", None))
+        probe = error is not None and _errno_of(error) is None and is_torch_write_failure(error) and needed
+        probed = space_errno(run_dir, needed) if probe else None  # torch's writer lost the errno: ask the disk
+        cause, fix = save_failure_cause(error, free_before, free_after, needed, probed)
         last = last_complete_checkpoint(run_dir)
         kept = (
             f"The last complete checkpoint, {last}, is intact: {fix}, then resume from it with "

@@ -125,6 +125,26 @@ def check_tokenizer(tokenizer: Any) -> None:
         )
 
 
+def check_tools(tools: Any, environment_factory: Any, processing_class: Any) -> None:
+    """``tools=`` (or an ``environment_factory``) needs a chat template that renders a tool conversation, which TRL
+    checks (``supports_tool_calling``) with a message that names no fix."""
+    if not (tools or environment_factory) or processing_class is None:
+        return
+    from trl.chat_template_utils import supports_tool_calling
+
+    if supports_tool_calling(processing_class):
+        return
+    raise ValueError(
+        f"tools= needs a tokenizer whose chat template renders a tool conversation (user -> assistant with "
+        f"tool_calls -> tool); this {type(processing_class).__name__} "
+        f"{'has no chat template' if not getattr(processing_class, 'chat_template', None) else 'drops tool calls'}. "
+        "The demo tokenizer (trl_ext.demo.build_tokenizer) has none: use the tool demo's, "
+        "trl_ext.demo_tools.build_tool_tokenizer() or the model of tool_warm_start(). For your own model, use an "
+        "instruct model whose template supports tools (Qwen2.5, Qwen3, Llama 3.1, ...) or set "
+        "tokenizer.chat_template and tokenizer.response_template (docs/TOOLS.md says what a model needs)."
+    )
+
+
 def _context_length(model_config: Any) -> int | None:
     if model_config is None:
         return None

@@ -183,6 +183,7 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
         checks.check_dataset_size(dataset, config)
         checks.check_vllm(config)
         checks.check_tokenizer(params.get("processing_class"))
+        checks.check_tools(params.get("tools"), params.get("environment_factory"), params.get("processing_class"))
         model = params["model"]
         if not isinstance(model, str):  # fail before TRL copies the model or loads a reference model
             checks.check_context_length(

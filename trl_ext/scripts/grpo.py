@@ -26,6 +26,7 @@ from trl import ModelConfig, get_peft_config
 from trl_ext import GRPOFamilyConfig, trainer_class_for
 from trl_ext.console import quiet_libraries
 from trl_ext.data import format_prompts
+from trl_ext.demo_tools import ToolDemo
 from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.args import RLScriptArguments
 from trl_ext.recipe.evaluation import held_out_evaluator
@@ -43,6 +44,7 @@ from trl_ext.recipe.grpo import (
 from trl_ext.recipe.models import demo_threads, load_policy
 from trl_ext.recipe.rewards import gold_reward, task_rewards
 from trl_ext.recipe.steps import load_script_data
+from trl_ext.recipe.tools import load_tools, tool_evaluator
 from trl_ext.reward_model import reward_processing_classes
 
 
@@ -60,11 +62,14 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     # Rewards named by registry name are built first (a typo fails before any download); none named: the task
     # reward that fits the data's layout (math accuracy, code tests; the demo's arithmetic check on the demo)
     named = task_rewards(script_args, None) if script_args.reward_funcs else None
+    # Tools (YAML `tools:`) for TRL's multi-turn rollout; with no model and no dataset, the tool demo's problems,
+    # warm start and reward (trl_ext.demo_tools)
+    tools, tool_demo = load_tools(script_args.tools), ToolDemo.of(script_args, model_args)
 
     # Data: the demo's arithmetic problems, or the user's dataset mapped by its layout (GSM8K, MATH, DAPO-Math-17k,
     # ..., or --dataset_prompt_column / --dataset_answer_column): a 'prompt' column and the reference
-    data = load_script_data(script_args)
-    reward_funcs, reward_names = named or task_rewards(script_args, data.layout)
+    data = tool_demo.data if tool_demo else load_script_data(script_args)
+    reward_funcs, reward_names = (tool_demo and tool_demo.rewards) or named or task_rewards(script_args, data.layout)
 
     # Trainer class: the preset table decides (DAPOConfig -> DAPOTrainer, GSPOConfig -> GSPOTrainer, ...)
     trainer_class = trainer_class_for(training_args)
@@ -76,7 +81,7 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     # through TRL's quantization config); prompts as the model expects them (chat template, system prompt); a
     # given model's max_completion_length sized to its context unless set
     model, tokenizer, model_path = load_policy(
-        model_args.model_name_or_path,
+        tool_demo.model_path if tool_demo else model_args.model_name_or_path,
         model_args.dtype,
         model_args,
         script_args.chat_template,
@@ -99,6 +104,8 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
         gold_reward(reward_funcs, script_args, data.layout),
         is_main,
     )
+    if tools:  # held-out greedy accuracy with the tools run, as the rollouts run them
+        evaluate = tool_evaluator(tokenizer, eval_dataset, tools, gold_reward(reward_funcs, script_args, data.layout))
     before = evaluate(model, "before RL")
     if before is not None and is_main:
         print(
@@ -115,6 +122,7 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
         reward_processing_classes=reward_processing_classes(reward_funcs),  # a reward model's own tokenizer
         peft_config=get_peft_config(model_args),
         callbacks=[MetricsFileCallback(metrics_path)],
+        tools=tools,
     )
     held_out = attach_monitors(trainer, recipe, script_args, evaluate, before, reward_funcs)
 
