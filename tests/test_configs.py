@@ -426,7 +426,9 @@ def test_deepspeed_zero2_and_zero3_train_identically_on_two_cpu_processes(tmp_pa
     (logs2, weights2), (logs3, weights3) = runs["zero2"], runs["zero3"]
     assert len(logs2) == len(logs3) == 4
     # both stages generated the same rounds
-    assert [log.get("dynamic_sampling/rounds") for log in logs2] == [log.get("dynamic_sampling/rounds") for log in logs3]
+    assert [log.get("dynamic_sampling/rounds") for log in logs2] == [
+        log.get("dynamic_sampling/rounds") for log in logs3
+    ]
     # something was learned from: a non-zero gradient. (Not the loss: on-policy, pi/pi_old = 1 and DAPO's token-level
     # loss is -sum_i A_i |o_i| / sum_i |o_i|, exactly 0 whenever a step's completions have equal lengths, as with a
     # warm start that answers every problem in 3 tokens; its gradient is not 0.)
