@@ -1,21 +1,10 @@
 """Format rewards: ``<think>...</think>`` then an answer (strict and lenient), and a partial-credit process reward.
 
-The format reward is DeepSeek-R1's (arXiv 2501.12948, section 2.2.2: "the model [must] put its thinking process
-between '<think>' and '</think>' tags"); TRL ships it as ``trl.rewards.think_format_reward``. We add what practice
-needs around it:
-
-* **strict** (``format_strict``, the default of ``format``): the completion is exactly ``<think>\\n`` reasoning
-  ``\\n</think>\\n`` answer, one think block, non-empty reasoning and answer (open-r1's ``format_reward`` shape);
-  with ``answer_tags=True`` the answer must be ``<answer>\\n...\\n</answer>`` and end the completion.
-* **lenient** (``format_lenient``): whitespace and newlines are free and the opening ``<think>`` may be missing,
-  because chat templates of reasoning models (DeepSeek-R1, Qwen3) put ``<think>`` into the *prompt*; still exactly
-  one ``</think>``, no second ``<think>``, non-empty reasoning and a non-empty answer after it.
-* **process** (``process``): partial credit in four equal parts of 0.25 (practitioners add such process rewards to
-  the outcome reward; open-r1's ``tag_count_reward`` and ``reasoning_steps_reward`` are the two ingredients):
-  the think block is closed exactly once (at most one ``<think>``, before it); the reasoning (the text before
-  ``</think>``, or all of it when the block never closes) is non-empty; the reasoning shows clear steps
-  (``min(1, steps / min_steps)`` of the part; a step is a line starting ``Step k``, ``k.`` / ``k)``, ``-``/``*``,
-  or ``First,``/``Second,``/``Next,``/``Then,``/``Finally,``); and a final answer can be extracted after the block.
+The format reward is DeepSeek-R1's (arXiv 2501.12948, section 2.2.2), which TRL ships as
+``trl.rewards.think_format_reward``. **strict** is open-r1's ``format_reward`` shape; **lenient** lets the opening
+``<think>`` be missing, because chat templates of reasoning models (DeepSeek-R1, Qwen3) put it into the *prompt*;
+**process** gives four parts of 0.25 (open-r1's ``tag_count_reward`` and ``reasoning_steps_reward`` are its
+ingredients). The rules: ``rewards/README.md``, "Format, process, length".
 """
 
 from __future__ import annotations
