@@ -10,10 +10,9 @@ ingredients). The rules: ``rewards/README.md``, "Format, process, length".
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from trl_ext.rewards.extract import extract_answer
-from trl_ext.rewards.text import completion_texts
+from trl_ext.rewards.text import TextReward
 
 _STRICT = re.compile(r"<think>\n(?P<reasoning>.*?)\n</think>\n(?P<answer>.*)", re.DOTALL)
 _ANSWER_STRICT = re.compile(r"<answer>\n(?P<inner>.*?)\n</answer>\s*", re.DOTALL)
@@ -53,7 +52,7 @@ def _lenient_ok(text: str, answer_tags: bool) -> bool:
     return True
 
 
-class ThinkFormat:
+class ThinkFormat(TextReward):
     """1.0 when the completion is a think block followed by an answer, else 0.0 (strict or lenient, see module)."""
 
     def __init__(self, strict: bool = True, answer_tags: bool = False, name: str | None = None):
@@ -61,9 +60,9 @@ class ThinkFormat:
         self.answer_tags = answer_tags
         self.__name__ = name or ("format_strict" if strict else "format_lenient")
 
-    def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list[float]:
+    def score(self, text: str) -> float:
         check = _strict_ok if self.strict else _lenient_ok
-        return [1.0 if check(text, self.answer_tags) else 0.0 for text in completion_texts(completions or [])]
+        return 1.0 if check(text, self.answer_tags) else 0.0
 
 
 def count_steps(reasoning: str) -> int:
@@ -71,7 +70,7 @@ def count_steps(reasoning: str) -> int:
     return len(_STEP.findall(reasoning))
 
 
-class ProcessReward:
+class ProcessReward(TextReward):
     """Partial credit in [0, 1] for a well-formed reasoning process (four parts of 0.25, see the module docstring)."""
 
     def __init__(self, min_steps: int = 3, name: str = "process"):
@@ -94,6 +93,3 @@ class ProcessReward:
         if closed and extract_answer(after)[0] is not None:
             credit += 0.25
         return credit
-
-    def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list[float]:
-        return [self.score(text) for text in completion_texts(completions or [])]

@@ -38,6 +38,13 @@ def completion_texts(completions: list) -> list[str]:
     return [completion_text(completion) for completion in completions]
 
 
+class TextReward:
+    """A reward scored one completion text at a time, by the subclass's ``score(text)``."""
+
+    def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list[float]:
+        return [self.score(text) for text in completion_texts(completions or [])]
+
+
 def column(kwargs: dict[str, Any], name: str, n: int, reward_name: str) -> list[Any]:
     """Dataset column ``name`` from a reward's keyword arguments, one value per completion. A missing column is the
     user's wiring error, not malformed model output, so it raises, naming the fix."""
