@@ -12,6 +12,7 @@ widens so that one evaluation costs ``target_frac`` of the steps between two.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -44,10 +45,9 @@ def held_out_accuracy(
         demo = False
     from transformers.integrations import is_deepspeed_zero3_enabled
 
-    def evaluate() -> float:
-        if demo:  # the demo's own check (trl_ext.demo.greedy_accuracy): the answer is the first integer in 4 tokens
-            return greedy_accuracy(model, tokenizer, eval_dataset, arithmetic_reward, 4, progress=progress)
-        return greedy_accuracy(model, tokenizer, eval_dataset, reward_func, max_new_tokens, progress=progress)
+    # the demo's own check (trl_ext.demo.greedy_accuracy): the answer is the first integer in 4 tokens
+    reward, length = (arithmetic_reward, 4) if demo else (reward_func, max_new_tokens)
+    evaluate = functools.partial(greedy_accuracy, model, tokenizer, eval_dataset, reward, length, progress=progress)
 
     if is_deepspeed_zero3_enabled():  # sharded weights must be gathered (on every rank) before generate
         import deepspeed
