@@ -20,12 +20,12 @@ The raw data go to ``benchmarks/results/moe.trl<version>.json`` (git-ignored); t
 from __future__ import annotations
 
 import argparse
-import copy
 import glob
 import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -90,14 +90,25 @@ def ratio_stats_mixin(base: type) -> type:
     return Measured
 
 
-def run_one(algorithm: str, seed: int, policy: Any, tokenizer: Any, train: Any, held_out: Any, opts: Any) -> dict:
+def load(path: str) -> Any:
+    """A fresh copy of the saved warm start, with the router-logits guard (``docs/MOE.md``)."""
+    from transformers import AutoModelForCausalLM
+
+    from trl_ext.diagnostics.moe import guard_router_logits
+
+    model = AutoModelForCausalLM.from_pretrained(path)
+    guard_router_logits(model)
+    return model
+
+
+def run_one(algorithm: str, seed: int, model: Any, tokenizer: Any, train: Any, held_out: Any, opts: Any) -> dict:
     import trl_ext
     from trl_ext.demo import greedy_accuracy
     from trl_ext.diagnostics.moe import attach_moe_monitor
     from trl_ext.rewards.arithmetic import arithmetic_reward
 
     shared = _common.run_args(
-        str(_common.ROOT / "outputs" / "benchmarks" / f"moe-{algorithm}-{seed}"),
+        tempfile.mkdtemp(prefix=f"moe-{algorithm}-{seed}-", dir=_common.ROOT / "outputs" / "benchmarks"),
         seed=seed,
         num_generations=8,
         per_device_train_batch_size=opts.prompts * 8 // 4,  # a rollout of prompts x 8 in 4 optimizer steps
@@ -113,7 +124,6 @@ def run_one(algorithm: str, seed: int, policy: Any, tokenizer: Any, train: Any, 
         args, trainer_class = trl_ext.GRPOPaperConfig(steps_per_generation=4, **shared), trl_ext.GRPOTrainer
     else:
         args, trainer_class = trl_ext.GSPOConfig(num_minibatches=4, **shared), trl_ext.GSPOTrainer
-    model = copy.deepcopy(policy)
     trainer = ratio_stats_mixin(trainer_class)(
         model, [arithmetic_reward], args=args, train_dataset=train, processing_class=tokenizer
     )
@@ -144,13 +154,15 @@ def measure(opts: argparse.Namespace) -> dict:
         make_problems,
         warm_start_sft_kwargs,
     )
-    from trl_ext.diagnostics.moe import guard_router_logits
 
     tokenizer = build_tokenizer()
     train, held_out = make_problems(DemoTaskConfig())
     policy = build_moe(tokenizer)
+    import trl
+
+    warm_dir = str(_common.ROOT / "outputs" / "benchmarks" / f"moe-warm-start-trl{trl.__version__}")
     sft = WarmStartConfig(max_steps=opts.sft_steps)
-    sft_args = SFTConfig(**warm_start_sft_kwargs(str(_common.ROOT / "outputs" / "benchmarks" / "moe-sft"), sft))
+    sft_args = SFTConfig(**warm_start_sft_kwargs(warm_dir + "-sft", sft))
     sft_trainer = SFTTrainer(
         model=policy,
         args=sft_args,
@@ -160,19 +172,19 @@ def measure(opts: argparse.Namespace) -> dict:
     _common.silence(sft_trainer)
     start = time.time()
     sft_trainer.train()
-    # TRL >= 1.14's SFTTrainer leaves output_router_logits=True in the config (as several published MoE configs have
-    # it), on which generation fails upstream (docs/MOE.md): the guard that attach_moe_monitor installs, here already
-    # for the held-out evaluation. TRL 1.12 gets the same flag, so both ends train the same checkpoint.
+    # Every run loads the warm start from disk: TRL 1.12's SFTTrainer replaces the model's forward for good (its
+    # chunked cross-entropy head, closing over the original module), so an in-memory copy would train the original.
+    # TRL >= 1.14's leaves output_router_logits=True in the config, as several published MoE configs have it; on which
+    # generation fails upstream (docs/MOE.md): both ends save the flag on, and the guard holds it.
     policy.config.output_router_logits = True
-    guard_router_logits(policy)
-    policy.gradient_checkpointing_disable()  # SFTTrainer turns it on; a tiny model needs none (and RL below neither)
-    warm = {"seconds": time.time() - start, "accuracy": greedy_accuracy(policy, tokenizer, held_out)}
+    policy.save_pretrained(warm_dir)
+    warm = {"seconds": time.time() - start, "accuracy": greedy_accuracy(load(warm_dir), tokenizer, held_out)}
     print(f"warm start: {warm}", flush=True)
     runs = []
     for seed in range(opts.seeds):
         for algorithm in ALGORITHMS:
             torch.manual_seed(seed)
-            runs.append(run_one(algorithm, seed, policy, tokenizer, train, held_out, opts))
+            runs.append(run_one(algorithm, seed, load(warm_dir), tokenizer, train, held_out, opts))
             print({k: v for k, v in runs[-1].items() if k != "steps"}, flush=True)
     return {"warm_start": warm, "runs": runs}
 
