@@ -10,6 +10,8 @@ without KL: token ratios, eps 0.2) and one GSPO run (``GSPOConfig``: sequence ra
 4 optimizer steps per rollout (GSPO section 5.1), so that the ratios are off-policy. Per step: TRL's clip fraction,
 the variance of the token ratios and of the sequence ratios over the step's completion tokens / sequences, and
 ``moe/routing_change_frac`` (``trl_ext.diagnostics.moe``); per run the held-out greedy accuracy before and after.
+GSPO-token (``GSPOConfig(gspo_token=True)``) and DAPO (``DAPOConfig``, the demo's overlong buffer and dynamic sampling)
+run once (seed 0) on the same MoE and task, as a check that every preset trains it.
 
     python benchmarks/moe.py            # measures with the installed TRL, renders every TRL measured so far
     python benchmarks/moe.py --render   # only renders benchmarks/results/moe.md from the saved raw files
@@ -33,7 +35,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
-ALGORITHMS = ("grpo", "gspo")
+ALGORITHMS = ("grpo", "gspo")  # the comparison, over every seed
+PRESET_CHECKS = ("gspo_token", "dapo")  # the other presets on the same MoE and task, seed 0 only
 
 
 def build_moe(tokenizer: Any) -> Any:
@@ -120,10 +123,15 @@ def run_one(algorithm: str, seed: int, model: Any, tokenizer: Any, train: Any, h
         beta=0.0,
         gradient_checkpointing=False,
     )
-    if algorithm == "grpo":
-        args, trainer_class = trl_ext.GRPOPaperConfig(steps_per_generation=4, **shared), trl_ext.GRPOTrainer
-    else:
-        args, trainer_class = trl_ext.GSPOConfig(num_minibatches=4, **shared), trl_ext.GSPOTrainer
+    _, dapo = _common.demo_settings()  # the demo's overlong buffer and dynamic-sampling range
+    presets = {  # (config class, trainer, fields): 4 optimizer steps per rollout each
+        "grpo": (trl_ext.GRPOPaperConfig, trl_ext.GRPOTrainer, {"steps_per_generation": 4}),
+        "gspo": (trl_ext.GSPOConfig, trl_ext.GSPOTrainer, {"num_minibatches": 4}),
+        "gspo_token": (trl_ext.GSPOConfig, trl_ext.GSPOTokenTrainer, {"num_minibatches": 4, "gspo_token": True}),
+        "dapo": (trl_ext.DAPOConfig, trl_ext.DAPOTrainer, {**dapo, "num_minibatches": 4}),
+    }
+    config_class, trainer_class, fields = presets[algorithm]
+    args = config_class(**fields, **shared)
     trainer = ratio_stats_mixin(trainer_class)(
         model, [arithmetic_reward], args=args, train_dataset=train, processing_class=tokenizer
     )
@@ -186,6 +194,10 @@ def measure(opts: argparse.Namespace) -> dict:
             torch.manual_seed(seed)
             runs.append(run_one(algorithm, seed, load(warm_dir), tokenizer, train, held_out, opts))
             print({k: v for k, v in runs[-1].items() if k != "steps"}, flush=True)
+    for algorithm in PRESET_CHECKS:
+        torch.manual_seed(0)
+        runs.append(run_one(algorithm, 0, load(warm_dir), tokenizer, train, held_out, opts))
+        print({k: v for k, v in runs[-1].items() if k != "steps"}, flush=True)
     return {"warm_start": warm, "runs": runs}
 
 
@@ -227,14 +239,19 @@ def report(saved: list[dict]) -> Path:
             f"x 8 completions, 4 steps each), lr {opts['lr']}, seeds 0..{opts['seeds'] - 1}.",
             "",
         ]
-        rows, per_algorithm = [], {a: [] for a in ALGORITHMS}
+        rows, checks, per_algorithm = [], [], {a: [] for a in ALGORITHMS}
         for run in data["runs"]:
             s = summarize(run)
-            per_algorithm[run["algorithm"]].append(s)
-            rows.append(_row(f"{run['algorithm'].upper()} seed {run['seed']}", s))
+            name = f"{run['algorithm'].upper().replace('_', '-')} seed {run['seed']}"
+            if run["algorithm"] in per_algorithm:
+                per_algorithm[run["algorithm"]].append(s)
+                rows.append(_row(name, s))
+            else:
+                checks.append(_row(name, s))
         for algorithm, summaries in per_algorithm.items():
             mean = {key: _mean([s[key] for s in summaries]) for key in summaries[0]}
             rows.append(_row(f"**{algorithm.upper()} mean**", mean))
+        rows += checks
         body += _common.table(
             [
                 "run",
@@ -264,6 +281,8 @@ def report(saved: list[dict]) -> Path:
         "top-2 expert set differs between the old-policy forward and the training forward; mean over the 2nd-4th "
         "steps of each rollout (the 1st is 0 by construction). max expert load: `moe/max_expert_load` (1/8 is balanced).",
         "- held-out acc: greedy accuracy on the demo's 240 held-out problems after RL.",
+        "- GSPO-TOKEN / DAPO rows: one seed each, the presets' own clip ranges (GSPO-token 3e-4 / 4e-4 on its "
+        "token-level ratio; DAPO 0.2 / 0.28 with dynamic sampling); not part of the means or the verdict.",
     ]
     path = _common.RESULTS / "moe.md"
     return _common.write_markdown(path, "GRPO vs GSPO on a tiny MoE", head, body)
