@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=80, help="optimizer steps per run (4 per rollout)")
     parser.add_argument("--prompts", type=int, default=8, help="prompts per rollout (x 8 completions)")
-    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--sft_steps", type=int, default=300)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (1: see the report)")
     parser.add_argument("--render", action="store_true", help="only render the report from the saved raw files")
