@@ -10,6 +10,8 @@ without KL: token ratios, eps 0.2) and one GSPO run (``GSPOConfig``: sequence ra
 4 optimizer steps per rollout (GSPO section 5.1), so that the ratios are off-policy. Per step: TRL's clip fraction,
 the variance of the token ratios and of the sequence ratios over the step's completion tokens / sequences, and
 ``moe/routing_change_frac`` (``trl_ext.diagnostics.moe``); per run the held-out greedy accuracy before and after.
+GSPO-token (``GSPOConfig(gspo_token=True)``) and DAPO (``DAPOConfig``, the demo's overlong buffer and dynamic sampling)
+run once (seed 0) on the same MoE and task, as a check that every preset trains it.
 
     python benchmarks/moe.py            # measures with the installed TRL, renders every TRL measured so far
     python benchmarks/moe.py --render   # only renders benchmarks/results/moe.md from the saved raw files
@@ -20,12 +22,12 @@ The raw data go to ``benchmarks/results/moe.trl<version>.json`` (git-ignored); t
 from __future__ import annotations
 
 import argparse
-import copy
 import glob
 import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
-ALGORITHMS = ("grpo", "gspo")
+ALGORITHMS = ("grpo", "gspo")  # the comparison, over every seed
+PRESET_CHECKS = ("gspo_token", "dapo")  # the other presets on the same MoE and task, seed 0 only
 
 
 def build_moe(tokenizer: Any) -> Any:
@@ -90,14 +93,25 @@ def ratio_stats_mixin(base: type) -> type:
     return Measured
 
 
-def run_one(algorithm: str, seed: int, policy: Any, tokenizer: Any, train: Any, held_out: Any, opts: Any) -> dict:
+def load(path: str) -> Any:
+    """A fresh copy of the saved warm start, with the router-logits guard (``docs/MOE.md``)."""
+    from transformers import AutoModelForCausalLM
+
+    from trl_ext.diagnostics.moe import guard_router_logits
+
+    model = AutoModelForCausalLM.from_pretrained(path)
+    guard_router_logits(model)
+    return model
+
+
+def run_one(algorithm: str, seed: int, model: Any, tokenizer: Any, train: Any, held_out: Any, opts: Any) -> dict:
     import trl_ext
     from trl_ext.demo import greedy_accuracy
     from trl_ext.diagnostics.moe import attach_moe_monitor
     from trl_ext.rewards.arithmetic import arithmetic_reward
 
     shared = _common.run_args(
-        str(_common.ROOT / "outputs" / "benchmarks" / f"moe-{algorithm}-{seed}"),
+        tempfile.mkdtemp(prefix=f"moe-{algorithm}-{seed}-", dir=_common.ROOT / "outputs" / "benchmarks"),
         seed=seed,
         num_generations=8,
         per_device_train_batch_size=opts.prompts * 8 // 4,  # a rollout of prompts x 8 in 4 optimizer steps
@@ -107,12 +121,17 @@ def run_one(algorithm: str, seed: int, policy: Any, tokenizer: Any, train: Any, 
         lr_scheduler_type="constant",
         max_steps=opts.steps,
         beta=0.0,
+        gradient_checkpointing=False,
     )
-    if algorithm == "grpo":
-        args, trainer_class = trl_ext.GRPOPaperConfig(steps_per_generation=4, **shared), trl_ext.GRPOTrainer
-    else:
-        args, trainer_class = trl_ext.GSPOConfig(num_minibatches=4, **shared), trl_ext.GSPOTrainer
-    model = copy.deepcopy(policy)
+    _, dapo = _common.demo_settings()  # the demo's overlong buffer and dynamic-sampling range
+    presets = {  # (config class, trainer, fields): 4 optimizer steps per rollout each
+        "grpo": (trl_ext.GRPOPaperConfig, trl_ext.GRPOTrainer, {"steps_per_generation": 4}),
+        "gspo": (trl_ext.GSPOConfig, trl_ext.GSPOTrainer, {"num_minibatches": 4}),
+        "gspo_token": (trl_ext.GSPOConfig, trl_ext.GSPOTokenTrainer, {"num_minibatches": 4, "gspo_token": True}),
+        "dapo": (trl_ext.DAPOConfig, trl_ext.DAPOTrainer, {**dapo, "num_minibatches": 4}),
+    }
+    config_class, trainer_class, fields = presets[algorithm]
+    args = config_class(**fields, **shared)
     trainer = ratio_stats_mixin(trainer_class)(
         model, [arithmetic_reward], args=args, train_dataset=train, processing_class=tokenizer
     )
@@ -143,13 +162,15 @@ def measure(opts: argparse.Namespace) -> dict:
         make_problems,
         warm_start_sft_kwargs,
     )
-    from trl_ext.diagnostics.moe import guard_router_logits
 
     tokenizer = build_tokenizer()
     train, held_out = make_problems(DemoTaskConfig())
     policy = build_moe(tokenizer)
+    import trl
+
+    warm_dir = str(_common.ROOT / "outputs" / "benchmarks" / f"moe-warm-start-trl{trl.__version__}")
     sft = WarmStartConfig(max_steps=opts.sft_steps)
-    sft_args = SFTConfig(**warm_start_sft_kwargs(str(_common.ROOT / "outputs" / "benchmarks" / "moe-sft"), sft))
+    sft_args = SFTConfig(**warm_start_sft_kwargs(warm_dir + "-sft", sft))
     sft_trainer = SFTTrainer(
         model=policy,
         args=sft_args,
@@ -159,19 +180,24 @@ def measure(opts: argparse.Namespace) -> dict:
     _common.silence(sft_trainer)
     start = time.time()
     sft_trainer.train()
-    # TRL >= 1.14's SFTTrainer leaves output_router_logits=True in the config (as several published MoE configs have
-    # it), on which generation fails upstream (docs/MOE.md): the guard that attach_moe_monitor installs, here already
-    # for the held-out evaluation. TRL 1.12 gets the same flag, so both ends train the same checkpoint.
+    # Every run loads the warm start from disk: TRL 1.12's SFTTrainer replaces the model's forward for good (its
+    # chunked cross-entropy head, closing over the original module), so an in-memory copy would train the original.
+    # TRL >= 1.14's leaves output_router_logits=True in the config, as several published MoE configs have it; on which
+    # generation fails upstream (docs/MOE.md): both ends save the flag on, and the guard holds it.
     policy.config.output_router_logits = True
-    guard_router_logits(policy)
-    warm = {"seconds": time.time() - start, "accuracy": greedy_accuracy(policy, tokenizer, held_out)}
+    policy.save_pretrained(warm_dir)
+    warm = {"seconds": time.time() - start, "accuracy": greedy_accuracy(load(warm_dir), tokenizer, held_out)}
     print(f"warm start: {warm}", flush=True)
     runs = []
     for seed in range(opts.seeds):
         for algorithm in ALGORITHMS:
             torch.manual_seed(seed)
-            runs.append(run_one(algorithm, seed, policy, tokenizer, train, held_out, opts))
+            runs.append(run_one(algorithm, seed, load(warm_dir), tokenizer, train, held_out, opts))
             print({k: v for k, v in runs[-1].items() if k != "steps"}, flush=True)
+    for algorithm in PRESET_CHECKS:
+        torch.manual_seed(0)
+        runs.append(run_one(algorithm, 0, load(warm_dir), tokenizer, train, held_out, opts))
+        print({k: v for k, v in runs[-1].items() if k != "steps"}, flush=True)
     return {"warm_start": warm, "runs": runs}
 
 
@@ -213,14 +239,19 @@ def report(saved: list[dict]) -> Path:
             f"x 8 completions, 4 steps each), lr {opts['lr']}, seeds 0..{opts['seeds'] - 1}.",
             "",
         ]
-        rows, per_algorithm = [], {a: [] for a in ALGORITHMS}
+        rows, checks, per_algorithm = [], [], {a: [] for a in ALGORITHMS}
         for run in data["runs"]:
             s = summarize(run)
-            per_algorithm[run["algorithm"]].append(s)
-            rows.append(_row(f"{run['algorithm'].upper()} seed {run['seed']}", s))
+            name = f"{run['algorithm'].upper().replace('_', '-')} seed {run['seed']}"
+            if run["algorithm"] in per_algorithm:
+                per_algorithm[run["algorithm"]].append(s)
+                rows.append(_row(name, s))
+            else:
+                checks.append(_row(name, s))
         for algorithm, summaries in per_algorithm.items():
             mean = {key: _mean([s[key] for s in summaries]) for key in summaries[0]}
             rows.append(_row(f"**{algorithm.upper()} mean**", mean))
+        rows += checks
         body += _common.table(
             [
                 "run",
@@ -250,6 +281,8 @@ def report(saved: list[dict]) -> Path:
         "top-2 expert set differs between the old-policy forward and the training forward; mean over the 2nd-4th "
         "steps of each rollout (the 1st is 0 by construction). max expert load: `moe/max_expert_load` (1/8 is balanced).",
         "- held-out acc: greedy accuracy on the demo's 240 held-out problems after RL.",
+        "- GSPO-TOKEN / DAPO rows: one seed each, the presets' own clip ranges (GSPO-token 3e-4 / 4e-4 on its "
+        "token-level ratio; DAPO 0.2 / 0.28 with dynamic sampling); not part of the means or the verdict.",
     ]
     path = _common.RESULTS / "moe.md"
     return _common.write_markdown(path, "GRPO vs GSPO on a tiny MoE", head, body)
@@ -272,7 +305,8 @@ def _verdict(per_algorithm: dict[str, list[dict]], warm_accuracy: float) -> str:
     """The claim, checked on this release's numbers (every figure here is computed from the runs above)."""
     grpo, gspo = per_algorithm["grpo"], per_algorithm["gspo"]
     routing = _mean([s["routing"] for s in grpo + gspo])
-    token_vs_seq = _mean([s["token_var"] for s in grpo]) / _mean([s["seq_var"] for s in grpo])
+    seq_var = _mean([s["seq_var"] for s in grpo])
+    token_vs_seq = _mean([s["token_var"] for s in grpo]) / seq_var if seq_var > 0 else float("nan")
     acc = {name: [s["accuracy"] for s in runs] for name, runs in per_algorithm.items()}
     gains = {name: _mean(values) - warm_accuracy for name, values in acc.items()}
     spread = {name: max(values) - min(values) for name, values in acc.items()}
@@ -300,8 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=80, help="optimizer steps per run (4 per rollout)")
     parser.add_argument("--prompts", type=int, default=8, help="prompts per rollout (x 8 completions)")
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--sft_steps", type=int, default=600)
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--sft_steps", type=int, default=300)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (1: see the report)")
     parser.add_argument("--render", action="store_true", help="only render the report from the saved raw files")
     opts = parser.parse_args(argv)

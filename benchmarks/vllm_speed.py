@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import sys
 import time
@@ -281,6 +282,10 @@ def step_worker(me: int, baton: Any, arm: str, folder: str, jobs: list[tuple[str
             finally:
                 self.generate_seconds += time.perf_counter() - started
 
+    # a port of its own for the engine's rendezvous (accelerate sets 29500 on CPU; two engines, or another run, clash)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
     train, _ = make_problems(DemoTaskConfig(max_operand=99, num_train=2000, num_eval=10))
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=LORA_TARGETS)
     for index, (name, tokens) in enumerate(jobs):

@@ -87,7 +87,7 @@ def test_every_recipe_gets_the_short_help(recipe, capsys, monkeypatch):
     from trl import ModelConfig, RewardConfig, SFTConfig
 
     from trl_ext.dpo.trainer import DPOConfig
-    from trl_ext.recipe import args, common
+    from trl_ext.recipe import args, parsing
 
     types = {
         "sft": (args.SFTScriptArguments, SFTConfig, ModelConfig),
@@ -97,7 +97,7 @@ def test_every_recipe_gets_the_short_help(recipe, capsys, monkeypatch):
     }[recipe]
     monkeypatch.setenv("COLUMNS", "80")
     with pytest.raises(SystemExit):
-        common.parse(types, recipe, argv=["--help"])
+        parsing.parse(types, recipe, argv=["--help"])
     out = capsys.readouterr().out
     assert out.startswith(f"usage: trl-ext {recipe} ") and len(out.splitlines()) <= 250
     assert "--dataset_name STR" in out and "--adam_beta1" not in out

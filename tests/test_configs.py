@@ -251,7 +251,7 @@ def test_gpu_recipe_parses_into_the_preset(path):
         assert (training_args.epsilon, training_args.epsilon_high, training_args.beta) == (3e-4, 4e-4, 0.0)
 
     # Rewards resolve from the registry by name, with their options, and nothing is downloaded.
-    from trl_ext.recipe.common import reward_functions
+    from trl_ext.recipe.rewards import reward_functions
 
     funcs = reward_functions(script_args.reward_funcs, script_args.reward_options)
     assert [f.__name__ for f in funcs] == script_args.reward_funcs

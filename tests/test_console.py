@@ -340,7 +340,7 @@ def test_library_notices_are_hidden_but_warnings_that_ask_to_act_are_shown():
 
 
 def test_held_out_split_can_be_a_file_of_its_own(tmp_path):
-    from trl_ext.recipe.common import load_data
+    from trl_ext.data import load_data
 
     _write_jsonl(tmp_path / "train.jsonl", [{"prompt": "1+1=", "solution": "2"}] * 3)
     _write_jsonl(tmp_path / "test.jsonl", [{"prompt": "2+2=", "solution": "4"}] * 2)
@@ -354,7 +354,7 @@ def test_held_out_split_can_be_a_file_of_its_own(tmp_path):
 
 def test_large_held_out_split_is_cut_to_a_seeded_subset_with_a_warning(tmp_path, caplog):
     from trl_ext.recipe.args import RLScriptArguments
-    from trl_ext.recipe.common import load_script_data
+    from trl_ext.recipe.steps import load_script_data
 
     _write_jsonl(tmp_path / "train.jsonl", [{"prompt": "1+1=", "solution": "2"}] * 3)
     _write_jsonl(tmp_path / "test.jsonl", [{"prompt": f"{a}+1=", "solution": str(a + 1)} for a in range(30)])

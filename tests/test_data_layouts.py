@@ -15,7 +15,7 @@ from datasets import Dataset
 from layout_files import CHAT_LAYOUTS, DEMO_CHAT_TEMPLATE, IO_CODE_LAYOUTS, LAYOUTS, write_layout
 
 from trl_ext.data import apply_layout, detect_layout, format_prompts, load_task_data, reference_answer
-from trl_ext.recipe import common
+from trl_ext.recipe import parsing, rewards
 from trl_ext.recipe.grpo import fit_to_model, parse, steps_line
 from trl_ext.reliability.checks import check_context_length, check_quantization, check_report_to
 from trl_ext.reliability.zero_reward import ZeroRewardWatch
@@ -77,7 +77,7 @@ def test_input_output_code_layouts_pick_the_code_reward_with_their_checker(layou
     assert data.describe().endswith("checker) -> tests")
     row = next(r for r in data.train if "26+18=" in str(r["prompt"]))
     assert read_tests(row["tests"]).layout == tests_layout
-    funcs, names = common.task_rewards(_namespace(reward_funcs=None, reward_options=None), data.layout)
+    funcs, names = rewards.task_rewards(_namespace(reward_funcs=None, reward_options=None), data.layout)
     assert names == ["code"]
     right, wrong = "```python\nprint(44)\n```", "```python\nprint(45)\n```"
     assert funcs[0](prompts=[row["prompt"]] * 2, completions=[right, wrong], tests=[row["tests"]] * 2) == [1.0, 0.0]
@@ -204,7 +204,7 @@ def test_a_prompt_longer_than_the_context_gets_a_valid_suggestion(tiny_model, to
 
 
 def _train(layout_dir, layout, tmp_path, *flags):
-    from trl_ext.recipe.common import load_recipe
+    from importlib import import_module
 
     argv = [
         *("--dataset_name", str(layout_dir / layout)),
@@ -214,7 +214,7 @@ def _train(layout_dir, layout, tmp_path, *flags):
     ]
     if layout in CHAT_LAYOUTS:
         argv += ["--chat_template", DEMO_CHAT_TEMPLATE]
-    return load_recipe("grpo").main(*parse("dapo", argv=argv))
+    return import_module("trl_ext.scripts.grpo").main(*parse("dapo", argv=argv))
 
 
 @pytest.mark.slow
@@ -291,12 +291,12 @@ def test_user_data_never_gets_the_demo_reward(layout_dir):
     assert script_args.reward_funcs is None
     data = Dataset.from_dict({"prompt": ["1+1="], "answer": ["#### 2"]})
     layout = detect_layout(data)
-    funcs, names = common.task_rewards(script_args, layout)
+    funcs, names = rewards.task_rewards(script_args, layout)
     assert names == ["accuracy"] and funcs[0].__name__ == "accuracy"
     demo_args, _, _ = parse("dapo", argv=[])
-    assert common.task_rewards(demo_args, load_task_data(demo_args).layout)[1] == ["arithmetic"]
+    assert rewards.task_rewards(demo_args, load_task_data(demo_args).layout)[1] == ["arithmetic"]
     with pytest.raises(ValueError, match="--dataset_answer_column"):
-        common.task_rewards(script_args, detect_layout(Dataset.from_dict({"prompt": ["1+1="]})))
+        rewards.task_rewards(script_args, detect_layout(Dataset.from_dict({"prompt": ["1+1="]})))
 
 
 def test_zero_reward_watch_warns_once_after_the_first_calls(caplog):
@@ -364,11 +364,11 @@ def test_quantization_is_never_ignored(monkeypatch):
 
 @pytest.mark.skipif(__import__("importlib.util").util.find_spec("bitsandbytes") is not None, reason="bnb present")
 def test_load_in_4bit_stops_the_recipe_before_loading(tmp_path):
-    from trl_ext.recipe.common import load_recipe
+    from importlib import import_module
 
     argv = ["--load_in_4bit", "true", "--use_peft", "true", "--max_steps", "1", "--output_dir", str(tmp_path)]
     with pytest.raises(ValueError, match="bitsandbytes"):
-        load_recipe("grpo").main(*parse("dapo", argv=argv))
+        import_module("trl_ext.scripts.grpo").main(*parse("dapo", argv=argv))
 
 
 def test_report_to_a_missing_tracker_fails_at_start(monkeypatch):
@@ -396,9 +396,9 @@ def test_help_works_for_every_recipe(recipe, capsys):
 
     with pytest.raises(SystemExit) as done:
         if recipe == "sft":
-            common.parse((SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv=["--help"])
+            parsing.parse((SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv=["--help"])
         elif recipe == "dpo":
-            common.parse((DPOScriptArguments, DPOConfig, ModelConfig), "dpo", argv=["--help"])
+            parsing.parse((DPOScriptArguments, DPOConfig, ModelConfig), "dpo", argv=["--help"])
         else:
             parse(recipe, argv=["--help"])
     assert done.value.code == 0

@@ -205,8 +205,8 @@ def _yaml(tmp_path, text: str) -> str:
 
 def test_unknown_reward_name_in_yaml(tmp_path):
     from trl_ext import DAPOConfig
-    from trl_ext.recipe.common import reward_functions
     from trl_ext.recipe.grpo import parse
+    from trl_ext.recipe.rewards import reward_functions
 
     config = _yaml(tmp_path, "reward_funcs: [acuracy]\n")
     script_args, _, _ = parse(DAPOConfig, "dapo", ["--config", config])

@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+from importlib import import_module
 
 import pytest
 from layout_files import write_layout
@@ -15,8 +16,8 @@ from trl_ext.diagnostics.eval_metrics import default_ks, majority_vote, mean_fig
 from trl_ext.diagnostics.eval_report import recompute
 from trl_ext.diagnostics.evaluation import EvalSettings, answer_extractor
 from trl_ext.recipe.args import EvalArguments
-from trl_ext.recipe.common import load_recipe, parse
 from trl_ext.recipe.grpo import parse as parse_grpo
+from trl_ext.recipe.parsing import parse
 from trl_ext.reliability.zero_reward import ZeroRewardWatch
 from trl_ext.rewards import MathAccuracy, arithmetic_reward, get_rewards
 
@@ -97,7 +98,7 @@ def test_answers_come_from_the_rewards_own_extraction():
 
 
 def _eval(argv):
-    return load_recipe("eval").main(*parse((EvalArguments,), None, argv=argv))
+    return import_module("trl_ext.scripts.eval").main(*parse((EvalArguments,), None, argv=argv))
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +106,7 @@ def trained_demo(tmp_path_factory):
     """A DAPO demo run of 3 steps (its summary holds the recipes' held-out figure after RL)."""
     out = tmp_path_factory.mktemp("runs") / "dapo"
     argv = ["--max_steps", "3", "--logging_steps", "1", "--held_out_eval_steps", "0", "--output_dir", str(out)]
-    summary = load_recipe("grpo").main(*parse_grpo("dapo", argv=argv))
+    summary = import_module("trl_ext.scripts.grpo").main(*parse_grpo("dapo", argv=argv))
     return out, summary
 
 
@@ -130,7 +131,7 @@ def test_eval_on_a_gsm8k_file_matches_the_recipes_held_out_figure(tmp_path):
     run = tmp_path / "run"
     data = ["--dataset_name", f"{folder}/train.jsonl", "--dataset_test_split", f"{folder}/test.jsonl"]
     argv = [*data, "--max_steps", "2", "--held_out_eval_steps", "0", "--output_dir", str(run)]
-    summary = load_recipe("grpo").main(*parse_grpo("dapo", argv=argv))
+    summary = import_module("trl_ext.scripts.grpo").main(*parse_grpo("dapo", argv=argv))
     assert summary["accuracy_after"] > 0.05  # not a trivial 0 = 0
     result = _eval(
         [

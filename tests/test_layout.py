@@ -26,8 +26,8 @@ from trl_ext import (
 )
 from trl_ext.grpo import presets
 from trl_ext.grpo.presets import PRESETS, Preset
-from trl_ext.recipe import common
 from trl_ext.recipe import grpo as grpo_recipe
+from trl_ext.recipe import parsing, paths
 from trl_ext.recipe.args import SFTScriptArguments
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -108,14 +108,14 @@ def test_every_recipe_yaml_key_is_checked(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("max_stpes: 3\n")
     with pytest.raises(ValueError, match="unknown key 'max_stpes'.*Did you mean 'max_steps'"):
-        common.parse((SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv=["--config", str(bad)])
+        parsing.parse((SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv=["--config", str(bad)])
 
 
 def test_every_demo_config_follows_one_naming_scheme():
     demo = os.path.join(ROOT, "recipes", "configs", "demo")
     assert sorted(os.listdir(demo)) == ["dapo", "dpo", "dr_grpo", "grpo", "gspo", "ppo", "reward", "sft"]
     for algo in os.listdir(demo):
-        assert os.path.exists(common.demo_config_path(algo)), algo
+        assert os.path.exists(paths.demo_config_path(algo)), algo
 
 
 def test_no_import_cycles_and_no_imports_inside_functions():

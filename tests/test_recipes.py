@@ -95,7 +95,7 @@ def test_opening_line_says_the_learning_rate_and_where_it_came_from(capsys, tmp_
 
 
 def test_written_files_list_checkpoint_folders_in_step_order(tmp_path):
-    from trl_ext.recipe.common import written_files
+    from trl_ext.recipe.report import written_files
 
     for name in ("checkpoint-10", "checkpoint-2", "checkpoint-3", "runs", "checkpoint-x"):
         (tmp_path / name).mkdir()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from importlib import import_module
 
 import pytest
 
-from trl_ext.recipe.common import load_recipe
 from trl_ext.recipe.grpo import checkpoint_step, continue_record, parse
 
 
@@ -42,7 +42,7 @@ def test_resumed_run_logs_each_step_once(tmp_path):
         *("--max_steps", "4", "--logging_steps", "1", "--held_out_eval_steps", "0", "--save_strategy", "steps"),
         *("--save_steps", "2", "--output_dir", str(out), "--num_minibatches", "1"),
     ]
-    grpo = load_recipe("grpo")
+    grpo = import_module("trl_ext.scripts.grpo")
     grpo.main(*parse("dapo", argv=argv))
     assert [r["step"] for r in _rows(out / "metrics.jsonl") if "loss" in r] == [1, 2, 3, 4]
     shutil.rmtree(out / "checkpoint-4")

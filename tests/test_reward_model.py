@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from importlib import import_module
 
 import pytest
 from trl import ModelConfig, RewardConfig
@@ -12,8 +13,9 @@ from trl import ModelConfig, RewardConfig
 from trl_ext.demo import DemoTaskConfig, make_problems
 from trl_ext.diagnostics.health import HealthMonitor, HealthThresholds
 from trl_ext.recipe.args import RewardScriptArguments
-from trl_ext.recipe.common import load_recipe, parse, reward_functions
 from trl_ext.recipe.grpo import parse as parse_grpo
+from trl_ext.recipe.parsing import parse
+from trl_ext.recipe.rewards import reward_functions
 from trl_ext.reward_model import is_reward_model, preference_splits, reward_model_name
 
 
@@ -43,7 +45,9 @@ def reward_model_dir(tmp_path_factory):
 
 
 def _reward_recipe(argv):
-    return load_recipe("reward").main(*parse((RewardScriptArguments, RewardConfig, ModelConfig), "reward", argv=argv))
+    return import_module("trl_ext.scripts.reward").main(
+        *parse((RewardScriptArguments, RewardConfig, ModelConfig), "reward", argv=argv)
+    )
 
 
 @pytest.mark.slow
@@ -63,7 +67,7 @@ def test_dapo_trains_against_a_reward_model_and_scores_held_out_by_the_rule(rewa
         *("--reward_funcs", str(out), "--max_steps", "2", "--logging_steps", "1", "--held_out_eval_steps", "0"),
         *("--output_dir", str(tmp_path / "dapo")),
     ]
-    summary = load_recipe("grpo").main(*parse_grpo("dapo", argv=argv))
+    summary = import_module("trl_ext.scripts.grpo").main(*parse_grpo("dapo", argv=argv))
     rows = [json.loads(line) for line in open(tmp_path / "dapo" / "metrics.jsonl")]
     assert "rewards/rm/mean" in rows[0]  # the model's scores are the training reward
     assert summary["accuracy_before"] > 0.05  # held-out accuracy is the demo's rule check, not the model's scores
@@ -74,8 +78,8 @@ def test_the_health_monitor_reads_held_out_accuracy_of_the_same_log(reward_model
     over-optimization check sees ``held_out/accuracy`` in the log it belongs to, and watches the reward model."""
     from trl_ext import DAPOConfig, DAPOTrainer
     from trl_ext.diagnostics.held_out import HeldOutEvaluation
-    from trl_ext.recipe.common import load_policy
     from trl_ext.recipe.grpo import attach_monitors
+    from trl_ext.recipe.models import load_policy
 
     out, _ = reward_model_dir
     model, tokenizer, _ = load_policy(None)
@@ -150,7 +154,7 @@ def test_overoptimization_stays_quiet_when_gold_rises_with_the_proxy_or_without_
 def test_overoptimization_is_quiet_on_the_healthy_demo_run(tmp_path):
     """The demo's DAPO run (rising held-out accuracy), watched as if its rule reward were a learned one."""
     argv = ["--max_steps", "160", "--held_out_eval_steps", "20", "--output_dir", str(tmp_path / "demo")]
-    load_recipe("grpo").main(*parse_grpo("dapo", argv=argv))
+    import_module("trl_ext.scripts.grpo").main(*parse_grpo("dapo", argv=argv))
     rows = [json.loads(line) for line in open(tmp_path / "demo" / "metrics.jsonl")]
     monitor = HealthMonitor(HealthThresholds(proxy_metrics=["reward"], print_warnings=False))
     for row in rows:
@@ -165,7 +169,7 @@ def test_overoptimization_is_quiet_on_the_healthy_demo_run(tmp_path):
 def test_probe_reports_the_reward_models_spread_on_the_first_groups(reward_model_dir):
     from trl_ext.diagnostics.probe import ProbeArguments, probe_model
     from trl_ext.diagnostics.probe_stats import reward_model_spread
-    from trl_ext.recipe.common import load_policy
+    from trl_ext.recipe.models import load_policy
 
     assert reward_model_spread([1.0, 3.0, 0.0, 0.0], 2) == {"within_group_std": 0.5, "std": 1.224744871391589,
                                                            "min": 0.0, "max": 3.0}  # fmt: skip
@@ -195,10 +199,12 @@ def test_ppo_takes_the_same_reward_model(reward_model_dir, tmp_path):
         *("--per_device_train_batch_size", "8", "--num_ppo_epochs", "1"),
     ]
     types_ = (PPOScriptArguments, PPOConfig, ModelConfig)
-    summary = load_recipe("ppo").main(*parse(types_, "ppo", argv=argv))
+    summary = import_module("trl_ext.scripts.ppo").main(*parse(types_, "ppo", argv=argv))
     assert summary["accuracy_before"] > 0.05 and summary["accuracy_after"] is not None  # the rule reward's figure
     with pytest.raises(ValueError, match="could not be loaded as a reward model"):
-        load_recipe("ppo").main(*parse(types_, "ppo", argv=["--reward_model_path", str(tmp_path), *argv[2:]]))
+        import_module("trl_ext.scripts.ppo").main(
+            *parse(types_, "ppo", argv=["--reward_model_path", str(tmp_path), *argv[2:]])
+        )
 
 
 @pytest.mark.slow
@@ -213,7 +219,7 @@ def test_pipeline_with_a_learned_reward_end_to_end(tmp_path, capsys):
         *("--dapo_overrides", "max_steps=2", "logging_steps=1", "held_out_eval_steps=0"),
     ]
     (args,) = TrlParser((PipelineArguments,)).parse_args_and_config(argv)
-    summary = load_recipe("pipeline").main(args)
+    summary = import_module("trl_ext.scripts.pipeline").main(args)
     printed = capsys.readouterr().out
     assert list(summary["accuracies"]) == ["0. random init", "1. SFT warm start", "3. DAPO against the reward model"]
     assert summary["reward_model"]["held_out_pairs"] > 0 and 0 <= summary["reward_model"]["accuracy_after"] <= 1

@@ -21,6 +21,9 @@ import pytest
 
 from trl_ext.rewards import sandbox
 from trl_ext.rewards.sandbox import Cases, Limits, ProgramResult, run_program
+from trl_ext.rewards.sandbox_isolation import ROOT_PLANS, USER_PLANS, Isolation
+from trl_ext.rewards.sandbox_probe import _PROBE_CODE, _PROBE_TESTS
+from trl_ext.rewards.sandbox_process import _uid_base
 
 TIMEOUT = 1.0
 # A run ends at the wall-clock limit; launch, kill and namespace teardown add well under a second even on two busy
@@ -59,7 +62,7 @@ def sandbox_processes(isolation) -> list[int]:
     if isolation.plan.uid != "slot":
         return []
     deadline = time.monotonic() + 0.5  # SIGKILLed processes need a moment to exit
-    while (found := _live_sandbox_pids(sandbox._uid_base())) and time.monotonic() < deadline:
+    while (found := _live_sandbox_pids(_uid_base())) and time.monotonic() < deadline:
         time.sleep(0.02)
     return found
 
@@ -366,10 +369,10 @@ def test_exit_tricks_do_not_fake_a_pass(isolation, path, code, expected):
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="the root fallback plans can only be forced as root")
-@pytest.mark.parametrize("plan", sandbox.ROOT_PLANS, ids=[plan.name for plan in sandbox.ROOT_PLANS])
+@pytest.mark.parametrize("plan", ROOT_PLANS, ids=[plan.name for plan in ROOT_PLANS])
 def test_root_fallback_plans_still_hold(plan):
     """Each rung of the root ladder, forced: not root, daemons swept, loops cut, verdicts right."""
-    isolation = sandbox.Isolation(plan, euid=0)
+    isolation = Isolation(plan, euid=0)
     # a setsid() daemon, for the plans that promise to kill one (the last rung cannot: documented in the report)
     daemon = "if os.fork() == 0:\n    os.setsid()\n    while True:\n        pass\n" * (plan.pid_ns or plan.uid_sweep)
     daemon = "import os\n" + daemon + "def f():\n    return os.getuid()\n"
@@ -384,20 +387,20 @@ def test_root_fallback_plans_still_hold(plan):
 def test_user_namespace_plan_code_path():
     """The non-root plans' code paths, exercised here as root: user namespace (identity map, capabilities dropped),
     then rlimits only. (Run as uid 1000 by hand, the probe picks user-namespaces and every check passes.)"""
-    plan = sandbox.USER_PLANS[0]
-    names = [n for n in sandbox._PROBE_TESTS if n != "not_root"]
+    plan = USER_PLANS[0]
+    names = [n for n in _PROBE_TESTS if n != "not_root"]
     result = run_program(
-        sandbox._PROBE_CODE,
-        [sandbox._PROBE_TESTS[n] for n in names],
+        _PROBE_CODE,
+        [_PROBE_TESTS[n] for n in names],
         Limits(timeout=10.0, max_processes=8),
-        isolation=sandbox.Isolation(plan, euid=0),
+        isolation=Isolation(plan, euid=0),
     )
     checks = dict(zip(names, result.passed, strict=True))
     assert result.status == "ok", result.detail
     for name in ("capabilities_dropped", "stdlib_importable", "pid_namespace", "no_network", "private_tmp"):
         assert checks[name], name
     # the last rung (rlimits and a process group only): its code path, with trusted programs since it runs as us
-    weakest = sandbox.Isolation(sandbox.USER_PLANS[1], euid=0)
+    weakest = Isolation(USER_PLANS[1], euid=0)
     assert run_program("def f():\n    return 1\n", ["assert f() == 1"], isolation=weakest).passed == (True,)
     assert run_program("while True:\n    pass\n", ["assert True"], isolation=weakest).status == "timeout"
 

@@ -22,7 +22,8 @@ def load_recipe(name: str):
 
 
 def test_demo_yaml_is_the_warm_start_config():
-    from trl_ext.recipe.common import demo_config_path, warm_start_sft_config
+    from trl_ext.recipe.models import warm_start_sft_config
+    from trl_ext.recipe.paths import demo_config_path
 
     with open(demo_config_path("sft")) as f:
         config = yaml.safe_load(f)
@@ -70,7 +71,7 @@ def test_recipe_trains_exactly_like_the_demo_warm_start(tmp_path):
 
 @pytest.mark.parametrize("missing", ["nope.jsonl"])
 def test_missing_dataset_file_names_the_field(tmp_path, missing):
-    from trl_ext.recipe.common import load_data
+    from trl_ext.data import load_data
 
     with pytest.raises(FileNotFoundError, match="dataset_name="):
         load_data(str(tmp_path / missing))

@@ -328,13 +328,15 @@ def test_adapter_sync_refuses_what_vllm_cannot_serve():
         (LoraConfig(r=8, target_modules=["q_proj"], modules_to_save=["lm_head"]), "modules_to_save"),
         (LoraConfig(r=8, target_modules=["q_proj"], bias="lora_only"), "bias"),
         (LoraConfig(r=8, target_modules=["q_proj", "rotary_emb"]), r"\['rotary_emb'\]"),
+        (LoraConfig(r=513, target_modules=["q_proj"]), "largest rank is 512"),
     ):
         with pytest.raises(UserError, match=message) as error:
             vllm_lora.check_adapter(config, serveable)
-        assert "vllm_lora_sync='merge'" in str(error.value)
+        assert "or set vllm_lora_sync='merge'" in str(error.value)
+    with pytest.raises(UserError, match="vllm_enable_sleep_mode=False") as error:
+        vllm_lora.check_adapter(LoraConfig(r=8, target_modules=["q_proj"]), serveable, sleep=True)
+        assert "or set vllm_lora_sync='merge'" in str(error.value)
     assert [vllm_lora.max_lora_rank(r) for r in (1, 4, 8, 9, 64, 300)] == [1, 8, 8, 16, 64, 320]
-    with pytest.raises(UserError, match="513"):
-        vllm_lora.max_lora_rank(513)
 
 
 def test_adapter_engine_takes_trls_engine_arguments():

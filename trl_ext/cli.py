@@ -7,14 +7,8 @@
     trl-ext eval --models <model> <model> ...      # pass@1, avg@k, pass@k, maj@k side by side
     trl-ext probe --config <run YAML>              # the pre-flight probe (trl_ext.diagnostics.probe)
 
-A command runs the recipe module ``trl_ext.scripts.<command>`` (its ``cli``, with ``sys.argv`` set as
-``python -m trl_ext.scripts.<command> <flags>`` would have it), so every flag and ``--config`` YAML works the same
-way, from any directory and from a wheel; a registered preset without a module of its own
-(``trl_ext.grpo.presets.PRESETS``) runs ``trl_ext.scripts.grpo`` with ``--preset <name>``.
-
-``trl-ext --help`` imports nothing heavy (no torch): the recipes and the probe are imported when a command runs. A
-user error (a flag, a file, the data's columns, a config value: ``trl_ext.errors.UserError``) prints its message
-alone and exits with code 2; ``TRL_EXT_DEBUG=1`` shows the traceback.
+A command runs the ``cli`` of the recipe module ``trl_ext.scripts.<command>``, so every flag and ``--config`` YAML
+works the same way, from any directory and from a wheel. ``trl-ext --help`` imports nothing heavy (no torch).
 """
 
 from __future__ import annotations
@@ -35,8 +29,8 @@ PRESETS_MODULE = "trl_ext.grpo.presets"
 
 
 def preset_names() -> set[str]:
-    """The presets ``trl-ext <name>`` runs: the table's names, plus any registered at run time, which only a process
-    that has imported the table can hold (so it is read from ``sys.modules``, never imported here)."""
+    """The presets ``trl-ext <name>`` runs: the table's names, plus any registered at run time (read from
+    ``sys.modules``, never imported here)."""
     table = sys.modules.get(PRESETS_MODULE)
     return set(PRESET_NAMES) | set(getattr(table, "PRESETS", {}))
 
@@ -77,8 +71,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def run(command: str, flags: list[str]) -> None:
-    """The ``cli`` of the recipe module of ``command`` (``trl_ext.scripts.probe`` for the probe) with ``flags``;
-    ``sys.argv`` is set as ``python -m trl_ext.scripts.<command> <flags>`` would set it."""
+    """The ``cli`` of the recipe module of ``command`` with ``flags``, ``sys.argv`` set as ``python -m`` would set it."""
     module_name, flags = resolve(command, flags)
     sys.argv = [script_path(module_name.rpartition(".")[2]), *flags]
     try:

@@ -26,16 +26,14 @@ class MissingFileError(UserError, FileNotFoundError):
 
 
 def did_you_mean(name: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
-    """``" Did you mean 'x'?"``, the closest of ``choices`` to ``name`` (``difflib``, at least ``cutoff`` alike), or
-    ``""``: the hint every "unknown name" message of the package ends with."""
+    """``" Did you mean 'x'?"`` (the closest of ``choices``), or ``""``: the hint of every "unknown name" message."""
     match = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=cutoff)
     return f" Did you mean {match[0]!r}?" if match else ""
 
 
 def missing_path_message(path: str, what: str) -> str:
     """``"<what>='data/gsm8k.jsonl': no such file. Did you mean 'data/gsm8k_like.jsonl'?"``: the closest existing name
-    in the same folder (``difflib``), or the folder's absence, so that a typo is one glance away from its fix.
-    ``what`` is a field (``dataset_name``) or a flag (``--config``)."""
+    in the folder, or the folder's absence. ``what`` is a field (``dataset_name``) or a flag (``--config``)."""
     given = f"{what} {path}" if what.startswith("-") else f"{what}={path!r}"  # a flag, or a field's value
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):
@@ -52,30 +50,23 @@ def debug() -> bool:
     return os.environ.get(DEBUG_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
 
 
-def format_user_error(prog: str, error: BaseException) -> str:
-    """``<prog>: error: <message>`` and, on its own line, how to see the traceback."""
-    return f"{prog}: error: {error}\n({DEBUG_VARIABLE}=1 shows the traceback)"
-
-
 @contextmanager
 def reported_user_errors(prog: str) -> Iterator[None]:
-    """Run the body; a ``UserError`` escaping it is printed to stderr as ``<prog>: error: <message>`` and ends the
-    process with exit code 2, unless ``TRL_EXT_DEBUG=1`` (then it propagates with its traceback). Other exceptions
-    (bugs) always propagate."""
+    """A ``UserError`` escaping the body is printed as ``<prog>: error: <message>`` and exits with code 2, unless
+    ``TRL_EXT_DEBUG=1``. Other exceptions (bugs) always propagate."""
     try:
         yield
     except UserError as error:
         if debug():
             raise
-        print(format_user_error(prog, error), file=sys.stderr, flush=True)
+        print(f"{prog}: error: {error}\n({DEBUG_VARIABLE}=1 shows the traceback)", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_CODE) from None
 
 
 @contextmanager
 def as_user_errors(*types: type[Exception]) -> Iterator[None]:
-    """Re-raise an exception of ``types`` (default ``ValueError``) escaping the body as a ``UserError`` with the
-    same message (the original chained, for ``TRL_EXT_DEBUG``): for a step whose every such failure is the user's to
-    fix, e.g. the checks a config runs on its values at construction, or the reward registry refusing a name."""
+    """Re-raise an exception of ``types`` (default ``ValueError``) escaping the body as a ``UserError``, for a step
+    whose every such failure is the user's to fix (a config's checks, the reward registry refusing a name)."""
     caught = types or (ValueError,)
     try:
         yield

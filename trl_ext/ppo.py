@@ -1,24 +1,16 @@
 """PPO with TRL's own trainer (``trl.experimental.ppo.PPOTrainer``, trl 1.12) and the rule-based rewards of ``rewards/``.
 
 PPO for language models (Schulman et al., arXiv 1707.06347; RLHF usage: Ziegler et al., arXiv 1909.08593) needs a
-policy, a reference policy, a value model (critic, GAE advantages per token) and a reward model. TRL's trainer
-expects the reward model to be a sequence-classification transformer: it calls ``trl.experimental.utils.get_reward``,
-which runs ``getattr(model, model.base_model_prefix)(input_ids=..., attention_mask=..., position_ids=...,
-output_hidden_states=True, ...)``, applies ``model.score`` to ``hidden_states[-1]`` and reads the result at each
-sequence's last non-pad token (shape ``(batch, seq, 1)``).
+reward model, which TRL's trainer expects to be a sequence-classification transformer: ``get_reward`` runs
+``getattr(model, model.base_model_prefix)(...)``, applies ``model.score`` to ``hidden_states[-1]`` and reads the
+result at each sequence's last non-pad token.
 
 ``RuleRewardModel`` is the smallest module with that shape: its "backbone" is itself; its forward decodes each
-query+response, finds which dataset row the query came from (the prompt's token ids are the key, so extra columns
-such as ``answer`` reach the reward functions exactly as in GRPO), calls the reward functions and returns the
-combined reward at every position; ``score`` is the identity. TRL is not modified and none of its methods is copied.
-It has no parameters and is never trained; under DeepSpeed TRL would try to wrap it, which it does not need (use a
-trained reward model there, or DDP).
-
-``tokenize_prompts`` gives the ``input_ids``-only dataset TRL's PPO consumes, with the same tokenization the adapter
-keys its lookup on.
-
-PPO needs trl 1.12 (TRL removed it in 1.13): ``RuleRewardModel`` checks that at construction and names the install
-line (``pip install "trl-ext[ppo]"``, which pins trl 1.12.0).
+query+response, finds the dataset row of the query (its token ids are the key, so columns such as ``answer`` reach
+the reward functions exactly as in GRPO), and returns the combined reward at every position; ``score`` is the
+identity. TRL is not modified and none of its methods is copied. It has no parameters and is never trained; under
+DeepSpeed TRL would try to wrap it (use a trained reward model there, or DDP). PPO needs trl 1.12 (TRL removed it in
+1.13), checked at construction.
 """
 
 from __future__ import annotations
@@ -40,8 +32,7 @@ def prompt_token_ids(prompt: Any, tokenizer: Any) -> list[int]:
 
 
 def tokenize_prompts(dataset: Dataset, tokenizer: Any) -> Dataset:
-    """The ``input_ids``-only dataset TRL's ``PPOTrainer`` expects (its collator pads; other columns would break
-    it). Keep the untokenized dataset for ``RuleRewardModel``."""
+    """The ``input_ids``-only dataset TRL's ``PPOTrainer`` expects (other columns would break its collator)."""
     if "prompt" not in dataset.column_names:
         raise ValueError(
             f"PPO needs a 'prompt' column; the dataset has {dataset.column_names}. Rename the prompt column to "
@@ -56,13 +47,9 @@ def tokenize_prompts(dataset: Dataset, tokenizer: Any) -> Dataset:
 class RuleRewardModel(torch.nn.Module):
     """Rule-based reward functions in the place of TRL PPO's reward model (module docstring).
 
-    Args:
-        reward_funcs: TRL-style reward functions ``f(prompts, completions, **columns) -> list[float | None]``.
-        tokenizer: the policy's tokenizer (decodes responses; pad and EOS are dropped from completions).
-        datasets: the untokenized dataset(s) whose prompts PPO will present (train and eval): a ``prompt`` column
-            plus the columns the reward functions read (e.g. ``answer``).
-        reward_weights: one weight per function (``None``: 1.0); the reward is the weighted sum over the functions
-            that score a completion (TRL GRPO's rule), ``unscored_reward`` when none does.
+    ``datasets``: the untokenized dataset(s) whose prompts PPO will present (train and eval), with the columns the
+    reward functions read. The reward is the weighted sum over the functions that score a completion (TRL GRPO's
+    rule), ``unscored_reward`` when none does.
     """
 
     base_model_prefix = "backbone"  # get_reward() calls getattr(model, base_model_prefix)(...): ourselves

@@ -2,17 +2,9 @@
 
 RLHF's second stage (Ouyang et al. 2022, arXiv 2203.02155, section 3.5): a model with a scalar head trained on ranked
 pairs with the Bradley-Terry loss ``-log sigmoid(r(x, y_chosen) - r(x, y_rejected))``, which TRL's ``RewardTrainer``
-implements (``recipes/reward.py`` runs it). What this module adds:
-
-* :func:`load_reward_model`: a folder or Hub id as TRL's trainers use a model reward
-  (``AutoModelForSequenceClassification`` with ``num_labels=1``, its own tokenizer as ``reward_processing_classes``),
-  failing at construction with what it tried.
-* :func:`reward_model_name`: the name TRL logs it under (``rewards/<name>/mean``), for the health monitor's
-  over-optimization check (``trl_ext.diagnostics.health``).
-* :func:`preference_splits`: training and held-out pairs: the data's own held-out split, or a seeded cut of the
-  training pairs.
-* :class:`RewardModelScorer` / :func:`as_callable`: a reward model called like a rule reward, for the package's own
-  scoring (``trl_ext.scoring.score_completions``: the probe, group-mined pairs).
+implements (``recipes/reward.py`` runs it). This module loads one as TRL's trainers use a model reward, names it as
+TRL logs it, splits preference pairs for held-out accuracy, and calls it like a rule reward for the package's own
+scoring.
 """
 
 from __future__ import annotations
@@ -46,8 +38,7 @@ def load_reward_model(spec: str, dtype: Any = "auto") -> PreTrainedModel:
 
 
 def reward_tokenizer(model: PreTrainedModel) -> Any:
-    """The tokenizer saved with a reward model, with a pad token (TRL pads reward inputs), for
-    ``reward_processing_classes``."""
+    """The tokenizer saved with a reward model, with a pad token (TRL pads reward inputs)."""
     tokenizer = AutoTokenizer.from_pretrained(model.config._name_or_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -99,9 +90,8 @@ def preference_splits(
 
 
 class RewardModelScorer:
-    """A reward model called like a rule reward (``prompts=, completions=, **columns`` -> one float each), for the
-    package's own scoring (the probe, group-mined pairs): the text is built as TRL's GRPO trainer builds it for a
-    model reward (prompt + completion, or the chat template of the conversation) and scored in batches."""
+    """A reward model called like a rule reward, for the package's own scoring: the text is built as TRL's GRPO
+    trainer builds it for a model reward (prompt + completion, or the conversation's chat template)."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: Any = None, batch_size: int = 64):
         self.model = model
@@ -135,8 +125,8 @@ class RewardModelScorer:
 
 
 def as_callable(func: Any) -> Callable:
-    """A reward function as the package's scoring calls it: a reward model wrapped in ``RewardModelScorer`` (built
-    once per model and kept on it, so its tokenizer is loaded once)."""
+    """A reward function as the package's scoring calls it: a reward model wrapped in ``RewardModelScorer``, built once
+    per model and kept on it."""
     if not is_reward_model(func):
         return func
     if getattr(func, "_trl_ext_scorer", None) is None:

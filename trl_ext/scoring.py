@@ -1,18 +1,7 @@
-"""The single copy of what several parts of the package need to turn prompts and completions into rewards.
-
-- ``is_conversational`` / ``prompt_text``: a prompt as the text the model sees (chat template for a list of
-  messages, as TRL renders it).
-- ``combine_rewards``: the weighted, NaN-aware sum of F reward functions' scores, exactly TRL GRPO's
-  ``(rewards_per_func * reward_weights).nansum(dim=1)`` plus its rule that a completion no function scored (every
-  value ``None`` / NaN) is NaN, not 0 (TRL 1.12 ``GRPOTrainer._generate_and_score_completions``).
-- ``score_completions``: call reward functions with TRL GRPO's signature (``prompts=, completions=, **columns``)
-  and combine them.
-- ``generate_groups``: G sampled completions (or the greedy one) per prompt with ``model.generate``, group-contiguous
-  (TRL's order), cut after the first EOS (the sampling core of group-mined DPO, the probe and evaluation), and
-  ``eos_ids``, the tokens that end a completion.
-
-Used by group-mined DPO (``trl_ext.dpo.pairs``), the PPO reward adapter (``trl_ext.ppo``), the probe
-(``trl_ext.diagnostics.probe``) and held-out evaluation (``trl_ext.diagnostics.held_out``).
+"""The single copy of what several parts of the package need to turn prompts and completions into rewards: a prompt
+as the text the model sees (``prompt_text``), sampled groups (``generate_groups``), and reward functions called and
+combined as TRL's GRPO does (``score_completions``, ``combine_rewards``). Used by group-mined DPO, the PPO reward
+adapter, the probe and held-out evaluation.
 """
 
 from __future__ import annotations
@@ -62,10 +51,6 @@ def combine_rewards(rewards_per_func: torch.Tensor, weights: Sequence[float] | N
     return combined
 
 
-def _name(func: Callable) -> str:
-    return getattr(func, "__name__", type(func).__name__)
-
-
 def score_completions(
     reward_funcs: Sequence[Callable],
     prompts: Sequence[Any],
@@ -76,9 +61,8 @@ def score_completions(
     dtype: torch.dtype = torch.float32,
     **columns: Sequence[Any],
 ) -> torch.Tensor:
-    """Call each reward function like TRL's GRPO does (``prompts=, completions=, **columns``, one entry per
-    completion; ``extra``: keywords passed as they are, e.g. ``trainer_state``) and combine them with
-    ``combine_rewards``. ``None`` from a function is NaN. Returns a tensor of shape ``(len(completions),)``."""
+    """Call each reward function like TRL's GRPO does (``prompts=, completions=, **columns``; ``extra``: keywords
+    passed as they are) and combine them with ``combine_rewards``; ``None`` from a function is NaN."""
     if not reward_funcs:
         raise ValueError("reward_funcs is empty: give at least one reward function (e.g. rewards.arithmetic_reward).")
     for name, values in columns.items():
@@ -89,8 +73,9 @@ def score_completions(
     for j, func in enumerate(reward_funcs):
         values = as_callable(func)(prompts=list(prompts), completions=list(completions), **kwargs)
         if len(values) != len(completions):
+            name = getattr(func, "__name__", type(func).__name__)
             raise ValueError(
-                f"reward function {_name(func)!r} returned {len(values)} rewards for {len(completions)} "
+                f"reward function {name!r} returned {len(values)} rewards for {len(completions)} "
                 "completions; it must return one float (or None) per completion."
             )
         table[:, j] = torch.tensor([math.nan if v is None else float(v) for v in values], dtype=dtype)
@@ -98,8 +83,7 @@ def score_completions(
 
 
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    """The token ids that end a completion: the model's generation config's EOS (one or a list) and the
-    tokenizer's."""
+    """The token ids that end a completion: the model's generation config's EOS (one or a list) and the tokenizer's."""
     ids = model.generation_config.eos_token_id if getattr(model, "generation_config", None) is not None else None
     ids = set(ids if isinstance(ids, list) else [] if ids is None else [ids])
     if tokenizer.eos_token_id is not None:
@@ -121,11 +105,9 @@ def generate_groups(
     greedy: bool = False,
     **sampling: Any,
 ) -> tuple[list[list[int]], list[bool]]:
-    """``num_generations`` samples per prompt text (``greedy``: the greedy completion, ``num_generations`` 1), groups
-    contiguous; returns each completion's token ids up to and including its first EOS (TRL GRPO's
-    ``completion_ids``), and whether it was truncated (no EOS within ``max_new_tokens``). ``sampling``:
-    ``temperature``, ``top_p``, ``top_k`` for ``model.generate``. The model is put in eval mode and the tokenizer
-    pads on the left for the call; both are restored afterwards."""
+    """``num_generations`` samples per prompt text (or the greedy completion), groups contiguous: each completion's
+    token ids up to and including its first EOS (TRL GRPO's ``completion_ids``), and whether it was truncated.
+    ``sampling`` goes to ``model.generate``; the model's mode and the tokenizer's padding side are restored."""
     device = next(model.parameters()).device
     was_training, padding_side = model.training, tokenizer.padding_side
     model.eval()

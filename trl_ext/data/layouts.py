@@ -1,40 +1,15 @@
 """Dataset layouts -> the columns the trainers read: ``prompt`` and the reference (``answer`` or ``tests``).
 
 The one place that maps columns (``trl_ext.data``): every recipe, the probe and held-out evaluation go through
-:func:`apply_layout`. A layout is recognized from the column names (the first layout of the table whose columns the
-dataset has); a recognized layout trains with no extra flag, any other maps with ``dataset_prompt_column`` /
-``dataset_answer_column`` (a dotted path such as ``reward_model.ground_truth`` reaches a nested field).
-
-=====================================  ==================================  =============================================
-layout (datasets)                      prompt                              reference
-=====================================  ==================================  =============================================
-APPS / TACO                            ``question`` (+ ``starter_code``)   ``input_output`` -> tests (APPS checker)
-LiveCodeBench                          ``question_content`` (+ starter)    ``public_test_cases`` (+ ``metadata``'s
-                                                                           ``func_name``) -> tests (LiveCodeBench)
-DeepCoder                              ``problem``                         ``tests`` -> tests (LiveCodeBench or APPS)
-open-r1 verifiable coding              ``problem`` or ``prompt``           ``verification_info`` -> tests (open-r1)
-DAPO-Math-17k                          ``prompt`` (chat messages)          ``reward_model.ground_truth``
-GSM8K                                  ``question``                        ``answer`` after the last ``####``
-problem + answer (MATH-500,            ``problem``                         ``answer`` (the final answer wins over a
-DeepScaleR, OpenR1-Math)                                                   worked ``solution``, as DATASETS.md says)
-MATH / NuminaMath (problem + solution) ``problem``                         last ``\\boxed{}`` of ``solution``
-MBPP                                   ``text`` + its tests                ``test_setup_code`` + ``test_list`` -> tests
-HumanEval                              ``prompt``                          ``test`` + ``check(entry_point)`` -> tests
-prompt + answer / solution             ``prompt`` (text or chat messages)  ``answer`` (else ``solution``), final answer
-prompt + tests                         ``prompt``                          ``tests`` (asserts)
-=====================================  ==================================  =============================================
+:func:`apply_layout`. A layout is recognized from the column names (the first of ``_KNOWN`` whose columns the dataset
+has; the table for users is in ``docs/YOUR_DATA.md``); any other maps with ``dataset_prompt_column`` /
+``dataset_answer_column`` (a dotted path such as ``reward_model.ground_truth`` reaches a nested field). In the
+problem + answer layouts (MATH-500, DeepScaleR, OpenR1-Math) the final answer wins over a worked ``solution``.
 
 Input/output tests are written to ``tests`` as JSON text in the dataset's own layout, which the ``code`` reward
-recognizes from the content (``trl_ext.rewards.io_tests``) and judges by that dataset's checker rule
-(``trl_ext.rewards.checkers``: APPS line/token-wise with a numeric tolerance, LiveCodeBench stripped lines or equal
-``Decimal`` tokens, open-r1 stripped lines): no reward option is needed. LiveCodeBench's function name for functional
-problems (``metadata.func_name``) is copied into each case; its ``private_test_cases`` (pickled, compressed) are
-not read: the public cases are the tests. A test value that is empty or not JSON becomes ``None`` (unscorable).
-
-A math reference becomes the final answer as text (``"72"``, ``"\\frac{14}{3}"``); one that cannot be read as an
-answer (a dict, a list, empty) becomes ``None``, which the accuracy reward scores ``None`` (unscorable, counted in
-``accuracy/unscorable_frac``), never 0.0. The task reward that fits the layout (``accuracy`` for math, ``code`` for
-code) is :attr:`Layout.task_rewards`.
+recognizes and judges by that dataset's checker rule. LiveCodeBench's ``private_test_cases`` (pickled, compressed)
+are not read: the public cases are the tests. A reference that cannot be read (a dict, a list, empty, not JSON)
+becomes ``None``, which the rewards score as unscorable, never 0.0.
 """
 
 from __future__ import annotations
@@ -163,11 +138,9 @@ def _check_column(path: str, columns: list[str], flag: str) -> None:
 def detect_layout(
     dataset: Dataset, prompt_column: str | None = None, answer_column: str | None = None, strict: bool = True
 ) -> Layout:
-    """The layout of ``dataset``: the flags' mapping when given (``prompt_column`` / ``answer_column``, checked
-    against the columns), else the first recognized layout of the table above.
-
-    Raises ``UserError`` (a ``ValueError``) naming the columns and the flags to map them when nothing fits (no prompt
-    column), unless ``strict=False`` (SFT text, DPO preference pairs), which keeps such a dataset as it is."""
+    """The layout of ``dataset``: the flags' mapping when given, else the first recognized layout of the table above.
+    Nothing fits: a ``UserError`` naming the flags to map the columns, unless ``strict=False`` (SFT text, DPO pairs),
+    which keeps such a dataset as it is."""
     columns = list(dataset.column_names)
     known = next((layout for layout in _KNOWN if layout.required_columns <= set(columns)), None)
     if prompt_column is None and answer_column is None:
@@ -204,9 +177,8 @@ def detect_layout(
 
 
 def reference_answer(value: Any) -> str | None:
-    """A math reference as final-answer text: the part after the last ``####`` (GSM8K), else the last ``\\boxed{}``
-    (a MATH solution), else the text itself; a number as its text. ``None`` for anything that is not an answer (a
-    dict, a list, ``None``, empty text), so that the accuracy reward counts it unscorable instead of scoring 0."""
+    """A math reference as final-answer text: after the last ``####`` (GSM8K), else the last ``\\boxed{}`` (MATH),
+    else the text itself. ``None`` for anything that is not an answer, so the accuracy reward counts it unscorable."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
@@ -249,9 +221,8 @@ def _io_tests_text(value: Any, row: dict[str, Any]) -> str | None:
 
 
 def _code_tests(layout: Layout, row: dict[str, Any]) -> Any:
-    """The ``tests`` value the code reward reads: MBPP's asserts after its set-up code, HumanEval's test program
-    followed by ``check(<entry_point>)``, input/output tests as JSON text (``_io_tests_text``), else the column as it
-    is (a list of asserts or a test program)."""
+    """The ``tests`` value the code reward reads (MBPP's set-up code before each assert, HumanEval's
+    ``check(<entry_point>)`` after its program, input/output tests as JSON text), else the column as it is."""
     tests = get_path(row, layout.reference_column)
     if layout.name in IO_CODE_LAYOUTS:
         return _io_tests_text(tests, row)
@@ -274,12 +245,9 @@ def _prompt_value(layout: Layout, row: dict[str, Any]) -> Any:
 
 
 def apply_layout(dataset: Dataset, layout: Layout, with_completion: bool = False) -> Dataset:
-    """``dataset`` with ``prompt`` (text, or chat messages as given) and, when the layout has a reference, ``answer``
-    (math: :func:`reference_answer`) or ``tests`` (code) filled from the layout's columns. Other columns are kept
-    (TRL passes them to the reward functions). ``with_completion`` (SFT) also writes ``completion``: the layout's
-    worked solution (GSM8K's ``answer``, MATH's ``solution``, MBPP's ``code``) where the dataset has no
-    ``completion`` column. Prompts are formatted for the model later (``trl_ext.data.prompts.format_prompts``), once
-    the tokenizer is known."""
+    """``dataset`` with ``prompt`` and, when the layout has a reference, ``answer`` (math) or ``tests`` (code) filled
+    from the layout's columns; other columns are kept (TRL passes them to the reward functions). ``with_completion``
+    (SFT) also writes the layout's worked solution as ``completion`` where the dataset has none."""
     completion = (
         with_completion
         and layout.solution_column is not None

@@ -1,19 +1,13 @@
 """The figures papers report from k samples per problem: pass@k, avg@k and maj@k, from per-sample verdicts.
 
-* **pass@k**, the unbiased estimator of Chen et al. 2021 (arXiv 2107.03374, Eq. 1): with ``n`` samples of which
-  ``c`` are correct, ``pass@k = 1 - C(n - c, k) / C(n, k)``, the probability that at least one of ``k`` samples drawn
-  without replacement from the ``n`` is correct; computed as ``1 - prod_{i=n-c+1}^{n} (1 - k / i)`` (the paper's
-  numerically stable form), and 1.0 when ``n - c < k``. ``pass@1`` is then ``c / n``.
-* **avg@k** (DAPO's AIME avg@32, DeepSeek-R1's "pass@1 averaged over k samples"): the mean correctness of the k
-  samples of a problem, i.e. ``c / k``: the same number as the estimator's pass@1 from k samples.
-* **maj@k** (DeepSeek-R1's cons@64, self-consistency of Wang et al. 2022, arXiv 2203.11171): the problem counts as
-  solved when the answer most samples agree on is correct. Answers are the reward's own extraction of each
-  completion (``trl_ext.diagnostics.evaluation.answer_extractor``), compared as text; a sample without an answer does
-  not vote. **Tie rule:** among the answers with the most votes, the one whose first vote came earliest (in sample
-  order, which is the sampling order, so ties break at random but reproducibly).
+* **pass@k**, the unbiased estimator of Chen et al. 2021 (arXiv 2107.03374, Eq. 1): ``1 - C(n - c, k) / C(n, k)``
+  with ``n`` samples of which ``c`` are correct, computed in the paper's numerically stable product form.
+* **avg@k** (DAPO's AIME avg@32, DeepSeek-R1's "pass@1 averaged over k samples"): ``c / k``.
+* **maj@k** (DeepSeek-R1's cons@64, self-consistency of Wang et al. 2022, arXiv 2203.11171): solved when the answer
+  most samples agree on is correct. Answers are the reward's own extraction, compared as text; a sample without an
+  answer does not vote. Ties go to the answer voted first (sampling order: random but reproducible).
 
-Each problem's figure is averaged over problems. A sample is correct when its reward is at least the threshold (1.0:
-full marks, so a code completion with partial credit counts as wrong); a reward of None (unscorable) is wrong.
+A sample is correct when its reward is at least 1.0 (full marks); a reward of None (unscorable) is wrong.
 """
 
 from __future__ import annotations

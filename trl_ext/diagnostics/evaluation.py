@@ -1,24 +1,16 @@
 """Evaluation of a model on held-out problems as the papers report it: a greedy completion and K samples per problem,
 each scored by the task reward, and the figures of ``trl_ext.diagnostics.eval_metrics`` computed from them.
 
-One code path for every figure of the package: the recipes' held-out accuracy (``held_out.held_out_accuracy``,
-before, during and after training) is :func:`greedy_accuracy`, which is this module's greedy mode, and
-``trl-ext eval`` (``recipes/eval.py``) reports the same number as its ``pass@1 (greedy)`` on the same model, split
-and completion length.
-
-* Generation: ``model.generate`` batched with left padding (``transformers``), greedy or sampled (temperature,
-  top-p), K samples per prompt as ``num_return_sequences``, contiguous per prompt; or vLLM (:func:`generate_vllm`)
-  when it is installed and a GPU is present. A completion ends at its first EOS; one that reaches
-  ``max_new_tokens`` without it is truncated.
-* Scoring: the task reward called as TRL calls it (``prompts=, completions=, **columns``), each column repeated for
-  the K samples of its problem; conversational prompts get ``[{"role": "assistant", "content": ...}]`` completions.
-* Answers for the majority vote: the reward's own extraction (:func:`answer_extractor`): the math reward's
-  ``extraction`` strategies, the demo's first integer; none for rewards without an answer (code), whose maj@K is
-  then not reported.
+One code path for every figure of the package: the recipes' held-out accuracy is :func:`greedy_accuracy`, this
+module's greedy mode, and ``trl-ext eval`` reports the same number as its ``pass@1 (greedy)``. Generation is
+``model.generate`` (K samples per prompt, contiguous, cut at the first EOS) or vLLM; scoring calls the task reward as
+TRL calls it; majority-vote answers are the reward's own extraction (:func:`answer_extractor`), none for code, whose
+maj@K is then not reported.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -61,12 +53,14 @@ class Sample:
 
 @dataclass(frozen=True)
 class Sampling:
-    """How completions are drawn: one greedy completion, or ``num_samples`` at ``temperature`` and ``top_p``."""
+    """How completions are drawn: one greedy completion, or ``num_samples`` at ``temperature``, ``top_p`` and
+    ``top_k`` (0: the generation config's, off in vLLM)."""
 
     num_samples: int = 1
     greedy: bool = True
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0
 
     @property
     def per_prompt(self) -> int:
@@ -129,10 +123,8 @@ class ModelEvaluation:
 
 
 def answer_extractor(reward: Callable) -> Callable[[str], str | None] | None:
-    """The answer a reward reads from a completion's text, for the majority vote; None for a reward without one.
-
-    A reward may define its own as ``reward.extract_answer(text)``; the package's math reward uses its
-    ``extraction`` strategies (``"math_verify"``: the ``auto`` strategies), the demo's check its first integer."""
+    """The answer a reward reads from a completion's text, for the majority vote; None for a reward without one. A
+    reward may define its own as ``reward.extract_answer(text)``."""
     func = getattr(reward, "func", reward)  # trl_ext.reliability.zero_reward.ZeroRewardWatch wraps the task reward
     own = getattr(func, "extract_answer", None)
     if callable(own):
@@ -157,6 +149,8 @@ def generate(
     cut after the first EOS), decoded without special tokens and grouped per prompt."""
     n = sampling.per_prompt
     options = {} if sampling.greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p}
+    if sampling.top_k and not sampling.greedy:
+        options["top_k"] = sampling.top_k
     texts = [prompt_text(p, tokenizer) for p in prompts]
     ids, truncated = generate_groups(
         model,
@@ -180,10 +174,8 @@ CPU_KV_CACHE_GIB = 2  # the KV cache of an evaluation engine on vLLM's CPU build
 
 
 def vllm_engine(model_path: str, seed: int = 0, max_model_len: int | None = None) -> Any:
-    """A vLLM engine on ``model_path`` (a Hub id or a folder written by ``save_pretrained``), one per model.
-
-    Without a GPU (vLLM's CPU build) the KV cache gets ``CPU_KV_CACHE_GIB`` GiB unless ``VLLM_CPU_KVCACHE_SPACE``
-    sets it: left to itself the CPU engine reserves ``gpu_memory_utilization`` (0.9) of the machine's RAM and refuses
+    """A vLLM engine on ``model_path``. Without a GPU the KV cache gets ``CPU_KV_CACHE_GIB`` GiB unless
+    ``VLLM_CPU_KVCACHE_SPACE`` sets it: left to itself the CPU engine reserves 0.9 of the machine's RAM and refuses
     to start when other processes hold more than a tenth of it."""
     import torch
     from vllm import LLM  # optional dependency: check_vllm has said what is missing before this is called
@@ -210,6 +202,7 @@ def generate_vllm(
         n=sampling.per_prompt,
         temperature=0.0 if sampling.greedy else sampling.temperature,
         top_p=1.0 if sampling.greedy else sampling.top_p,
+        top_k=sampling.top_k if sampling.top_k > 0 and not sampling.greedy else -1,
         max_tokens=max_new_tokens,
         seed=seed,
     )
@@ -222,16 +215,14 @@ def generate_vllm(
 
 
 def check_vllm() -> None:
-    """``--use_vllm`` needs a working vLLM (its CUDA build, or ``vllm-cpu`` on a machine without a GPU) inside the
-    installed TRL's range: a ``UserError`` naming the fix otherwise (``trl_ext.generation.vllm_setup``)."""
+    """``--use_vllm`` needs a working vLLM inside the installed TRL's range: a ``UserError`` naming the fix otherwise."""
     check_vllm_setup("--use_vllm", instead="drop --use_vllm")
 
 
 def score(
     reward: Callable, dataset: Dataset, generations: Sequence[Sequence[Completion]], extract: Callable | None
 ) -> list[list[Sample]]:
-    """Each completion of each problem of ``dataset`` scored by ``reward`` (the other columns passed as TRL passes
-    them, repeated for every completion of their problem), with the answer ``extract`` reads from it."""
+    """Each completion of each problem scored by ``reward`` as TRL calls it, with the answer ``extract`` reads."""
     counts = [len(group) for group in generations]
     prompts = [p for p, k in zip(dataset["prompt"], counts, strict=True) for _ in range(k)]
     flat = [completion for group in generations for completion in group]
@@ -249,11 +240,8 @@ def score(
         Sample(c.text, extract(c.text) if extract else None, None if r is None else float(r), c.length, c.truncated)
         for c, r in zip(flat, rewards, strict=True)
     ]
-    grouped, start = [], 0
-    for k in counts:
-        grouped.append(samples[start : start + k])
-        start += k
-    return grouped
+    ends = list(itertools.accumulate(counts))
+    return [samples[end - k : end] for end, k in zip(ends, counts, strict=True)]
 
 
 def greedy_accuracy(
@@ -309,8 +297,7 @@ def scored_completions(
 
 def summarize(records: Sequence[dict[str, Any]], settings: EvalSettings) -> dict[str, float | None]:
     """A model's figures from its per-problem records (what ``per_problem.jsonl`` holds, so that every figure can be
-    recomputed from the file): pass@1 (greedy), avg@K, pass@k, maj@K (None without answers), the mean reward, mean
-    completion length and truncation rate of the samples, and the fraction of unscorable samples."""
+    recomputed from the file)."""
     ks = settings.ks()
     has_answers = any(s["answer"] is not None for r in records for s in r["samples"])
     per_problem = [
@@ -336,12 +323,6 @@ def summarize(records: Sequence[dict[str, Any]], settings: EvalSettings) -> dict
     figures["truncated"] = sum(s["truncated"] for s in samples) / count
     figures["unscorable"] = (len(samples) - len(scored)) / count
     return figures
-
-
-def reference_of(row: dict[str, Any]) -> Any:
-    """What a problem is scored against, for the record: the first of the package rewards' reference columns
-    (``answer``, ``solution``, ``tests``) that it has."""
-    return next((row[c] for c in REFERENCE_COLUMNS if c in row), None)
 
 
 def evaluate_model(
@@ -374,16 +355,15 @@ def evaluate_model(
             model, tokenizer, dataset, reward, settings.max_new_tokens, settings.sampling(), per_call, bar,
             engine, settings.seed,
         )  # fmt: skip
-    records = []
-    for index, row in enumerate(dataset):
-        records.append(
-            {
-                "model": name,
-                "problem": index,
-                "prompt": row["prompt"],
-                "reference": reference_of(row),
-                "greedy": asdict(greedy[index][0]) if greedy else None,
-                "samples": [asdict(s) for s in samples[index]],
-            }
-        )
+    records = [
+        {
+            "model": name,
+            "problem": index,
+            "prompt": row["prompt"],
+            "reference": next((row[c] for c in REFERENCE_COLUMNS if c in row), None),  # what it is scored against
+            "greedy": asdict(greedy[index][0]) if greedy else None,
+            "samples": [asdict(s) for s in samples[index]],
+        }
+        for index, row in enumerate(dataset)
+    ]
     return ModelEvaluation(name, summarize(records, settings), records, time.time() - started)

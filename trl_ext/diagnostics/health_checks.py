@@ -50,6 +50,12 @@ def _value(logs: dict[str, Any], key: str) -> float | None:
         return None
 
 
+def _finite(logs: dict[str, Any], key: str) -> float | None:
+    """A logged number that is finite, else None."""
+    value = _value(logs, key)
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _rise(values: list[float]) -> float:
     """The least-squares slope of ``values`` (evenly spaced) times their span: how much they rose, robust to noise."""
     n = len(values)
@@ -149,8 +155,8 @@ class HealthChecks:
         before, the usual prelude to a collapse. The level is the mean of the first ``warmup_logs`` values, then
         an EMA that also absorbs each new value (a sustained new level stops counting as a jump), floored at
         ``kl_min`` (near-zero KL at the start makes any ratio large)."""
-        kl, th = _value(logs, "kl"), self.thresholds
-        if kl is None or not math.isfinite(kl):
+        kl, th = _finite(logs, "kl"), self.thresholds
+        if kl is None:
             return None, ""
         active, message = None, ""
         if self._kl_count >= th.warmup_logs and self._kl_level is not None:
@@ -176,8 +182,8 @@ class HealthChecks:
     def _entropy_collapse(self, logs: dict[str, Any], args: Any, metrics: dict[str, float]) -> tuple[bool | None, str]:
         """Policy entropy falls far below where it started: the policy turns near-deterministic, exploration stops
         and groups turn uniform (DAPO section 3.1 motivates clip-higher with exactly this collapse)."""
-        entropy, th = _value(logs, "entropy"), self.thresholds
-        if entropy is None or not math.isfinite(entropy):
+        entropy, th = _finite(logs, "entropy"), self.thresholds
+        if entropy is None:
             return None, ""
         if len(self._entropy_start) < th.warmup_logs:
             self._entropy_start.append(entropy)
@@ -203,8 +209,8 @@ class HealthChecks:
         """The fraction of tokens whose ratio is clipped stays high: each update pushes the policy far from the
         one that sampled, so much of the batch carries no gradient (the PPO rule of thumb)."""
         key = "clip_ratio/region_mean" if "clip_ratio/region_mean" in logs else "clip_ratio"
-        clip, th = _value(logs, key), self.thresholds
-        if clip is None or not math.isfinite(clip):
+        clip, th = _finite(logs, key), self.thresholds
+        if clip is None:
             return None, ""
         active = self._sustained("clip_high", clip > th.clip_frac_max, th.clip_patience)
         low, high = _value(logs, "clip_ratio/low_mean"), _value(logs, "clip_ratio/high_mean")
@@ -260,8 +266,8 @@ class HealthChecks:
     def _truncation_high(self, logs: dict[str, Any], args: Any) -> tuple[bool | None, str]:
         """Many completions hit ``max_completion_length`` without EOS: they are scored for being cut, not for
         their content, which adds reward noise (DAPO's overlong reward shaping addresses it)."""
-        trunc, th = _value(logs, "completions/clipped_ratio"), self.thresholds
-        if trunc is None or not math.isfinite(trunc):
+        trunc, th = _finite(logs, "completions/clipped_ratio"), self.thresholds
+        if trunc is None:
             return None, ""
         active = self._sustained("truncation_high", trunc > th.truncated_frac_max, th.truncated_patience)
         mean_length = _value(logs, "completions/mean_length")
@@ -276,10 +282,8 @@ class HealthChecks:
     def _sampling_mismatch(self, logs: dict[str, Any], args: Any) -> tuple[bool | None, str]:
         """The engine that sampled and the trainer disagree on the sampled tokens' log-probs (TRL's vLLM
         importance-sampling metrics): the correction then reweights a distribution that is not the one sampled."""
-        ratio = _value(logs, "sampling/importance_sampling_ratio/mean")
-        gap = _value(logs, "sampling/sampling_logp_difference/mean")
-        ratio = ratio if ratio is not None and math.isfinite(ratio) else None
-        gap = gap if gap is not None and math.isfinite(gap) else None
+        ratio = _finite(logs, "sampling/importance_sampling_ratio/mean")
+        gap = _finite(logs, "sampling/sampling_logp_difference/mean")
         if ratio is None and gap is None:
             return None, ""
         th = self.thresholds
@@ -289,10 +293,8 @@ class HealthChecks:
         active = self._sustained("sampling_mismatch", off, th.sampling_patience)
         seen = []
         if ratio is not None:
-            low, high = (
-                _value(logs, "sampling/importance_sampling_ratio/min"),
-                _value(logs, "sampling/importance_sampling_ratio/max"),
-            )
+            low = _value(logs, "sampling/importance_sampling_ratio/min")
+            high = _value(logs, "sampling/importance_sampling_ratio/max")
             span = f" (min {low:.3g}, max {high:.3g})" if low is not None and high is not None else ""
             seen.append(f"mean importance ratio {ratio:.3f}{span}")
         if gap is not None:
@@ -323,8 +325,8 @@ class HealthChecks:
         """The optimizer keeps changing the loss but the reward does not rise: updates are not paying off (a
         reward that misreads the answers, a too-hard or too-easy dataset, a learning rate too low to matter or so
         high that it thrashes). The rise is the least-squares slope times the window, robust to noisy logs."""
-        reward, loss, th = _value(logs, "reward"), _value(logs, "loss"), self.thresholds
-        if reward is None or loss is None or not (math.isfinite(reward) and math.isfinite(loss)):
+        reward, loss, th = _finite(logs, "reward"), _finite(logs, "loss"), self.thresholds
+        if reward is None or loss is None:
             return None, ""
         size = th.stall_window
         logging_steps = getattr(args, "logging_steps", None)

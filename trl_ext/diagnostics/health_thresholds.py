@@ -7,37 +7,15 @@ from dataclasses import dataclass, field
 
 @dataclass
 class HealthThresholds:
-    """When the monitor speaks; the checks are :mod:`trl_ext.diagnostics.health_checks`.
+    """When the monitor speaks; each field's help says what it sets, each check's method what it means.
 
-    Running levels:
-        warmup_logs: logs that set the KL running level and the starting entropy before the relative checks fire.
-        ema_decay: decay of the KL running level after the warm-up. 0.8 follows the early, quadratic-like growth of
-            KL closely enough not to call it a spike, and still remembers the last few logs.
-    KL and entropy:
-        kl_spike_ratio, kl_min: ``kl_spike`` when ``kl > kl_spike_ratio * max(running level, kl_min)``. The floor
-            keeps near-zero KL early in training from firing: with the defaults a spike is at least 0.03 nats/token.
-        entropy_collapse_ratio, entropy_floor: ``entropy_collapse`` below this fraction of the starting entropy, or
-            below ``entropy_floor`` nats.
-    Sustained conditions (each must hold ``*_patience`` logs in a row):
-        clip_frac_max, kept_frac_min, truncated_frac_max: clipped tokens, groups with a signal, truncated completions.
-    Reward stall:
-        stall_window, stall_steps, reward_stall_delta, loss_move_delta, reward_ceiling: ``reward_stall`` when, over
-            the last ``max(stall_window, stall_steps / logging_steps)`` logs, the least-squares rise of ``reward`` is
-            below ``reward_stall_delta`` while ``loss`` spanned more than ``loss_move_delta``, unless the mean reward
-            is at or above ``reward_ceiling``.
-    Engine / trainer mismatch (vLLM's importance-sampling correction):
-        is_ratio_tolerance, logp_gap_max: a same-weights bf16 engine typically stays within a few hundredths of a
-            nat; 0.1 nats per token is a ratio of about 1.1 on every token.
-    Reward over-optimization:
-        proxy_metrics, gold_metrics, overopt_window, overopt_gold_drop: ``reward_overoptimized`` when the first
-            present proxy key rises while the first present gold key falls by more than ``overopt_gold_drop`` over
-            its last ``overopt_window`` values (``proxy_metrics=None``: off; the recipes set it for reward models).
-            The defaults are above the noise of greedy accuracy on a few hundred problems (standard error about
-            0.03): watched as if its rule reward were learned, the demo's 1000-step DAPO run never triggers them,
-            while 4 values and 0.02 fire five times on it.
-    Fatal:
-        non_finite_keys, stop_on_non_finite, save_on_non_finite: which metrics must stay finite, whether a
-            non-finite one stops training, and whether it also saves a checkpoint.
+    ``ema_decay`` 0.8 follows the early, quadratic-like growth of KL closely enough not to call it a spike, and still
+    remembers the last few logs; ``kl_min`` keeps near-zero KL early in training from firing (with the defaults a
+    spike is at least 0.03 nats per token). ``is_ratio_tolerance`` and ``logp_gap_max``: a same-weights bf16 engine
+    typically stays within a few hundredths of a nat; 0.1 nats per token is a ratio of about 1.1 on every token. The
+    over-optimization defaults (``overopt_window`` 6, ``overopt_gold_drop`` 0.05) are above the noise of greedy
+    accuracy on a few hundred problems (standard error about 0.03): watched as if its rule reward were learned, the
+    demo's 1000-step DAPO run never triggers them, while 4 values and 0.02 fire five times on it.
     """
 
     warmup_logs: int = field(default=3, metadata={"help": "Logs that set the running levels before checks fire."})

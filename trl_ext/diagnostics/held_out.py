@@ -1,23 +1,18 @@
 """Held-out greedy accuracy before, during and after training, and the callback that logs it as ``held_out/accuracy``.
 
-The metric: the fraction of held-out prompts whose greedy completion the run's task reward (the first of
-``reward_funcs``, e.g. ``accuracy`` against the ``answer`` column) scores correct, i.e. 1.0 (full marks: a code
-completion with partial credit is wrong); a reward of None counts as wrong. It is ``trl-ext eval``'s
-``pass@1 (greedy)``, computed by the same function (``trl_ext.diagnostics.evaluation.greedy_accuracy``). On the demo
-task (``prompt`` and ``answer`` columns, no task reward given) it is ``trl_ext.demo.greedy_accuracy``, the demo's own
-metric: the ``arithmetic`` reward of the greedy completion of 4 tokens.
+The metric: the fraction of held-out prompts whose greedy completion the run's task reward scores 1.0 (full marks: a
+code completion with partial credit is wrong; None is wrong): ``trl-ext eval``'s ``pass@1 (greedy)``, computed by the
+same function. On the demo task it is the ``arithmetic`` reward of the greedy completion of 4 tokens.
 
-:class:`HeldOutEvaluation` evaluates every ``every`` optimizer steps and at the last step and adds the value to the
-log of that step, so that it reaches ``state.log_history``, ``metrics.jsonl`` and every tracker like any other
-metric (it registers itself first among the trainer's callbacks, as ``trl_ext.diagnostics.health.HealthMonitor`` does, because
-``Trainer`` calls the reporting callbacks before those passed in ``callbacks=[...]``). With ``every=None`` the
-interval adapts: it starts at ``logging_steps`` and, whenever evaluating has taken more than ``target_frac`` of the
-run so far, widens to the multiple of ``logging_steps`` at which one evaluation costs ``target_frac`` of the steps
-between two evaluations.
+:class:`HeldOutEvaluation` adds the value to the log of its step, so it reaches ``log_history``, ``metrics.jsonl``
+and every tracker (it registers first among the callbacks, as ``HealthMonitor`` does). With ``every=None`` the
+interval starts at ``logging_steps`` and, whenever evaluating has taken more than ``target_frac`` of the run so far,
+widens so that one evaluation costs ``target_frac`` of the steps between two.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -40,8 +35,7 @@ def held_out_accuracy(
     max_new_tokens: int = 4,
     progress: bool | str = False,
 ) -> float | None:
-    """Greedy held-out accuracy (see the module docstring); None when there is nothing to evaluate on: no eval set,
-    no ``prompt`` column, or neither an ``answer`` column (demo) nor a task reward."""
+    """Greedy held-out accuracy (module docstring); None when there is nothing to evaluate on."""
     if eval_dataset is None or "prompt" not in eval_dataset.column_names or len(eval_dataset) == 0:
         return None
     demo = reward_func is None or getattr(reward_func, "__name__", "") == "arithmetic_reward"
@@ -51,10 +45,9 @@ def held_out_accuracy(
         demo = False
     from transformers.integrations import is_deepspeed_zero3_enabled
 
-    def evaluate() -> float:
-        if demo:  # the demo's own check (trl_ext.demo.greedy_accuracy): the answer is the first integer in 4 tokens
-            return greedy_accuracy(model, tokenizer, eval_dataset, arithmetic_reward, 4, progress=progress)
-        return greedy_accuracy(model, tokenizer, eval_dataset, reward_func, max_new_tokens, progress=progress)
+    # the demo's own check (trl_ext.demo.greedy_accuracy): the answer is the first integer in 4 tokens
+    reward, length = (arithmetic_reward, 4) if demo else (reward_func, max_new_tokens)
+    evaluate = functools.partial(greedy_accuracy, model, tokenizer, eval_dataset, reward, length, progress=progress)
 
     if is_deepspeed_zero3_enabled():  # sharded weights must be gathered (on every rank) before generate
         import deepspeed
@@ -65,9 +58,8 @@ def held_out_accuracy(
 
 
 class HeldOutEvaluation(TrainerCallback):
-    """Logs ``held_out/accuracy`` every ``every`` steps and at the last step (``every=None``: adaptive, see the
-    module docstring; ``every`` is rounded up to a multiple of ``logging_steps`` so that the value lands in a
-    regular log and no metric window is cut short). ``points`` holds ``(step, accuracy)``, starting with ``start``."""
+    """Logs ``held_out/accuracy`` every ``every`` steps (rounded up to a multiple of ``logging_steps``, so that the
+    value lands in a regular log) and at the last step. ``points`` holds ``(step, accuracy)``, from ``start``."""
 
     def __init__(
         self,

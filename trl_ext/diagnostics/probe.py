@@ -46,6 +46,7 @@ from datasets import Dataset
 
 from trl_ext.data import TaskData, format_prompts, load_task_data
 from trl_ext.demo import build_model, build_tokenizer
+from trl_ext.diagnostics.evaluation import Sampling, generate_vllm, vllm_engine
 from trl_ext.diagnostics.probe_args import (
     DEFAULT_GROUPS_PER_BATCH,
     DEMO,
@@ -99,27 +100,14 @@ def sample_transformers(
 
 
 def sample_vllm(
-    model_path: str, prompts: Sequence[str], args: ProbeArguments, max_completion_length: int
+    model_path: str, tokenizer: Any, prompts: Sequence[str], args: ProbeArguments, max_completion_length: int
 ) -> tuple[list[str], torch.Tensor, torch.Tensor]:  # pragma: no cover - needs vLLM and a GPU; not in the CPU suite
-    """The same as :func:`sample_transformers` with ``vllm.LLM`` (one engine, ``n=G`` samples per prompt)."""
-    from vllm import LLM, SamplingParams
-
-    llm = LLM(model=model_path, seed=args.seed)
-    params = SamplingParams(
-        n=args.num_generations,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k if args.top_k > 0 else -1,
-        max_tokens=max_completion_length,
-        seed=args.seed,
-    )
-    texts, lengths, truncated = [], [], []
-    for request in llm.generate(list(prompts), params):
-        for out in request.outputs:
-            texts.append(out.text)
-            lengths.append(len(out.token_ids))
-            truncated.append(out.finish_reason == "length")
-    return texts, torch.tensor(lengths), torch.tensor(truncated)
+    """The same as :func:`sample_transformers` with a vLLM engine (``evaluation.generate_vllm``: ``n=G`` samples)."""
+    sampling = Sampling(args.num_generations, False, args.temperature, args.top_p, args.top_k)
+    engine = vllm_engine(model_path, args.seed)
+    groups = generate_vllm(engine, tokenizer, prompts, max_completion_length, sampling, args.seed)
+    flat = [completion for group in groups for completion in group]
+    return [c.text for c in flat], torch.tensor([c.length for c in flat]), torch.tensor([c.truncated for c in flat])
 
 
 def _use_vllm(args: ProbeArguments, model_path: str | None) -> bool:
@@ -208,7 +196,7 @@ def probe_model(
     start = time.perf_counter()
     if _use_vllm(args, model_path):  # pragma: no cover - GPU only
         sampler = "vllm"
-        texts, lengths, truncated = sample_vllm(model_path, prompt_texts, args, max_len)
+        texts, lengths, truncated = sample_vllm(model_path, tokenizer, prompt_texts, args, max_len)
     else:
         sampler = "transformers.generate"
         texts, lengths, truncated = sample_transformers(model, tokenizer, prompt_texts, args, max_len)
@@ -258,16 +246,8 @@ def probe_model(
         "reward_model_spread": spread,
         "dynamic_sampling_policy": policy,
     }
-    return ProbeReport(
-        meta=meta,
-        pass_at=summary["pass_at"],
-        groups=summary["groups"],
-        group_size_projection=summary["group_size_projection"],
-        rewards=summary["rewards"],
-        lengths=summary["lengths"],
-        recommendations=recommend(summary, args, max_len),
-        per_prompt=per_prompt,
-    )
+    sections = {key: value for key, value in summary.items() if key != "successes"}
+    return ProbeReport(meta, **sections, recommendations=recommend(summary, args, max_len), per_prompt=per_prompt)
 
 
 def load_model(args: ProbeArguments) -> tuple[Any, Any, str, str | None]:
@@ -364,11 +344,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ProbeArguments, GRPOF
     run: dict[str, Any] = {}
     if "--config" in argv:
         check_config_file(argv)  # a missing file is named; a packaged name becomes its file
-        with open(argv[argv.index("--config") + 1]) as f:
+        config = _pop_option(argv, "--config")
+        with open(config) as f:
             run = yaml.safe_load(f) or {}
         if not isinstance(run, dict):
-            raise UserError(f"--config {argv[argv.index('--config') + 1]}: not a YAML mapping of config keys.")
-        del argv[argv.index("--config") : argv.index("--config") + 2]
+            raise UserError(f"--config {config}: not a YAML mapping of config keys.")
     parser = make_parser([ProbeArguments])
     parser.prog = "trl-ext probe"
     check_flags(parser, argv)

@@ -1,6 +1,5 @@
-"""The pre-flight probe's settings (``ProbeArguments``) and the run it projects dynamic sampling for: a
-``GRPOFamilyConfig``, from which ``dynamic_sampling_policy`` reads the budget, refill margin, round size, carried
-surplus and prompts per generation batch exactly as the trainer will use them."""
+"""The pre-flight probe's settings (``ProbeArguments``) and the run it projects dynamic sampling for (a
+``GRPOFamilyConfig``, read by ``dynamic_sampling_policy`` exactly as the trainer will use it)."""
 
 from __future__ import annotations
 
@@ -20,35 +19,13 @@ DEFAULT_GROUPS_PER_BATCH = 16
 
 @dataclass
 class ProbeArguments:
-    """Settings of the pre-flight probe (also its command line: every field is a ``--flag``).
+    """Settings of the pre-flight probe (also its command line: every field is a ``--flag``, documented by its help).
 
     What the probe projects for the run (the dynamic-sampling budget, refill margin, round size, carried surplus and
     prompts per generation batch) is read from the run's own ``GRPOFamilyConfig`` (``dynamic_sampling_policy``),
-    never from copies of its fields here: ``probe_model(..., training_args=config)``, or ``--config <run YAML>`` on
-    the command line. The sampling fields below are what the probe generates with; ``from_training_args`` copies
-    them from the run's config.
-
-    Model and data:
-        model_name_or_path: a local path or Hub name; ``None`` or ``"demo"`` is the warm-started demo model,
-            ``"demo-random"`` the cold one.
-        no_warm_start: with the demo model, probe the cold (randomly initialised) model.
-        dataset_name, dataset_config, dataset_split: passed to ``datasets.load_dataset``; a local ``.json``,
-            ``.jsonl``, ``.csv`` or ``.parquet`` file also works. ``None`` is the demo's train set.
-        prompt_column: the column with the prompts (plain text or a list of chat messages). The other columns are
-            passed to the reward functions as keyword arguments, as TRL does.
-        reward_funcs, reward_options, reward_weights: reward names for the ``rewards`` registry, their options
-            (``{"name": {...}}`` or its JSON text, as in the recipes) and their weights (default 1 each).
-    Sampling:
-        num_generations (G), num_prompts, max_completion_length, temperature, top_p, top_k: as in ``GRPOConfig``;
-            use the values you will train with. ``max_completion_length=None`` means 8 for the demo, 256 otherwise.
-        generation_batch_size: completions per ``generate`` call (memory knob; does not change the result). Not
-            the run's ``generation_batch_size``, which the run's config gives (see above).
-        use_vllm: ``None`` uses vLLM when it is installed and a GPU is present.
-        seed: seeds the prompt sample and the sampling.
-    Judging and output:
-        success_threshold: a completion passes when its reward is ``>=`` this value.
-        sft_pass_at_g, easy_group_frac, mixed_group_frac, truncated_frac: the thresholds of the recommendations.
-        output_dir: where ``report.json`` and ``histogram.png`` go (``None``: ``outputs/probe/<model>``).
+    never from copies of its fields here. The sampling fields are what the probe generates with: use the values you
+    will train with (``from_training_args`` copies them). ``generation_batch_size`` is a memory knob of the probe's
+    ``generate`` calls, not the run's.
     """
 
     model_name_or_path: str | None = field(
@@ -147,10 +124,8 @@ class ProbeArguments:
 
     @classmethod
     def from_training_args(cls, training_args: Any, **overrides: Any) -> ProbeArguments:
-        """Probe settings with the sampling of a ``GRPOConfig`` (``num_generations``, ``max_completion_length``,
-        ``temperature``, ``top_p``, ``top_k``, ``seed``), so that the probe sees what the first training step will;
-        ``overrides`` set any other field (e.g. ``model_name_or_path``, ``num_prompts``). Pass the config itself to
-        ``probe_model`` / ``run_probe`` as ``training_args`` for the dynamic-sampling projection."""
+        """Probe settings with the sampling of a ``GRPOConfig`` (``SAMPLING_FIELDS``), so that the probe sees what the
+        first training step will; ``overrides`` set any other field."""
         values = {
             key: getattr(training_args, key)
             for key in SAMPLING_FIELDS
@@ -165,9 +140,7 @@ class ProbeArguments:
 
 def default_run_config(args: ProbeArguments, **overrides: Any) -> GRPOFamilyConfig:
     """The run the probe projects for when given none: ``GRPOFamilyConfig``'s defaults with dynamic sampling on, the
-    probe's sampling (``SAMPLING_FIELDS``) and ``DEFAULT_GROUPS_PER_BATCH`` prompts per generation batch, trained
-    on-policy (one optimizer step per generation batch, so no surplus is carried); ``overrides`` set any other
-    field."""
+    probe's sampling and ``DEFAULT_GROUPS_PER_BATCH`` prompts per generation batch, on-policy (no surplus carried)."""
     sampling = {key: getattr(args, key) for key in SAMPLING_FIELDS if getattr(args, key) is not None}
     defaults = {
         "output_dir": "outputs/probe",

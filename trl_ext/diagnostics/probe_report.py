@@ -71,10 +71,7 @@ class ProbeReport:
             f"[{v['min']:.3g}, {v['max']:.3g}]"
             for name, v in m.get("reward_model_spread", {}).items()
         ]
-        lines += [
-            "",
-            "Recommendations",
-        ]
+        lines += ["", "Recommendations"]
         lines += [f"  {i}. [{rec.code}] {rec.message}" for i, rec in enumerate(self.recommendations, 1)]
         return "\n".join(lines)
 

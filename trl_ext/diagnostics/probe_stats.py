@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from trl_ext.diagnostics.eval_metrics import pass_at_k
+from trl_ext.diagnostics.eval_metrics import default_ks, pass_at_k
 from trl_ext.diagnostics.probe_args import ProbeArguments
-from trl_ext.grpo.dynamic_sampling.groups import expected_rounds, group_stats, informative_groups
 from trl_ext.grpo.dynamic_sampling.sizing import expected_refill_rounds
+from trl_ext.grpo.dynamic_sampling.groups import expected_rounds, group_stats, informative_groups
 
 _UNCAPPED_ROUNDS = 1000  # "no cap" for the simulated refill policy: a budget no realistic rate reaches
 
@@ -29,12 +29,9 @@ class Recommendation:
 
 
 def fit_beta_prior(successes: Sequence[int], num_samples: int) -> tuple[float, float] | None:
-    """Empirical-Bayes prior over per-prompt success probabilities: the Beta(alpha, beta) whose beta-binomial
-    moments match the mean and (population) variance of the success counts. ``None`` when no prompt or every prompt
-    was solved, where the data say nothing about how the unsolved ones would fare.
-
-    With ``mu = mean(c) / n`` and ``Var(c) = n mu (1 - mu) (1 + (n - 1) rho)``, ``rho = 1 / (alpha + beta + 1)``
-    (clamped to [1e-6, 1 - 1e-6]; a rho at the lower clamp means "every prompt equally hard")."""
+    """Empirical-Bayes prior over per-prompt success probabilities: the Beta(alpha, beta) whose beta-binomial moments
+    (``mu = mean(c) / n``, ``Var(c) = n mu (1 - mu) (1 + (n - 1) rho)``, ``rho = 1 / (alpha + beta + 1)`` clamped to
+    [1e-6, 1 - 1e-6]) match the success counts. ``None`` when no prompt or every prompt was solved."""
     n, count = num_samples, len(successes)
     if count == 0 or n < 2:
         return None
@@ -108,11 +105,9 @@ def summarize(
     refill_margin: float | None = None,
     max_round_size: float = 2.0,
 ) -> dict[str, Any]:
-    """The probe's numbers from ``[num_prompts, G]`` tensors of rewards (NaN = unscorable), completion lengths in
-    tokens (EOS included, as TRL counts) and truncation flags. Returns the JSON-ready ``pass_at``, ``groups``,
-    ``group_size_projection``, ``rewards``, ``lengths`` sections and the per-prompt success counts. The expected
-    dynamic-sampling cost follows the refill policy given by the last five arguments
-    (``probe_args.dynamic_sampling_policy`` reads them from a run's config)."""
+    """The probe's JSON-ready sections from ``[num_prompts, G]`` tensors of rewards (NaN = unscorable), completion
+    lengths and truncation flags, and the per-prompt success counts. The dynamic-sampling cost follows the refill
+    policy of the last five arguments (``probe_args.dynamic_sampling_policy``)."""
     if rewards.dim() != 2 or rewards.shape != lengths.shape or rewards.shape != truncated.shape:
         raise ValueError(
             f"rewards, lengths and truncated must share one [num_prompts, num_generations] shape, got "
@@ -123,13 +118,13 @@ def summarize(
     passed = rewards >= success_threshold  # NaN compares False: an unscorable completion fails
     successes = passed.sum(dim=1).tolist()
 
-    ks = sorted({2**i for i in range(int(math.log2(group_size)) + 1)} | {group_size})
-    pass_at = {k: sum(pass_at_k(group_size, c, k) for c in successes) / num_prompts for k in ks}
+    pass_at = {k: sum(pass_at_k(group_size, c, k) for c in successes) / num_prompts for k in default_ks(group_size)}
 
     all_correct = sum(c == group_size for c in successes) / num_prompts
     all_wrong = sum(c == 0 for c in successes) / num_prompts
     flat = rewards.flatten()
     informative_frac = float(informative_groups(flat, group_size).float().mean())
+    policy = (max_generation_batches, groups_per_batch, refill_margin, max_round_size)
     stats = group_stats(flat, group_size)
     groups = {
         "all_correct_frac": all_correct,
@@ -140,7 +135,7 @@ def summarize(
         "informative_frac": informative_frac,
         "all_max_frac": stats.all_max_frac,
         "all_min_frac": stats.all_min_frac,
-        **_expected_cost(informative_frac, max_generation_batches, groups_per_batch, refill_margin, max_round_size),
+        **_expected_cost(informative_frac, *policy),
     }
 
     prior = fit_beta_prior(successes, group_size)
@@ -151,9 +146,7 @@ def summarize(
             {
                 "num_generations": k,
                 "mixed_frac": mixed,
-                "expected_rounds": _expected_cost(
-                    mixed, max_generation_batches, groups_per_batch, refill_margin, max_round_size
-                )["expected_rounds"],
+                "expected_rounds": _expected_cost(mixed, *policy)["expected_rounds"],
                 "estimate": "unbiased" if k <= group_size else "beta-binomial model",
             }
         )
@@ -201,21 +194,10 @@ def summarize(
 
 
 def recommend(summary: dict[str, Any], args: ProbeArguments, max_completion_length: int) -> list[Recommendation]:
-    """Turn the numbers into advice. Each rule states its trigger in its message.
-
-    - ``sft_first``: pass@G below ``sft_pass_at_g`` (default 0.1: fewer than one prompt in ten solved even once,
-      so at most one group in ten is informative and dynamic sampling needs more than ten rounds per step). A group
-      with no success has zero advantage in GRPO-family losses, so RL gets (almost) no gradient: warm-start with SFT
-      (the cold-start rule of DeepSeek-R1 and DAPO).
-      Truncation advice is then folded in here, since an untrained model's lengths say little.
-    - ``filter_easy``: at least ``easy_group_frac`` of groups all-correct: those prompts carry no gradient and cost
-      generation; drop them (per-prompt counts are in the JSON) or keep dynamic sampling on.
-    - ``raise_group_size``: fewer than ``mixed_group_frac`` of groups mixed, at least as many all-wrong as
-      all-correct groups (too hard rather than too easy), and a group twice as large would mix more (projection):
-      more completions per prompt raise the chance that a hard prompt gets a success.
-    - ``raise_max_completion_length``: more than ``truncated_frac`` of completions hit the limit without EOS; a
-      truncated answer is usually scored wrong for its length, not its content (DAPO's overlong filtering).
-    - ``ready``: none of the above; the run should learn, at the quoted dynamic-sampling cost.
+    """Turn the numbers into advice; each rule states its trigger in its message. ``sft_first`` (pass@G below
+    ``sft_pass_at_g``: a group with no success has zero advantage, the cold-start rule of DeepSeek-R1 and DAPO) folds
+    the truncation advice in, since an untrained model's lengths say little; ``raise_group_size`` only fires when the
+    groups are too hard rather than too easy (that is ``filter_easy``'s case) and a larger group would mix more.
     """
     group_size = args.num_generations
     pass_g = summary["pass_at"][group_size]
@@ -299,9 +281,8 @@ def format_rounds(value: float) -> str:
 
 
 def reward_model_spread(scores: Sequence[float], group_size: int) -> dict[str, float]:
-    """How a reward model's scores spread on the probed groups: the mean within-group standard deviation (what its
-    group-normalized advantages feed on: near 0 means it cannot tell a group's completions apart), the overall
-    standard deviation, and the range."""
+    """How a reward model's scores spread on the probed groups: the mean within-group standard deviation (near 0: it
+    cannot tell a group's completions apart, so its advantages are noise), the overall deviation and the range."""
     values = torch.tensor(list(scores), dtype=torch.float64)
     groups = values.view(-1, group_size)
     return {

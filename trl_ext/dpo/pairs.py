@@ -22,7 +22,7 @@ import torch
 from datasets import Dataset
 
 from trl_ext.grpo.dynamic_sampling.groups import DEFAULT_ATOL, informative_groups
-from trl_ext.rewards.arithmetic import completion_text
+from trl_ext.rewards.text import completion_text
 from trl_ext.scoring import generate_groups, is_conversational, prompt_text, score_completions
 
 PAIR_COLUMNS = ("prompt", "chosen", "rejected", "chosen_reward", "rejected_reward", "chosen_length", "rejected_length")

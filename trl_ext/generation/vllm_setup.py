@@ -115,10 +115,8 @@ LORA_SYNCS = ("merge", "adapter")
 
 
 def check_trainer_args(args: Any, model: Any = None, *trainer_args: Any, **trainer_kwargs: Any) -> None:
-    """Before TRL builds the engine of a trainer config whose ``use_vllm`` is on (nothing otherwise):
-    :func:`check_vllm_setup`, the ``vllm_lora_sync`` value, and for a colocated engine: the KV-cache warning on CPU,
-    torch's thread count kept (:func:`keep_torch_threads`) and, given the trainer's ``model`` and the rest of its
-    arguments (TRL's order after ``args``), a snapshot for a model that has no folder (:func:`snapshot_for_engine`)."""
+    """Before TRL builds the engine (``use_vllm`` on; nothing otherwise): :func:`check_vllm_setup`, ``vllm_lora_sync``
+    and, colocated, the checks below; ``model`` and the trainer's further arguments serve :func:`snapshot_for_engine`."""
     if not getattr(args, "use_vllm", False):
         return
     check_vllm_setup()
@@ -135,9 +133,7 @@ def check_trainer_args(args: Any, model: Any = None, *trainer_args: Any, **train
 
 
 def warn_kv_cache(args: Any) -> bool:
-    """Warn when vLLM's CPU build will size its KV cache itself (``VLLM_CPU_KVCACHE_SPACE`` unset): it then takes
-    ``vllm_gpu_memory_utilization`` of the machine's RAM less what the process holds, named in the message. Returns
-    whether it warned."""
+    """Warn, naming the size, when vLLM's CPU build will size its KV cache itself; returns whether it warned."""
     found = vllm_distribution()
     if os.environ.get("VLLM_CPU_KVCACHE_SPACE") or found is None or found[0] != "vllm-cpu":
         return False
@@ -152,19 +148,16 @@ def warn_kv_cache(args: Any) -> bool:
 
 
 def keep_torch_threads() -> None:
-    """Pin ``OMP_NUM_THREADS`` (when unset) to torch's current thread count, so that a colocated engine leaves it:
-    vLLM's GPU worker sets torch to 1 thread at load time unless ``OMP_NUM_THREADS`` was set outside vLLM
-    (``vllm.utils.torch_utils.set_torch_threads_for_runtime``). The CPU worker instead replaces
-    ``torch.set_num_threads`` with a no-op, undone after the build (``vllm_sync.restore_set_num_threads``)."""
+    """Pin an unset ``OMP_NUM_THREADS`` to torch's thread count: vLLM's GPU worker sets torch to 1 thread when it
+    loads unless it was set outside vLLM (``set_torch_threads_for_runtime``)."""
     import torch
 
     os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
 
 def snapshot_for_engine(model: Any, processing_class: Any) -> str | None:
-    """TRL's colocated engine loads ``model.name_or_path``; a model built in memory has none (``''``). Save it and its
-    tokenizer to a temporary folder (removed with the model), point ``name_or_path`` there and say so once. Returns
-    the folder, or None when the model has a path."""
+    """TRL's engine loads ``model.name_or_path``, which a model built in memory lacks: save it and its tokenizer to a
+    temporary folder (removed with the model) and point ``name_or_path`` there. Returns the folder, or None."""
     if getattr(model, "name_or_path", None) or not hasattr(model, "save_pretrained"):
         return None
     if processing_class is None:
@@ -182,10 +175,8 @@ def snapshot_for_engine(model: Any, processing_class: Any) -> str | None:
 
 
 def vllm_generation_kwargs(args: Any, generation_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``generation_kwargs`` as vLLM should get them. ``min_tokens`` makes vLLM mask EOS until that many tokens and
-    its processed log-probs renormalize without EOS, so they read above the policy's at those positions: with
-    ``vllm_importance_sampling_correction`` that biases the importance ratio, so ``min_tokens`` is left out (a
-    warning says so); without it, it is passed and a warning names what it biases."""
+    """``generation_kwargs`` as vLLM should get them: ``min_tokens`` (vLLM masks EOS until then; its log-probs leave
+    EOS out of the normalisation) left out under importance-sampling correction, which it would bias; warned of."""
     min_tokens = (generation_kwargs or {}).get("min_tokens") or 0
     if not min_tokens:
         return generation_kwargs

@@ -1,27 +1,21 @@
 """Weight sync from the policy to a vLLM engine that works wherever vLLM runs, its CPU build included.
 
-TRL's colocate sync (``trl.generation.vllm_generation.VLLMGeneration.sync_weights``) pushes the policy into the
-engine one parameter at a time: ``model.load_weights([(name, tensor)])``. That needs every engine parameter to still
-be the checkpoint-shaped tensor carrying its ``weight_loader``. vLLM's CPU platform repacks every linear weight for
-oneDNN or the SGL kernels after loading and leaves an empty parameter behind, so the first sync dies with
-``'Parameter' object has no attribute 'weight_loader'``.
+TRL's colocate sync (``VLLMGeneration.sync_weights``) loads the policy one parameter at a time,
+``model.load_weights([(name, tensor)])``, which needs every engine parameter to still carry its ``weight_loader``.
+vLLM's CPU platform repacks every linear weight for its kernels after loading and leaves an empty parameter behind:
+the first sync dies with ``'Parameter' object has no attribute 'weight_loader'``.
 
-:class:`ReloadingVLLMGeneration` is TRL's object with one method changed. The route is chosen by vLLM's platform
-(:func:`platform_repacks_weights`): on CPU, ``sync_weights`` goes through vLLM's layer-wise reload
-(``model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)``), which restores each layer's
-checkpoint-format parameters, loads them, re-runs the layer's post-load processing (the repacking) and copies the
-result into the tensors the kernels hold; elsewhere (CUDA) TRL's own sync runs unchanged, sleep-mode wake-up
-included. The weights come from TRL's ``_iter_named_params``, so PEFT (merge, read, unmerge), DeepSpeed and FSDP
-gathering stay TRL's. With ``vllm_lora_sync="adapter"`` only the LoRA adapter travels (``vllm_lora``).
+:class:`ReloadingVLLMGeneration` is TRL's object with ``sync_weights`` changed. The route is chosen by vLLM's platform
+(:func:`platform_repacks_weights`): on CPU, vLLM's layer-wise reload (``model_runner.reload_weights(weights_iterator=
+..., is_checkpoint_format=True)``: restore the checkpoint-format parameters, load, repack), after TRL's sleep-mode
+wake-up; elsewhere TRL's own sync. The weights come from TRL's ``_iter_named_params`` (PEFT merge, DeepSpeed and FSDP
+gathering stay TRL's); with ``vllm_lora_sync="adapter"`` only the adapter travels (``vllm_lora``). A layer sharing its
+weight (a tied LM head) receives no weights of its own and keeps the packed copy of the old embedding on vLLM 0.31's
+CPU build: :func:`refresh_tied_layers` re-runs its post-load processing.
 
-The reload leaves one gap, closed by :func:`refresh_tied_layers`: a layer that shares its weight with another (a tied
-LM head, ``lm_head.weight is embed_tokens.weight``, as in Qwen2.5-0.5B/1.5B and the demo model) receives no weights
-of its own, so its post-load processing is not re-run; on vLLM 0.31's CPU build the head keeps the packed copy of
-the first load and vLLM samples from logits of the old embedding while the reloaded embedding reads the new one.
-
-Building a colocated CPU engine also replaces ``torch.set_num_threads`` with a no-op (``CPUWorker.init_device``, meant
-for the thread binding of its own worker processes, which an engine inside the trainer's process does not do):
-:func:`restore_set_num_threads` puts torch's function back, so the user's thread count keeps being the user's.
+A colocated CPU engine also replaces ``torch.set_num_threads`` with a no-op (``CPUWorker.init_device``, meant for the
+thread binding of its own worker processes, which an engine inside the trainer's process does not have):
+:func:`restore_set_num_threads` puts torch's back, so the thread count stays the user's to set.
 """
 
 from __future__ import annotations

@@ -439,19 +439,16 @@ def summarize(
         "health_warnings": health_warnings(trainer),
     }
     ds_logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
-    # Generation and scoring are timed by dynamic sampling, once per rollout; a rollout feeds steps_per_generation x
-    # num_iterations optimizer steps. A step's time: training time less held-out evaluation, over this run's steps.
-    per_rollout = training_args.steps_per_generation * training_args.num_iterations
-    step_s = train_seconds * (1 - (summary["held_out_eval_time_frac"] or 0)) / max(trainer.state.global_step, 1)
-    generation_s = (
-        sum(h["dynamic_sampling/generation_time"] for h in ds_logs) / len(ds_logs) / per_rollout if ds_logs else None
-    )
-    summary["generation"] = {
-        "backend": generation_backend(training_args),
-        "s_per_step": round(generation_s, 4) if generation_s is not None else None,
-        "share_of_step": round(min(generation_s / step_s, 1.0), 3) if generation_s is not None else None,
-    }
+    summary["generation"] = {"backend": generation_backend(training_args), "s_per_step": None, "share_of_step": None}
     if ds_logs:
+        # Generation and scoring are timed by dynamic sampling, once per rollout, which feeds steps_per_generation x
+        # num_iterations optimizer steps; a step's time is the training time less held-out evaluation, per step.
+        per_rollout = training_args.steps_per_generation * training_args.num_iterations
+        step_s = train_seconds * (1 - (summary["held_out_eval_time_frac"] or 0)) / max(trainer.state.global_step, 1)
+        generation_s = sum(h["dynamic_sampling/generation_time"] for h in ds_logs) / len(ds_logs) / per_rollout
+        summary["generation"].update(
+            s_per_step=round(generation_s, 4), share_of_step=round(min(generation_s / step_s, 1.0), 3)
+        )
         mean = lambda key: sum(h[key] for h in ds_logs) / len(ds_logs)  # noqa: E731
         summary.update(
             {

@@ -28,7 +28,6 @@ MODEL_FIELDS = (  # the first section, with where the run writes: the first scre
     "lora_alpha",
     "lora_target_modules",
     "load_in_4bit",
-    "attn_implementation",
 )
 MOST_USED: dict[str, tuple[str, ...]] = {  # heading -> fields, shown when the recipe's parser has them
     "training": (
@@ -61,7 +60,6 @@ MOST_USED: dict[str, tuple[str, ...]] = {  # heading -> fields, shown when the r
         "run_name",
         "resume_from_checkpoint",
         "push_to_hub",
-        "hub_model_id",
     ),
     "hardware and precision": ("bf16", "use_cpu", "gradient_checkpointing"),
 }
@@ -142,7 +140,7 @@ def short_help(
         section(title, names)
 
     width = min(shutil.get_terminal_size().columns, MAX_WIDTH) - 2
-    formatter = argparse.HelpFormatter(prog, max_help_position=30, width=width)
+    formatter = argparse.HelpFormatter(prog, max_help_position=34, width=width)
     formatter.add_usage(f"{prog} [--config FILE.yaml] [--FLAG VALUE ...]", [], [], prefix="usage: ")
     for title, section_actions in sections:
         formatter.start_section(title)
@@ -150,8 +148,7 @@ def short_help(
         formatter.end_section()
     demo = f" With no --model_name_or_path and no --config, {demo_config} sets some of them." if demo_config else ""
     formatter.add_text(
-        f"The most-used {len(shown)} flags of {len(actions)}: {HELP_ALL} lists them all (TRL's and transformers' "
-        "TrainingArguments included). --config FILE.yaml takes the same names as keys; flags given with it override "
-        f"the file. Defaults are the config classes'.{demo}"
+        f"The most-used {len(shown)} flags of {len(actions)}: {HELP_ALL} lists them all. --config FILE.yaml takes "
+        f"the same names as keys (flags override it).{demo}"
     )
     return formatter.format_help()

@@ -104,7 +104,7 @@ def _fsync_tree(folder: str) -> None:
     for root, _, files in os.walk(folder):
         for name in files:
             _fsync_path(os.path.join(root, name))
-    _fsync_dir(folder)
+    _fsync_path(folder)
 
 
 def _fsync_path(path: str) -> None:
@@ -120,10 +120,6 @@ def _fsync_path(path: str) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def _fsync_dir(folder: str) -> None:
-    _fsync_path(folder)
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
@@ -553,7 +549,7 @@ class AtomicCheckpointMixin:
             shutil.rmtree(replaced, ignore_errors=True)
             os.rename(final, replaced)  # set the old copy aside first
         os.rename(staging, final)  # the one atomic step: readers see no checkpoint-N or a complete one, never half
-        _fsync_dir(parent)  # the rename is durable only once the parent directory's entry reaches the disk
+        _fsync_path(parent)  # the rename is durable only once the parent directory's entry reaches the disk
         if replaced is not None:
             shutil.rmtree(replaced, ignore_errors=True)
         try:

@@ -145,7 +145,8 @@ def check_tools(tools: Any, environment_factory: Any, processing_class: Any) -> 
     )
 
 
-def _context_length(model_config: Any) -> int | None:
+def context_length(model_config: Any) -> int | None:
+    """The model's context in tokens (``max_position_embeddings`` or its equivalent), or None when the config has none."""
     if model_config is None:
         return None
     text_config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
@@ -184,7 +185,7 @@ def longest_prompt(dataset: Any, tokenizer: Any, sample: int = _PROMPT_SAMPLE) -
 def check_context_length(model_config: Any, args: Any, tokenizer: Any = None, dataset: Any = None) -> None:
     """``max_completion_length`` (plus the longest prompt seen in the first rows) must fit in the model's context:
     past ``max_position_embeddings`` learned position embeddings fail and rotary ones produce garbage."""
-    context = _context_length(model_config)
+    context = context_length(model_config)
     max_completion_length = getattr(args, "max_completion_length", None)
     if context is None or max_completion_length is None:
         return
@@ -211,11 +212,6 @@ def check_context_length(model_config: Any, args: Any, tokenizer: Any = None, da
             f"(max_position_embeddings={context}). Lower max_completion_length to {context - tokens} or less, or drop "
             f"prompts longer than {context - max_completion_length} tokens from the dataset (dataset.filter)."
         )
-
-
-def context_length(model_config: Any) -> int | None:
-    """The model's context in tokens (``max_position_embeddings`` or its equivalent), or None when the config has none."""
-    return _context_length(model_config)
 
 
 # report_to name -> (modules any one of which makes it work, the install line)

@@ -4,7 +4,7 @@ TRL calls each reward function once per generation batch and trusts what comes b
 the run with a traceback that does not say which completion caused it; one that returns strings or the wrong number
 of values fails inside ``torch.tensor`` with a message that names neither; one that hangs (a sandbox, a remote
 verifier) stalls training for good. ``GuardedReward`` wraps one function (the trainers wrap every callable reward at
-construction) and fixes all four:
+construction) and fixes them:
 
 - **Outputs are checked**: exactly one value per completion, each a real number or ``None`` (``None`` and NaN mean
   "cannot score this completion": TRL excludes it from the group baseline and zeroes its advantage). Anything else
@@ -140,16 +140,11 @@ class GuardedReward:
         self.timeout = timeout
         self.max_consecutive_timeouts = max_consecutive_timeouts
         self.__name__ = get_callable_name(func)
-        self.reads = reward_columns(func) or []  # keywords it needs: checked against each call
+        self.required_columns = reward_columns(func)  # the keywords it needs: checked against each call
         self.total_errors = 0
         self.total_timeouts = 0
         self._consecutive_timeouts = 0
         self._warned: set[str] = set()
-
-    @property
-    def required_columns(self) -> list[str] | None:
-        """The dataset columns the wrapped function reads (see ``reward_columns``)."""
-        return self.reads
 
     def __repr__(self) -> str:
         return f"GuardedReward({self.__name__}, errors={self.errors!r}, timeout={self.timeout!r})"
@@ -165,7 +160,7 @@ class GuardedReward:
         n = _batch_size(call)
         if n is None:  # called outside TRL without a batch: nothing to check against
             return self.func(**call)
-        missing = [name for name in self.reads if name not in call]
+        missing = [name for name in self.required_columns or [] if name not in call]
         if missing:
             raise RewardFunctionError(self._missing_message(missing[0], call))
         log_metric = kwargs.get("log_metric")

@@ -17,16 +17,11 @@ from typing import Any
 
 from trl.trainer.utils import get_callable_name
 
-from trl_ext.reliability.reward_guard import reward_columns
+from trl_ext.reliability.reward_guard import _short, reward_columns
 from trl_ext.rewards.text import completion_text
 
 logger = logging.getLogger(__name__)
 REFERENCE_COLUMNS = ("answer", "solution", "tests")  # where the package's rewards look when no column is named
-
-
-def _short(value: Any, limit: int = 160) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class ZeroRewardWatch:

@@ -1,13 +1,6 @@
-"""Rule-based, verifiable rewards with TRL's reward-function signature (``prompts, completions, **kwargs``).
-
-Every reward takes TRL's keyword arguments (dataset columns, ``completion_ids``, ``trainer_state``, ``log_metric``,
-``log_extra``), accepts plain-text and conversational completions, returns one float per completion (``None``:
-cannot be scored) and never raises on malformed model output. Get them by name for recipes::
-
-    from trl_ext.rewards import get_rewards
-    reward_funcs = get_rewards(["accuracy", "format"], {"accuracy": {"extraction": "boxed"}})
-
-See ``rewards/README.md`` for the list, the options and the code sandbox's threat model.
+"""Rule-based, verifiable rewards with TRL's reward-function signature (``prompts, completions, **kwargs``): one float
+per completion (``None``: cannot be scored), never raising on malformed model output. ``get_rewards(["accuracy",
+"format"], {"accuracy": {"extraction": "boxed"}})`` builds them by name; ``rewards/README.md`` documents them all.
 """
 
 from trl_ext.rewards.arithmetic import arithmetic_reward

@@ -1,42 +1,23 @@
 """Launcher and test harness of the code sandbox; runs as ``python -I -S -B _sandbox_child.py`` (stdlib only).
 
-Host side: :mod:`rewards.sandbox`. This file is the other side of its protocol:
+The other side of :mod:`rewards.sandbox`'s protocol (its docstring describes the isolation applied here):
 
 * stdin: one JSON object (``code``, ``tests``, ``limits``, ``plan``, ``nonce``, ``uid``, ``workdir``, ...).
 * stdout: the verdict channel of the runner (fd 3 inside), lines ``<nonce> <record> ...``, each written with a
-  leading newline so that junk the program writes to the same channel cannot glue itself to a record; the host
-  keeps only lines that start with the nonce.
+  leading newline so that junk the program writes to the same channel cannot glue itself to a record.
 * stderr: the launcher's own channel (the program has no handle on it): ``sandbox_error`` and ``exit`` records.
 
-The launcher (this process, started in its own session by the host) applies the isolation ``plan`` chosen by the
-host's probe, then forks the *runner*:
+The launcher applies the host's isolation ``plan`` and forks the *runner*, which compiles the solution, ``exec``s it
+as module ``solution``, then each test, writing one record per test. A test passes only on an explicit pass record:
+exiting early, closing stdout or printing fake verdicts does not produce one. The launcher kills the runner (and
+with it the namespace) at the wall-clock deadline and writes the exit record.
 
-1. ``unshare`` new PID, network and mount namespaces (plus a user namespace when not root), so the runner is PID 1
-   of a namespace: when it exits or is killed, the kernel kills every process left inside, including grandchildren
-   that called ``setsid()``; the network namespace has only a loopback that is down (no network, not even
-   127.0.0.1); the mount namespace gets a fresh ``/proc`` and small private tmpfs over ``/tmp``, ``/var/tmp``,
-   ``/dev/shm`` and ``/run/lock`` (the working directory is ``/tmp/work``), and directories of the Python install
-   that the unprivileged uid cannot reach (pyenv under ``/root``) are bind-mounted read-only.
-2. resource limits: CPU time, address space, processes, file size, open files, no core dumps;
-3. when root, drop to an unprivileged uid/gid with no supplementary groups (``RLIMIT_NPROC`` is not enforced for
-   root), drop all capabilities, set ``no_new_privs`` (setuid binaries cannot regain privileges) and a parent-death
-   signal; fds 0-2 go to ``/dev/null`` and the verdict channel moves to fd 3.
-
-The runner compiles the solution, ``exec``s it as module ``solution``, then each test in turn, writing one record per
-test as soon as it finishes. A test passes only on an explicit pass record: exiting early (``sys.exit``,
-``os._exit``), closing stdout or printing fake verdicts does not produce one. The launcher waits with a wall-clock
-deadline, kills the runner (and with it the namespace) on overrun, and writes the exit record.
-
-Input/output cases (config ``io``: ``inputs``, ``fn_name``, ``case_timeout``, ``max_output_bytes``): the runner
-compiles the solution but never runs it itself. For each case it forks a *case process* (own process group, CPU limit
-``ceil(case_timeout)``, the memory and file limits inherited) whose stdin is a memory file holding the case's input
-(reading past it gives EOF, never a hang) and whose stdout is a pipe the runner reads up to ``max_output_bytes``;
-stderr goes to ``/dev/null`` and the verdict channel is closed. A stdin program runs as ``__main__``; a call-based
-one runs as module ``solution`` and ``fn_name`` (a method of ``Solution()`` when the solution defines that class) is
-called with the JSON argument list, its return value written back as JSON. The runner reports ``case <i> <status>
-<base64 output>`` (status ``ok``, ``error``, ``timeout``, ``output_limit`` or ``crashed``); the host compares the
-outputs with the expected ones, which never enter the sandbox, so a solution cannot fake a pass by reading them.
-The runner is made non-dumpable first, so case processes (same uid) cannot read its memory or descriptors.
+Input/output cases: the runner never runs the solution itself; each case runs in a forked *case process* (own
+process group, CPU limit ``ceil(case_timeout)``) whose stdin is a memory file holding the input (EOF after it, never
+a hang) and whose stdout the runner reads up to ``max_output_bytes``. A call-based program's ``fn_name`` (a method
+of ``Solution()`` when defined) gets the JSON arguments and its return value is written back as JSON. The runner
+reports ``case <i> <status> <base64 output>``; the host compares outputs with the expected ones, which never enter
+the sandbox. The runner is made non-dumpable so case processes (same uid) cannot read its memory.
 """
 
 import base64
@@ -161,13 +142,6 @@ def _set_limits(limits, nproc):
         resource.setrlimit(which, value)
 
 
-def _emit(fd, nonce, *parts):
-    try:
-        os.write(fd, (" ".join([nonce, *[str(p) for p in parts]]) + "\n").encode())
-    except OSError:
-        pass
-
-
 def _runner(config, alive_read):
     """Child of the launcher: isolate, drop privileges, then run the solution and its tests. Never returns."""
     nonce, plan, limits = config["nonce"], config["plan"], config["limits"]
@@ -218,7 +192,7 @@ def _runner(config, alive_read):
         os.environ.clear()
         os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8"})
     except BaseException as error:
-        _emit(2, nonce, "sandbox_error", f"{type(error).__name__}:{error}".replace("\n", " ")[:300])
+        _verdict_writer(2, nonce)("sandbox_error", f"{type(error).__name__}:{error}".replace("\n", " ")[:300])
         os._exit(1)
     if config.get("io") is not None:
         _io_harness(config["code"], config["io"], nonce, VERDICT_FD)
@@ -226,7 +200,7 @@ def _runner(config, alive_read):
 
 
 def _verdict_writer(fd, nonce):
-    """``emit(*parts)``: one record on the verdict channel, led by a newline so junk cannot glue itself to it."""
+    """``emit(*parts)``: one record on channel ``fd``, led by a newline so junk cannot glue itself to it."""
     write = os.write  # bound now: the solution may monkeypatch the os module
     prefix = b"\n" + nonce.encode() + b" "
 
@@ -511,7 +485,7 @@ def main():
         alive_read, alive_write = os.pipe()
         pid = os.fork()
     except BaseException as error:
-        _emit(2, nonce, "sandbox_error", f"{type(error).__name__}:{error}".replace("\n", " ")[:300])
+        _verdict_writer(2, nonce)("sandbox_error", f"{type(error).__name__}:{error}".replace("\n", " ")[:300])
         return
     if pid == 0:
         os.close(alive_write)
@@ -527,7 +501,7 @@ def main():
             pass
         if plan["uid_sweep"] and config["uid"] is not None:
             _sweep_uid(config["uid"])
-    _emit(2, nonce, "exit", status, int(timed_out), f"{elapsed:.4f}")
+    _verdict_writer(2, nonce)("exit", status, int(timed_out), f"{elapsed:.4f}")
 
 
 if __name__ == "__main__":

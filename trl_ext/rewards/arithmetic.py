@@ -13,8 +13,6 @@ from typing import Any
 
 from trl_ext.rewards.text import completion_text
 
-__all__ = ["arithmetic_reward", "completion_text", "parse_first_int"]
-
 _INT = re.compile(r"-?\d+")
 
 

@@ -1,25 +1,10 @@
 """Comparison rules of the input/output layouts: is a case's output the expected one, as the dataset's checker says.
 
-Read from the checkers themselves (the stored public sources of ``hendrycks/apps`` ``eval/testing_util.py``,
-``LiveCodeBench/LiveCodeBench`` ``lcb_runner/evaluation/testing_util.py`` and ``huggingface/open-r1``
-``src/open_r1/rewards.py``); where we differ from them it is said, and always in the stricter direction:
-
-* **APPS / TACO** stdin (``run_test``'s cascade): the lines of the output, each stripped and empty ones dropped,
-  equal those of the expected output; failing that, the same number of such lines and, line by line, the same number
-  of whitespace-separated tokens, each equal as text or as numbers within ``np.allclose``'s tolerance (``|a - b| <=
-  1e-8 + 1e-5 |b|``) or equal after rounding to 3 decimals (its last check). APPS compares *sets* of tokens in its
-  last checks, so a permutation of the right tokens passes there; it does not here.
-* **APPS** call-based: the return value (tuples as lists, which JSON does on its own) equals the expected value, or
-  its first element when the expected value is a non-empty list (APPS wraps many outputs in a list).
-* **LiveCodeBench** stdin (``grade_stdio``): output and expected output each stripped, split into lines and every line
-  stripped; the same number of lines, each equal as text or as a sequence of ``Decimal`` tokens.
-* **LiveCodeBench** functional (``grade_call_based``): the return value (tuples as lists) ``==`` the JSON output.
-* **open-r1** (``code_reward``'s evaluation script): the stripped output and the expected output compared line by line
-  after stripping each line. open-r1 zips the two line lists, so extra or missing lines go unchecked; here the line
-  counts must match (a program that adds debug lines fails, as the issue asks).
-
-Partial credit is the fraction of cases passed, as open-r1 gives it (APPS and LiveCodeBench stop at the first failure
-or report all-or-nothing; we score every case).
+Read from the checkers themselves (APPS ``eval/testing_util.py``, LiveCodeBench
+``lcb_runner/evaluation/testing_util.py``, open-r1 ``src/open_r1/rewards.py``; the table is in ``rewards/README.md``);
+where we differ it is always in the stricter direction: APPS's order-insensitive token-set checks are not reproduced,
+and open-r1's zipped line comparison also requires equal line counts (a program that adds debug lines fails).
+Partial credit is the fraction of cases passed, as open-r1 gives it.
 """
 
 from __future__ import annotations

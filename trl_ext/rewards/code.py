@@ -1,46 +1,15 @@
 """Code reward: run the completion's Python against the example's tests in the sandbox; reward the pass fraction.
 
-Two kinds of tests: **asserts** (MBPP, HumanEval), run in the solution's namespace, and **input/output cases**
-(APPS/TACO, LiveCodeBench/DeepCoder, open-r1's verifiable-coding problems), where the program reads each case's input
-on stdin and its stdout is compared with the expected output by the dataset checker's rule, or (call-based) a named
-function is called and its return value compared.
-
 The unit-test reward of code RL (DeepSeek-R1, arXiv 2501.12948, section 2.2.2: "for LeetCode problems, a compiler
 can be used to generate feedback based on predefined test cases"), with partial credit as open-r1's ``code_reward``
-gives it. Each completion becomes one program run by :mod:`rewards.sandbox` (read its docstring for the threat
-model and its limits, and :func:`sandbox_report` for what is in force on this host).
-
-Dataset column (``tests`` by default, ``tests_column`` to rename), one value per example, its layout recognized from
-the content (``tests_format="auto"``) or named (``"asserts"``, ``"apps"``, ``"livecodebench"``, ``"open-r1"``):
-
-* **input/output cases** (a mapping, a list of mappings, or the JSON text of either): read by
-  :func:`trl_ext.rewards.io_tests.parse_io_tests`, judged by :mod:`trl_ext.rewards.checkers` (the rule of each
-  layout is stated there). Each case runs as its own process with ``case_timeout`` seconds (default ``timeout``),
-  the memory limit and ``max_output_kb`` of stdout; the whole program has ``program_timeout`` (default ``timeout``
-  per case plus one second). Stdin holds exactly the case's input, so reading past it gives EOF (an ``EOFError``
-  fails that case, nothing hangs); stdout is the answer, so debug prints fail the comparison (stderr is discarded).
-  A stdin program runs as ``__main__``. Structured data in no known layout (JSON text, a dict, unknown cases) is
-  never run as a test program: the example scores ``None`` and counts in ``code/unscorable_frac``.
-* a **list of strings**: each is one test, run in order in the solution's namespace, e.g.
-  ``["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]`` (MBPP's ``test_list``). Non-assert lines are fine
-  (``"import math\\nassert math.isclose(area(1), math.pi)"``).
-* a **string** (a test program): every top-level ``assert`` ends one test, and the statements before it since the
-  previous assert (imports, helpers, set-up) belong to it; statements after the last assert join the last test. A
-  program without top-level asserts is one test, e.g. HumanEval's ``def check(candidate): ...`` followed by
-  ``check(add)`` (append that call yourself).
-* ``None``, empty, or a test program that is not valid Python: the example cannot be scored and gets ``None``.
-
-The code is the last fenced block (```` ```python ````, ```` ```py ```` or unlabeled) after any ``</think>``;
-``code_block="all"`` joins all such blocks; a completion without fences is used whole. The solution runs as module
-``solution`` for assert tests (so an ``if __name__ == "__main__":`` block does not run; stdin is empty, stdout is
-discarded) and for call-based cases, as ``__main__`` for stdin cases.
+gives it. The ``tests`` column holds assert tests (a list of test strings, or one test program whose top-level
+asserts each end a test) or input/output cases (APPS/TACO, LiveCodeBench/DeepCoder, open-r1), recognized from the
+content and judged by the dataset checker's rule (:mod:`trl_ext.rewards.checkers`). Structured data in no known
+layout is never run as a test program.
 
 Reward: passed / total tests; 0.0 for syntax errors, a solution that raises at import, an unfinished ``<think>`` or
-no code; ``None`` when the example cannot be scored or the sandbox itself failed (never silently 0). Timeouts keep
-the tests that passed before the limit (for cases: every case that passed, before or after one that timed out, while
-the program's budget lasts). Logs ``code/timeout_frac``, ``code/error_frac`` (syntax or solution errors),
-``code/sandbox_error_frac``, ``code/unscorable_frac`` through ``log_metric`` and each program's status through
-``log_extra``.
+no code; ``None`` when the example cannot be scored or the sandbox itself failed (never silently 0). The rules in
+full: ``rewards/README.md``, "Code".
 """
 
 from __future__ import annotations
@@ -114,9 +83,7 @@ def normalize_tests(tests: Any) -> list[str] | None:
 
 def read_tests(value: Any, tests_format: str = "auto") -> list[str] | IOTests | None:
     """One example's tests: assert sources, input/output cases, or None when the value is not tests (module doc).
-
-    ``"auto"``: structured data (a mapping, a list holding non-strings, or JSON text of one) is read as cases and
-    is never taken for an assert program; a JSON list of strings is a list of asserts."""
+    ``"auto"``: structured data is read as cases, never as an assert program; a JSON list of strings is asserts."""
     if tests_format not in TESTS_FORMATS:
         raise ValueError(f"tests_format must be one of {TESTS_FORMATS}, got {tests_format!r}")
     if tests_format == "asserts":
@@ -132,19 +99,9 @@ def read_tests(value: Any, tests_format: str = "auto") -> list[str] | IOTests | 
 class CodeReward:
     """Fraction of the example's tests that the completion's code passes, run in the sandbox (see module doc).
 
-    Args:
-        tests_column: dataset column holding the tests.
-        tests_format: ``"auto"`` (recognized from the content), ``"asserts"``, ``"apps"``, ``"livecodebench"`` or
-            ``"open-r1"``.
-        timeout: wall-clock seconds per program for assert tests (all together), per case for input/output cases;
-            CPU time is capped at its ceiling.
-        case_timeout: seconds per input/output case (default ``timeout``).
-        program_timeout: seconds for all cases of a program together (default ``case_timeout`` per case + 1).
-        max_output_kb: stdout (or return value) kept per case; a case printing more fails.
-        memory_mb, max_processes, max_file_mb, max_open_files: per-program limits (:class:`rewards.sandbox.Limits`).
-        num_workers: programs run at once (default: usable CPU cores).
-        code_block: ``"last"`` or ``"all"`` fenced Python blocks.
-        site_packages: let programs import the trainer's site-packages (default: standard library only).
+    ``timeout`` is per program for assert tests, per case for input/output cases (``case_timeout``); all cases of a
+    program together get ``program_timeout`` (default ``case_timeout`` per case + 1). ``num_workers`` defaults to the
+    usable CPU cores; ``site_packages`` lets programs import the trainer's site-packages (default: stdlib only).
     """
 
     def __init__(

@@ -12,15 +12,14 @@ open-r1's pattern requires.
 from __future__ import annotations
 
 import ast
-from typing import Any
 
 from trl_ext.rewards.code import FENCE, PYTHON_LABELS
 from trl_ext.rewards.extract import answer_region
 from trl_ext.rewards.format import ThinkFormat
-from trl_ext.rewards.text import completion_texts
+from trl_ext.rewards.text import TextReward
 
 
-class CodeFormat:
+class CodeFormat(TextReward):
     """1.0 when the answer's last block fenced in ``language`` is there (and, for Python, parses); else 0.0."""
 
     def __init__(self, language: str = "python", think_format: bool = False, name: str = "code_format"):
@@ -36,7 +35,7 @@ class CodeFormat:
         region = answer_region(text)
         if region is None:
             return 0.0
-        if self.think_format is not None and self.think_format(completions=[text])[0] != 1.0:
+        if self.think_format is not None and self.think_format.score(text) != 1.0:
             return 0.0
         blocks = [body for label, body in FENCE.findall(region) if label.lower() in self.labels]
         if not blocks or not blocks[-1].strip():
@@ -47,6 +46,3 @@ class CodeFormat:
             except (SyntaxError, ValueError):
                 return 0.0
         return 1.0
-
-    def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list[float]:
-        return [self.score(text) for text in completion_texts(completions or [])]

@@ -1,22 +1,11 @@
 """Final-answer extraction from model text, the part math-verify leaves to the caller.
 
-``math_verify.parse`` turns an answer string into a SymPy object and ``math_verify.verify`` compares two of them;
-both are excellent at equivalence (fractions, decimals, percentages, LaTeX, units, sets). What they do not decide is
-*which* part of a long chain of thought is the final answer. This module does, with one strategy per convention:
-
-========================  =========================================================================================
-strategy                  takes
-========================  =========================================================================================
-``boxed``                 the last ``\\boxed{...}`` / ``\\fbox{...}`` (balanced braces), or all of them joined as a set
-``gsm8k``                 the rest of the line after the last ``#### `` (GSM8K's solution format)
-``answer_is``             the rest of the sentence after the last "the (final) answer is", "Answer:", "answer ="
-``last_number``           the last number (``-3``, ``1,000``, ``2.5``, ``3/4``, ``50%``)
-========================  =========================================================================================
-
-``auto`` tries them in that order and keeps the first that finds something. Text inside ``<think>...</think>`` is
-never searched: only the text after the last ``</think>``; a completion that opens ``<think>`` and never closes it has
-no answer (as in TRL's ``reasoning_accuracy_reward``). All scanning is linear-time, so a pathological completion
-cannot stall the trainer here.
+``math_verify.parse`` and ``verify`` are excellent at equivalence; what they do not decide is *which* part of a long
+chain of thought is the final answer. This module does, with one strategy per convention (``STRATEGIES``; the table
+is in ``rewards/README.md``): ``boxed``, ``gsm8k`` (after ``####``), ``answer_is`` and ``last_number``, which
+``auto`` tries in that order. Only the text after the last ``</think>`` is searched, and a completion that never
+closes ``<think>`` has no answer (as in TRL's ``reasoning_accuracy_reward``). All scanning is linear-time, so a
+pathological completion cannot stall the trainer here.
 """
 
 from __future__ import annotations
@@ -84,10 +73,7 @@ def braces_balanced(text: str) -> bool:
 
 
 def boxed_contents(text: str) -> list[str]:
-    """Contents of every ``\\boxed{...}`` / ``\\fbox{...}`` in order, braces balanced; ``\\boxed 5`` is allowed too.
-
-    An unbalanced ``\\boxed{`` (a truncated completion) contributes nothing. Linear in the length of ``text``.
-    """
+    """Contents of every balanced ``\\boxed{...}`` / ``\\fbox{...}`` (or ``\\boxed 5``) in order, in linear time."""
     found: list[str] = []
     closing: dict[int, int] | None = None
     for match in _BOXED.finditer(text):
@@ -159,18 +145,10 @@ def as_latex(answer: str) -> str:
 def extract_answer(
     text: str, strategies: str | Sequence[str] = "auto", multiple_boxed: str = "last"
 ) -> tuple[str | None, str | None]:
-    """The final answer of ``text`` as LaTeX ready for ``math_verify.parse``, and the strategy that found it.
-
-    Args:
-        text: completion text.
-        strategies: ``"auto"`` (boxed, gsm8k, answer_is, last_number in turn), one strategy name, or a list of them
-            tried in the given order.
-        multiple_boxed: ``"last"`` keeps the last boxed answer (a model that corrects itself is judged on its final
-            word, and boxing several guesses does not help it); ``"all"`` joins distinct boxed answers into one set
-            (for multi-answer problems, e.g. ``\\boxed{2}`` and ``\\boxed{-2}`` for "2, -2").
-
-    Returns:
-        ``(answer, strategy)``, or ``(None, None)`` when no strategy finds anything.
+    """``(answer, strategy)``: the final answer of ``text`` as LaTeX for ``math_verify.parse`` and the strategy that
+    found it, or ``(None, None)``. ``strategies``: ``"auto"``, one name, or a list tried in order. ``multiple_boxed``:
+    ``"last"`` (a model that corrects itself is judged on its final word, and boxing several guesses does not help
+    it) or ``"all"`` (distinct boxed answers joined into one set, for multi-answer problems).
     """
     order = parse_strategies(strategies)
     if multiple_boxed not in ("last", "all"):
@@ -208,11 +186,7 @@ def parse_strategies(strategies: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def gold_answer(solution: str) -> str:
-    """The reference answer of a dataset's solution column, as LaTeX for ``math_verify.parse``.
-
-    Full GSM8K solutions (``... #### 72``) and MATH solutions (``... \\boxed{...}``) give their final answer; a bare
-    answer (``"72"``, ``"\\frac{1}{2}"``) is used as is.
-    """
+    """The reference answer of a solution column as LaTeX: a GSM8K or MATH solution's final answer, else the text."""
     text = str(solution)
     if "####" in text:
         found = gsm8k_answer(text)

@@ -1,30 +1,18 @@
 """Format rewards: ``<think>...</think>`` then an answer (strict and lenient), and a partial-credit process reward.
 
-The format reward is DeepSeek-R1's (arXiv 2501.12948, section 2.2.2: "the model [must] put its thinking process
-between '<think>' and '</think>' tags"); TRL ships it as ``trl.rewards.think_format_reward``. We add what practice
-needs around it:
-
-* **strict** (``format_strict``, the default of ``format``): the completion is exactly ``<think>\\n`` reasoning
-  ``\\n</think>\\n`` answer, one think block, non-empty reasoning and answer (open-r1's ``format_reward`` shape);
-  with ``answer_tags=True`` the answer must be ``<answer>\\n...\\n</answer>`` and end the completion.
-* **lenient** (``format_lenient``): whitespace and newlines are free and the opening ``<think>`` may be missing,
-  because chat templates of reasoning models (DeepSeek-R1, Qwen3) put ``<think>`` into the *prompt*; still exactly
-  one ``</think>``, no second ``<think>``, non-empty reasoning and a non-empty answer after it.
-* **process** (``process``): partial credit in four equal parts of 0.25 (practitioners add such process rewards to
-  the outcome reward; open-r1's ``tag_count_reward`` and ``reasoning_steps_reward`` are the two ingredients):
-  the think block is closed exactly once (at most one ``<think>``, before it); the reasoning (the text before
-  ``</think>``, or all of it when the block never closes) is non-empty; the reasoning shows clear steps
-  (``min(1, steps / min_steps)`` of the part; a step is a line starting ``Step k``, ``k.`` / ``k)``, ``-``/``*``,
-  or ``First,``/``Second,``/``Next,``/``Then,``/``Finally,``); and a final answer can be extracted after the block.
+The format reward is DeepSeek-R1's (arXiv 2501.12948, section 2.2.2), which TRL ships as
+``trl.rewards.think_format_reward``. **strict** is open-r1's ``format_reward`` shape; **lenient** lets the opening
+``<think>`` be missing, because chat templates of reasoning models (DeepSeek-R1, Qwen3) put it into the *prompt*;
+**process** gives four parts of 0.25 (open-r1's ``tag_count_reward`` and ``reasoning_steps_reward`` are its
+ingredients). The rules: ``rewards/README.md``, "Format, process, length".
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from trl_ext.rewards.extract import extract_answer
-from trl_ext.rewards.text import completion_texts
+from trl_ext.rewards.text import TextReward
 
 _STRICT = re.compile(r"<think>\n(?P<reasoning>.*?)\n</think>\n(?P<answer>.*)", re.DOTALL)
 _ANSWER_STRICT = re.compile(r"<answer>\n(?P<inner>.*?)\n</answer>\s*", re.DOTALL)
@@ -64,7 +52,7 @@ def _lenient_ok(text: str, answer_tags: bool) -> bool:
     return True
 
 
-class ThinkFormat:
+class ThinkFormat(TextReward):
     """1.0 when the completion is a think block followed by an answer, else 0.0 (strict or lenient, see module)."""
 
     def __init__(self, strict: bool = True, answer_tags: bool = False, name: str | None = None):
@@ -72,9 +60,9 @@ class ThinkFormat:
         self.answer_tags = answer_tags
         self.__name__ = name or ("format_strict" if strict else "format_lenient")
 
-    def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list[float]:
+    def score(self, text: str) -> float:
         check = _strict_ok if self.strict else _lenient_ok
-        return [1.0 if check(text, self.answer_tags) else 0.0 for text in completion_texts(completions or [])]
+        return 1.0 if check(text, self.answer_tags) else 0.0
 
 
 def count_steps(reasoning: str) -> int:
@@ -82,7 +70,7 @@ def count_steps(reasoning: str) -> int:
     return len(_STEP.findall(reasoning))
 
 
-class ProcessReward:
+class ProcessReward(TextReward):
     """Partial credit in [0, 1] for a well-formed reasoning process (four parts of 0.25, see the module docstring)."""
 
     def __init__(self, min_steps: int = 3, name: str = "process"):
@@ -105,6 +93,3 @@ class ProcessReward:
         if closed and extract_answer(after)[0] is not None:
             credit += 0.25
         return credit
-
-    def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list[float]:
-        return [self.score(text) for text in completion_texts(completions or [])]

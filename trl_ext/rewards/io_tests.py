@@ -1,23 +1,15 @@
 """Input/output test cases of the code datasets, read from a dataset value: APPS/TACO, LiveCodeBench/DeepCoder, open-r1.
 
-:func:`parse_io_tests` turns one example's test column into :class:`IOTests` (the layout, each case's input and
-expected output, the function name of call-based problems), or ``None`` when the value is not tests in that layout:
-the code reward then scores the example ``None`` and counts it, never as a passing test. Layouts (``layout=``, or
-``"auto"``: recognized from the content):
+:func:`parse_io_tests` turns one example's test column into :class:`IOTests`, or ``None`` when the value is not tests
+in that layout (the code reward then scores the example ``None``, never as a passing test). Layouts:
 
-* ``"apps"`` (APPS, TACO, DeepCoder's APPS-style subsets): a mapping, or its JSON text, ``{"inputs": [...],
-  "outputs": [...]}`` of equal, non-zero length, optionally ``"fn_name"``. Without ``fn_name`` each input is stdin text
-  (a list of lines is joined with newlines, as APPS's ``run_test`` does) and each output the expected stdout; with it
-  each input is the argument list of a call (a single non-list value is one argument) and each output its return value.
-* ``"livecodebench"`` (LiveCodeBench ``public_test_cases``, DeepCoder ``tests``): a list, or its JSON text, of
-  ``{"input", "output", "testtype": "stdin" | "functional"}``. A functional case's input holds one JSON value per line
-  (the arguments) and its output the JSON return value, as LiveCodeBench's ``grade_call_based`` reads them; its
-  function name comes from the case's ``metadata.func_name`` (DeepCoder) or ``fn_name`` (the data layer copies
-  LiveCodeBench's row ``metadata.func_name`` there). A problem mixing stdin and functional cases is not read.
-* ``"open-r1"`` (``open-r1/verifiable-coding-problems-python``): ``{"language": "python", "test_cases": [{"input",
-  "output", "type": "stdin_stdout"}]}``, or just the list of such cases; another language or case type is not read.
-
-The comparison rule of each layout is in :mod:`trl_ext.rewards.checkers`.
+* ``"apps"``: ``{"inputs": [...], "outputs": [...], "fn_name"?}``. Without ``fn_name`` each input is stdin text (a
+  list of lines is joined, as APPS's ``run_test`` does); with it each input is the argument list of a call.
+* ``"livecodebench"``: a list of ``{"input", "output", "testtype": "stdin" | "functional"}``. A functional case's
+  input holds one JSON value per line, as LiveCodeBench's ``grade_call_based`` reads them; its function name comes
+  from ``metadata.func_name`` or ``fn_name``. A problem mixing stdin and functional cases is not read.
+* ``"open-r1"``: ``{"language": "python", "test_cases": [{"input", "output", "type": "stdin_stdout"}]}``, or just the
+  list of cases; another language or case type is not read.
 """
 
 from __future__ import annotations

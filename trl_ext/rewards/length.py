@@ -1,18 +1,15 @@
 """Length rewards: DAPO's soft overlong punishment and TRL's repetition penalty (both TRL's), and a length budget.
 
-* :class:`SoftOverlong` is DAPO's soft overlong punishment (arXiv 2503.14476, Eq. 13), computed by TRL's
-  ``trl.rewards.get_soft_overlong_punishment``: 0 up to ``max_completion_len - soft_punish_cache`` tokens, then a
-  linear ramp down to -1 at ``max_completion_len``, and -1 beyond.
-* :class:`Repetition` is TRL's ``get_repetition_penalty_reward`` ("Demystifying Long Chain-of-Thought Reasoning",
-  arXiv 2502.03373, appendix C.2): ``(1 - unique n-grams / n-grams) * max_penalty``.
-* :class:`LengthBudget` rewards staying within a token budget, given once or per example through a dataset column
-  (as in L1, arXiv 2503.04697, which puts the budget in the prompt): with ``n`` tokens and budget ``B``,
-  ``mode="max"`` gives ``-alpha * max(0, n - B) / B`` and ``mode="exact"`` gives ``-alpha * |n - B| / B``, clipped at
+* :class:`SoftOverlong`: DAPO's soft overlong punishment (arXiv 2503.14476, Eq. 13), TRL's
+  ``get_soft_overlong_punishment``: 0 up to ``max_completion_len - soft_punish_cache`` tokens, then a linear ramp
+  down to -1 at ``max_completion_len``.
+* :class:`Repetition`: TRL's ``get_repetition_penalty_reward`` (arXiv 2502.03373, appendix C.2).
+* :class:`LengthBudget`: a token budget given once or per example through a column (as in L1, arXiv 2503.04697):
+  ``mode="max"`` gives ``-alpha * max(0, n - B) / B``, ``mode="exact"`` ``-alpha * |n - B| / B``, clipped at
   ``-alpha`` when ``clip=True``. A budget that is missing or not a positive number scores ``None``.
 
-All three measure length in completion tokens, from the ``completion_ids`` TRL passes. Called by hand without
-``completion_ids``, they fall back to whitespace-separated words of the completion text (documented, not silent:
-``unit`` says which was used in ``last_unit``).
+Length is in completion tokens (``completion_ids``); called by hand without them, in whitespace-separated words
+(``last_unit`` says which).
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ def completion_units(completions: list | None, completion_ids: list | None) -> t
 
 
 class _TRLLengthReward:
-    """Calls a TRL reward built over ``completion_ids`` with our units (token ids, or whitespace-separated words without them)."""
+    """Calls a TRL reward built over ``completion_ids`` with our units."""
 
     def __call__(
         self,

@@ -1,24 +1,18 @@
 """Length rewards that depend on correctness: Kimi k1.5's group length reward and the cosine-scaled length reward.
 
-* :class:`KimiLength` (``len_reward``), Kimi k1.5 (arXiv 2501.12599, section 2.3.3, "Length Penalty"): among the
-  responses sampled for one question, with ``min_len`` and ``max_len`` the shortest and longest,
+* :class:`KimiLength` (``len_reward``), Kimi k1.5 (arXiv 2501.12599, section 2.3.3): within one prompt's group,
   ``lambda_i = 0.5 - (len_i - min_len) / (max_len - min_len)``; the reward is ``lambda_i`` for a correct response
-  and ``min(0, lambda_i)`` for a wrong one (short right answers are rewarded, long ones penalized; wrong answers
-  are only ever penalized). All responses of equal length score 0 (open-r1's convention; the formula divides by
-  zero). The group is the responses to the same prompt (open-r1's ``len_reward`` takes the whole batch, which
-  mixes questions under TRL's grouping). Kimi also warms the penalty up over training; that schedule is not here.
-* :class:`CosineLength` (``cosine``), Yeo et al., "Demystifying Long Chain-of-Thought Reasoning in LLMs" (arXiv
-  2502.03373, section 4, Eq. 1): ``CosFn(t, T, r_0, r_T) = r_T + 0.5 (r_0 - r_T) (1 + cos(t pi / T))`` of the
-  completion length ``t`` (clipped at ``T = max_len``), with ``(r_0, r_T) = (max_value_correct, min_value_correct)``
-  for a correct answer (shorter is better) and ``(min_value_wrong, max_value_wrong)`` for a wrong one (longer is
-  penalized less, so the model keeps thinking when unsure); ``exceed_penalty`` (the paper's ``r_e``), when set, is
-  the reward of a completion that reaches ``max_len``. Defaults are open-r1's ``get_cosine_scaled_reward``: 1.0 to
-  0.5 when correct, -1.0 to -0.5 when wrong, ``max_len`` 1000.
+  and ``min(0, lambda_i)`` for a wrong one; a group of equal lengths scores 0 (open-r1's convention). open-r1's
+  ``len_reward`` takes the whole batch, which mixes questions under TRL's grouping. Kimi's warm-up of the penalty
+  over training is not here.
+* :class:`CosineLength` (``cosine``), arXiv 2502.03373, section 4, Eq. 1: ``r_T + 0.5 (r_0 - r_T) (1 + cos(t pi /
+  T))`` of the length ``t`` (clipped at ``T = max_len``), with ``(r_0, r_T) = (max_value_correct,
+  min_value_correct)`` when correct (shorter is better) and ``(min_value_wrong, max_value_wrong)`` when wrong (longer
+  is penalized less, so the model keeps thinking when unsure); ``exceed_penalty`` (the paper's ``r_e``) is the
+  reward at ``max_len``. Defaults are open-r1's ``get_cosine_scaled_reward``.
 
-Correctness is the accuracy reward (:class:`trl_ext.rewards.math.MathAccuracy`, the ``accuracy`` options
-``solution_column`` and ``extraction``) scoring 1.0, or any reward callable passed as ``accuracy``; an
-unscorable completion (accuracy ``None``) gets ``None``. Lengths are completion tokens (``completion_ids``), or
-whitespace-separated words when called without them (``last_unit`` says which).
+Correctness is the accuracy reward (or any callable passed as ``accuracy``) scoring 1.0; an unscorable completion
+gets ``None``. Lengths as in :mod:`trl_ext.rewards.length`.
 """
 
 from __future__ import annotations
@@ -46,9 +40,8 @@ class _Correctness:
 
 
 class KimiLength(_Correctness):
-    """Kimi k1.5's length reward within each prompt's group (module doc). A shaping reward
-    (``trl_ext.rewards.shaping``): it is added to the accuracy and varies with length inside an all-correct group.
-    ``CosineLength`` is not marked: it replaces the accuracy reward (its sign is the correctness)."""
+    """Kimi k1.5's length reward within each prompt's group (module doc). A shaping reward: it is added to the
+    accuracy and varies with length inside an all-correct group (``CosineLength`` replaces the accuracy instead)."""
 
     shaping_reward = True
 

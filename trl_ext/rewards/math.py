@@ -1,28 +1,15 @@
 """Math accuracy: extract the final answer, then let math-verify judge equivalence, without ever hanging.
 
-Implements the rule-based outcome reward of DeepSeek-R1 (arXiv 2501.12948, section 2.2.2) and DAPO (arXiv
-2503.14476, section 2.4) on top of what already exists: equivalence checking is ``math_verify.parse`` /
-``math_verify.verify`` (fractions, decimals, percentages, LaTeX, units, sets, equations), and extraction mode
-``"math_verify"`` is exactly ``trl.rewards.accuracy_reward``. What this module adds:
+The rule-based outcome reward of DeepSeek-R1 (arXiv 2501.12948, section 2.2.2) and DAPO (arXiv 2503.14476, section
+2.4). Equivalence is ``math_verify.parse`` / ``verify``; this module adds answer extraction (:mod:`rewards.extract`),
+gold answers from full solutions, and timeouts that hold everywhere: math-verify's ``signal.alarm`` only works in the
+main thread, and TRL's ``accuracy_reward`` switches timeouts *off* elsewhere, where one answer such as
+``9^{9^{9^9}}`` stalls training for good. Backend ``"process"`` scores in helper processes (their own main threads)
+and kills one that overruns ``hard_timeout`` (a hang in C code, where alarms are not delivered).
 
-* **answer extraction** (:mod:`rewards.extract`): ``\\boxed{}``, GSM8K ``#### 42``, "The answer is ...", the last
-  number, or ``auto`` (those in turn), chosen by the ``extraction`` option;
-* **gold answers** from full solutions: a GSM8K ``... #### 72`` or MATH ``... \\boxed{...}`` solution column works;
-* **timeouts that hold everywhere.** math-verify bounds ``parse``/``verify`` with ``signal.alarm``, which only works in
-  the main thread of the main interpreter. TRL's ``accuracy_reward`` therefore switches timeouts *off* in other
-  threads (async reward functions, thread pools, some serving workers), where one pathological answer such as
-  ``9^{9^{9^9}}`` then stalls training for good. Backend ``"signal"`` uses math-verify's alarms in-process (main
-  thread only); backend ``"process"`` runs the same scoring in helper processes (their own main threads, so alarms
-  work there) and also kills and replaces a helper that overruns ``hard_timeout`` (a hang in C code, where alarms
-  are not delivered). ``"auto"`` picks ``signal`` on the main thread when no other interval timer is armed and
-  ``process`` otherwise.
-
-Reward per completion: 1.0 correct, 0.0 wrong, no answer found, or timed out; ``None`` when the *reference* cannot
-be scored (TRL then ignores the example for this reward rather than teaching from a broken label). The rule, in
-:func:`reference_unscorable`: a reference is unscorable when its final answer is empty or its LaTeX is broken
-(unbalanced ``{}``, or LaTeX markup ``\\ { } ^ _`` from which math-verify reads no expression), or when it holds no
-letter, digit or math symbol (``???``). A text answer math-verify reads no expression from (``C++``, ``∞``) is
-still compared as text, and words (``Paris``, ``(B)``) are read and compared as math-verify reads them.
+Reward: 1.0 correct; 0.0 wrong, no answer or timed out; ``None`` when the *reference* cannot be scored
+(:func:`reference_unscorable`), so TRL ignores the example rather than teaching from a broken label.
+See ``rewards/README.md``, "Math accuracy".
 """
 
 from __future__ import annotations
@@ -94,22 +81,11 @@ def _parse_gold(latex: str, timeout: int) -> tuple:
 
 
 def reference_unscorable(gold: str, parsed: Sequence[Any]) -> bool:
-    """Whether the reference answer ``gold`` (as :func:`~rewards.extract.gold_answer` gives it) cannot be scored,
-    given ``parsed``, what math-verify's ``parse`` returned for it (expressions, then the text; the text alone when
-    it read no expression).
-
-    Unscorable, so that the example teaches nothing rather than 0.0 from a broken label:
-
-    * nothing parsed (an empty answer, ``$$``);
-    * unbalanced braces (``\\frac{``, ``2\\sqrt{``): cut-off LaTeX, even where math-verify reads a prefix (``2``);
-    * no expression read from text with LaTeX markup (``\\``, braces, ``^`` or ``_``: ``\\hello``, ``x^``,
-      ``unparseable_latex``): markup says it was meant as math, and math-verify could not read that math, so only a
-      completion repeating the broken text verbatim could score;
-    * no letter, digit or math symbol at all (``???``, ``---``): nothing a completion could be compared with.
-
-    Otherwise the reference is scored: as math-verify's expression (``42``, ``\\frac{1}{2}``, and words, which it
-    reads as products of symbols: ``Paris``, ``(B)``), or as text when it read none from text without markup
-    (``C++``, ``∞``): a real answer that only a text comparison can check.
+    """Whether the reference answer ``gold`` cannot be scored, given what math-verify's ``parse`` returned for it
+    (``parsed``), so that the example teaches nothing rather than 0.0 from a broken label: nothing parsed; unbalanced
+    braces (cut-off LaTeX, even where math-verify reads a prefix); no expression read from text with LaTeX markup
+    (meant as math, so only a completion repeating the broken text could score); no letter, digit or math symbol.
+    A text answer math-verify reads no expression from (``C++``, ``∞``) is still compared as text.
     """
     if not parsed or not braces_balanced(gold):
         return True
@@ -132,10 +108,8 @@ def score_one(
     parse_timeout: int = 5,
     verify_timeout: int = 5,
 ) -> tuple[float | None, str]:
-    """Score one completion against one reference, in this thread, with math-verify's own (signal) timeouts.
-
-    Call it only where :func:`signals_usable` holds (or with timeouts of 0, which disables them). Returns
-    ``(reward, status)``, status one of ``correct``, ``wrong``, ``no_answer``, ``timeout``, ``gold_unparseable``.
+    """Score one completion in this thread with math-verify's signal timeouts (only where :func:`signals_usable`).
+    Returns ``(reward, status)``, status one of ``correct``, ``wrong``, ``no_answer``, ``timeout``, ``gold_unparseable``.
     """
     _quiet_math_verify()
     if extraction == "math_verify":
@@ -240,20 +214,16 @@ class MathAccuracy:
     """Math accuracy reward: 1.0 if the completion's final answer equals the reference (math-verify), else 0.0.
 
     Args:
-        extraction: ``"auto"`` (boxed, then ``####``, then "the answer is", then the last number), one of
-            ``"boxed"``, ``"gsm8k"``, ``"answer_is"``, ``"last_number"``, a list of those tried in order, or
-            ``"math_verify"`` for exactly ``trl.rewards.accuracy_reward`` (math-verify's own extraction).
-        multiple_boxed: ``"last"`` (default) judges the last boxed answer; ``"all"`` compares the set of boxed
-            answers with the reference (multi-answer problems).
-        solution_column: dataset column with the reference; ``None`` uses ``answer`` (the final answer) if present,
-            else ``solution``. A full GSM8K or MATH solution is fine: its final answer is extracted. A reference that
-            is not an answer (a dict, a list, ``None``, empty text) or cannot be scored (broken LaTeX such as
-            ``\\frac{``, or no letter or digit: :func:`reference_unscorable`) scores ``None``, never 0.0.
-        timeout_backend: ``"auto"``, ``"signal"`` or ``"process"`` (see the module docstring).
+        extraction: ``"auto"``, a strategy of :mod:`rewards.extract`, a list of them tried in order, or
+            ``"math_verify"`` for exactly ``trl.rewards.accuracy_reward``.
+        multiple_boxed: ``"last"`` judges the last boxed answer; ``"all"`` compares the set of boxed answers.
+        solution_column: the reference column; ``None`` uses ``answer`` if present, else ``solution`` (a full GSM8K
+            or MATH solution works). An unscorable reference (:func:`reference_unscorable`) scores ``None``.
+        timeout_backend: ``"auto"``, ``"signal"`` or ``"process"`` (module docstring).
         parse_timeout, verify_timeout: math-verify's per-call limits, in whole seconds (``signal.alarm``).
-        hard_timeout: wall-clock limit per completion in the process backend; the helper is killed and replaced
-            when it overruns (hangs in C code). Default ``2 * parse_timeout + 2 * verify_timeout + 2``.
-        num_workers: helper processes for the process backend; completions are scored in parallel across them.
+        hard_timeout: wall-clock limit per completion in the process backend, after which the helper is killed and
+            replaced (hangs in C code). Default ``2 * parse_timeout + 2 * verify_timeout + 2``.
+        num_workers: helper processes for the process backend, scoring in parallel.
 
     Logs through TRL's ``log_metric``: ``<name>/no_answer_frac``, ``<name>/timeout_frac``, ``<name>/unscorable_frac``.
     """
@@ -336,11 +306,8 @@ class MathAccuracy:
             results = [scorer(solution, text) for solution, text in zip(solutions, texts, strict=True)]
         self.last_statuses = [status for _, status in results]
         if log_metric is not None and texts:
-            for status, label in (
-                ("no_answer", "no_answer"),
-                ("timeout", "timeout"),
-                ("gold_unparseable", "unscorable"),
-            ):
+            labels = {"no_answer": "no_answer", "timeout": "timeout", "gold_unparseable": "unscorable"}
+            for status, label in labels.items():
                 log_metric(f"{self.__name__}/{label}_frac", self.last_statuses.count(status) / len(texts))
         return [reward for reward, _ in results]
 

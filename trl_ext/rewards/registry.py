@@ -2,28 +2,8 @@
 
 The open-r1 pattern (``src/open_r1/rewards.py``, ``get_reward_funcs``): a recipe lists names and options, the
 registry builds the callables, and each carries a readable ``__name__`` so TRL logs ``rewards/<name>/mean``.
-Parameterised rewards are instances of small classes, not closures, so they pickle into worker processes.
-
-=================  =========================================  ==============================================
-name               builds                                     options
-=================  =========================================  ==============================================
-``accuracy``       :class:`rewards.math.MathAccuracy`         extraction, multiple_boxed, solution_column, ...
-``format``         :class:`rewards.format.ThinkFormat`        strict (default True), answer_tags
-``format_strict``  ThinkFormat(strict=True)                   answer_tags
-``format_lenient`` ThinkFormat(strict=False)                  answer_tags
-``process``        :class:`rewards.format.ProcessReward`      min_steps
-``soft_overlong``  :class:`rewards.length.SoftOverlong`       max_completion_len, soft_punish_cache
-``length_budget``  :class:`rewards.length.LengthBudget`       budget, budget_column, mode, alpha, clip
-``repetition``     :class:`rewards.length.Repetition`         ngram_size, max_penalty
-``code``           :class:`rewards.code.CodeReward`           tests_column, tests_format, timeout, case_timeout, ...
-``code_format``    :class:`rewards.code_format.CodeFormat`    language, think_format
-``tag_count``      :class:`rewards.tag_count.TagCount`        answer_tags
-``len_reward``     :class:`rewards.length_scaled.KimiLength`  solution_column, extraction
-``cosine``         :class:`rewards.length_scaled.CosineLength`  min/max_value_correct/wrong, max_len, exceed_penalty
-``arithmetic``     :func:`rewards.arithmetic.arithmetic_reward`  (none); alias ``arithmetic_reward``
-=================  =========================================  ==============================================
-
-Every class also takes ``name`` (the logged ``__name__``), to use one reward twice with different options.
+Parameterised rewards are instances of small classes, not closures, so they pickle into worker processes. The names
+and their options are tabled in ``rewards/README.md``, "By name".
 """
 
 from __future__ import annotations
@@ -101,10 +81,8 @@ def available_rewards() -> list[str]:
 
 
 def get_reward(name: str, /, **options: Any) -> Callable:
-    """The reward function registered as ``name``, built with ``options``.
-
-    Raises ``ValueError`` naming the bad name (with the known names and a close match) or the bad option.
-    """
+    """The reward function registered as ``name``, built with ``options``; a ``ValueError`` names a bad name or
+    option, with a close match."""
     if name not in _REGISTRY:
         hint = did_you_mean(name, _REGISTRY)
         raise ValueError(f"unknown reward {name!r}.{hint} Known rewards: {available_rewards()}")

@@ -1,62 +1,18 @@
 """Run untrusted Python against tests in isolated processes: probe what the host allows, fall back in order, report.
 
-Threat model
-------------
-The adversary is a policy under RL that writes code which is then executed: mostly it writes buggy code (infinite
-loops, memory blow-ups, runaway recursion, stray prints, ``sys.exit()``), sometimes code that is hostile by
-accident or by reward hacking (forking, deleting files, killing processes, faking a passing run). The goals are:
-the trainer process survives, every call returns within its time limit, the host and the other programs are left
-as they were, secrets in the trainer's environment stay secret, and a pass is only counted when the test really ran
-and passed.
+The adversary is a policy under RL whose code is executed: mostly buggy (endless loops, memory blow-ups, stray
+prints, ``sys.exit()``), sometimes hostile by accident or by reward hacking (forking, deleting files, killing
+processes, faking a pass). The goals: the trainer survives, every call returns within its limit, the host is left as
+it was, the trainer's secrets stay secret, and a pass counts only when the test really ran and passed.
 
-Mechanisms, in the order the probe tries them (:func:`probe_isolation`; :func:`sandbox_report` says what is in force)
------------------------------------------------------------------------------------------------------------------
-Every program runs in a fresh process (the launcher, ``_sandbox_child.py``, started with ``python -I -S`` in its
-own session with an environment of only ``PATH``/``LANG``) that forks a runner which:
+Each program runs in a fresh launcher (``_sandbox_child.py``, ``python -I -S``) whose runner lives in new PID,
+network and mount namespaces (everything it spawns dies with it; no network; private ``/proc`` and ``/tmp``), under
+rlimits, as an unprivileged uid when the trainer is root (a user namespace otherwise), with no capabilities and
+``no_new_privs``. When the kernel refuses namespaces, weaker plans are used and logged (:func:`sandbox_report`).
 
-* lives in new **PID, network and mount namespaces** (``unshare``): PID 1 of its namespace, so when it ends, or is
-  killed at the wall-clock limit, the kernel kills everything it spawned, ``setsid()`` daemons included; a network
-  namespace with only a downed loopback (no connection anywhere, not even to ``127.0.0.1`` listeners); a fresh
-  ``/proc`` (host processes are invisible) and private, size-capped tmpfs over ``/tmp``, ``/var/tmp``, ``/dev/shm``,
-  ``/run/lock`` (the working directory ``/tmp/work`` vanishes with the namespace);
-* has **resource limits**: ``RLIMIT_CPU`` (ceil of the time limit), ``RLIMIT_AS`` (memory), ``RLIMIT_NPROC``,
-  ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE=0``, plus the launcher's wall-clock deadline;
-* when the trainer runs as **root**: runs as an unprivileged uid of its own (one per worker slot, from 50000 up,
-  so ``RLIMIT_NPROC`` is enforced, since the kernel does not enforce it for root, and programs cannot signal each
-  other), no groups, all capabilities dropped, ``no_new_privs``; Python directories under an untraversable home
-  (pyenv under ``/root``) are bind-mounted read-only, the rest of that home stays hidden;
-* when not root: a **user namespace** (mapping only the user's own uid) gives the same PID/network/mount namespaces
-  without privileges; capabilities inside it are dropped before the program runs.
-
-Fallbacks when the kernel or a container's seccomp profile refuses namespaces: as root, the unprivileged uid plus
-rlimits, with a kill of every process of that uid after each run (``kill(-1)`` as that uid: catches ``setsid()``
-daemons too) but with network access and a shared ``/tmp``; as a normal user, rlimits and a process-group kill
-only (a daemon that calls ``setsid()`` can outlive its run, network is open). The report says which; a weak plan
-is logged as a warning. As root, a plan that cannot drop root is never used: :func:`probe_isolation` raises.
-
-What this does not stop (use a container, gVisor/Firecracker or a remote sandbox such as E2B for these)
-------------------------------------------------------------------------------------------------------------
-* **Kernel exploits.** There is no seccomp filter: the program can make any system call, so a kernel bug is an
-  escape. Adversarial code, or models trained to attack, belong in a VM-grade sandbox.
-* **Reading world-readable files** (``/etc``, the project tree, datasets with mode 644): only homes that are not
-  traversable are hidden. Do not leave secrets in world-readable files on a training host.
-* **Memory pressure.** ``RLIMIT_AS`` caps each program (default 1 GiB), not the sum: ``num_workers`` programs may
-  use ``num_workers`` GiB together. There is no cgroup, so no cap on page cache or kernel memory either.
-* **Shared CPU.** Programs compete with the trainer for cores; the time limit is wall-clock.
-* **Reward hacking inside the verdict.** Tests run in the same interpreter as the solution. An object whose
-  ``__eq__`` always returns True passes ``assert f(x) == y``; a program that walks the interpreter's frames can find
-  the verdict nonce and forge pass records. Neither escapes the sandbox, but both fake a reward: write tests that
-  check types (``assert type(r) is int and r == 3``) and audit suspicious jumps in pass rate.
-* **Weaker fallbacks** (above) lose the guarantees that rely on namespaces.
-
-Modules
--------
-This module is the public entry point (:func:`run_program`, :class:`SandboxPool`, :func:`probe_isolation`,
-:func:`sandbox_report` and the data classes are all importable from here). The pieces, one job each:
-:mod:`~trl_ext.rewards.sandbox_limits` (limits and input cases), :mod:`~trl_ext.rewards.sandbox_isolation` (the
-fallback ladder and the report), :mod:`~trl_ext.rewards.sandbox_probe` (choosing a plan),
-:mod:`~trl_ext.rewards.sandbox_process` (starting, reading and killing one launcher) and
-:mod:`~trl_ext.rewards.sandbox_verdicts` (the verdict protocol and :class:`ProgramResult`).
+What it does not stop (kernel exploits: there is no seccomp filter; world-readable files; total memory; shared CPU;
+reward hacking inside the verdict, e.g. an ``__eq__`` that always returns True) and the full mechanism table are in
+``rewards/README.md``, "Isolation" and "Threat model and its limits".
 """
 
 from __future__ import annotations
@@ -67,31 +23,13 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from trl_ext.rewards.sandbox_isolation import NOBODY, ROOT_PLANS, USER_PLANS, Isolation, Plan
+from trl_ext.rewards.sandbox_isolation import Isolation
 from trl_ext.rewards.sandbox_limits import Cases, Limits
-from trl_ext.rewards.sandbox_probe import _PROBE_CODE as _PROBE_CODE  # the sandbox tests run the probe's self-test
-from trl_ext.rewards.sandbox_probe import _PROBE_TESTS as _PROBE_TESTS
 from trl_ext.rewards.sandbox_probe import probe_isolation, sandbox_report
-from trl_ext.rewards.sandbox_process import CHILD, MAX_SLOTS, launch_program
-from trl_ext.rewards.sandbox_process import _uid_base as _uid_base  # the sandbox tests look for the slots' processes
+from trl_ext.rewards.sandbox_process import MAX_SLOTS, launch_program
 from trl_ext.rewards.sandbox_verdicts import ProgramResult
 
-__all__ = [
-    "CHILD",
-    "MAX_SLOTS",
-    "NOBODY",
-    "ROOT_PLANS",
-    "USER_PLANS",
-    "Cases",
-    "Isolation",
-    "Limits",
-    "Plan",
-    "ProgramResult",
-    "SandboxPool",
-    "probe_isolation",
-    "run_program",
-    "sandbox_report",
-]
+__all__ = ["Cases", "Limits", "ProgramResult", "SandboxPool", "probe_isolation", "run_program", "sandbox_report"]
 
 
 def run_program(
@@ -105,20 +43,13 @@ def run_program(
     nproc_share: int = 1,
     cases: Cases | None = None,
 ) -> ProgramResult:
-    """Run ``code`` then each of ``tests`` in the sandbox; one pass/fail per test. Never raises on program behaviour.
+    """Run ``code`` then each of ``tests`` (run in the solution's namespace) in the sandbox; one pass/fail per test.
+    Never raises on program behaviour.
 
-    With ``cases`` (input/output tests; ``tests`` is then ignored), the program runs once per case on that case's
-    stdin (or called with its arguments) and the result carries each case's output and status, to be judged by the
-    caller; ``limits.timeout`` bounds all cases together.
-
-    Args:
-        code: the solution source.
-        tests: test sources, run in order in the solution's namespace (typically ``assert`` statements).
-        limits: resource limits (defaults: 1 s, 1 GiB, 32 processes, 16 MiB files, 64 open files).
-        slot: worker slot (0 to 63); selects this run's unprivileged uid when running as root.
-        isolation: plan to use; default the probed one (:func:`probe_isolation`).
-        site_packages: let the program import the trainer's site-packages (numpy ...); default stdlib only.
-        nproc_share: how many programs may share one uid at a time (plans with a shared uid scale NPROC by it).
+    With ``cases`` (input/output tests; ``tests`` is then ignored), the program runs once per case and the result
+    carries each case's output and status, for the caller to judge; ``limits.timeout`` bounds all cases together.
+    ``slot`` (0 to 63) selects the unprivileged uid when running as root; ``isolation`` defaults to the probed plan;
+    ``site_packages`` lets the program import the trainer's site-packages; ``nproc_share``: programs sharing one uid.
     """
     return launch_program(
         code,

@@ -1,9 +1,5 @@
-"""The sandbox's fallback ladder and the isolation in force: :class:`Plan` (one rung: which namespaces, which uid),
-``ROOT_PLANS`` / ``USER_PLANS`` (strongest first, for a trainer running as root or not) and :class:`Isolation` (the
-plan the probe accepted, the checks it verified, the plans it rejected, and :meth:`Isolation.describe`, the report).
-
-The probe that walks the ladder is :func:`trl_ext.rewards.sandbox_probe.probe_isolation`; what each rung guards
-against, and what none of them does, is in :mod:`trl_ext.rewards.sandbox`.
+"""The sandbox's fallback ladder (:class:`Plan`, ``ROOT_PLANS`` / ``USER_PLANS``, strongest first) and the isolation
+in force (:class:`Isolation`: the plan the probe accepted, the checks it verified, the plans it rejected, the report).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """What one sandboxed program may use and what it is given: :class:`Limits` (time, memory, processes, files) and,
-for input/output tests, :class:`Cases` (each case's stdin or call arguments, its time and output limits).
-
-Both are validated at construction and turned into the launcher's JSON by ``to_child()``; the launcher
-(``_sandbox_child.py``) applies them as rlimits and deadlines. See :mod:`trl_ext.rewards.sandbox` for the threat model.
-"""
+for input/output tests, :class:`Cases`; both validated at construction and sent to the launcher by ``to_child()``."""
 
 from __future__ import annotations
 
@@ -41,12 +37,8 @@ class Limits:
 
 @dataclass(frozen=True)
 class Cases:
-    """Input/output cases of one program, inputs only: the expected outputs stay on the host (see ``_sandbox_child``).
-
-    ``inputs``: the stdin text of each case, or (``fn_name`` set, call-based) the JSON text of its argument list.
-    ``case_timeout``: wall-clock seconds per case (CPU capped at its ceiling); the program's own ``Limits.timeout``
-    bounds all cases together. ``max_output_bytes``: stdout (or return value) kept per case; more fails the case.
-    """
+    """Input/output cases of one program, inputs only: the expected outputs stay on the host. ``inputs``: each case's
+    stdin, or (``fn_name`` set) the JSON text of its arguments; ``Limits.timeout`` bounds all cases together."""
 
     inputs: tuple[str, ...]
     fn_name: str | None = None

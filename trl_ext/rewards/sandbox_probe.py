@@ -1,9 +1,5 @@
 """Which sandbox isolation this host allows: try each plan of the fallback ladder, strongest first, with a self-test
-program that checks what the plan promises, and keep the first that passes (cached for the process).
-
-:func:`probe_isolation` runs the probe; :func:`sandbox_report` says what is in force. The plans are in
-:mod:`trl_ext.rewards.sandbox_isolation`, the threat model in :mod:`trl_ext.rewards.sandbox`.
-"""
+program that checks what the plan promises, and keep the first that passes (cached for the process)."""
 
 from __future__ import annotations
 

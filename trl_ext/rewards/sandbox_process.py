@@ -1,10 +1,6 @@
 """Running one program in the sandbox: start the launcher (``_sandbox_child.py``, ``python -I -S -B`` in its own
-session, an environment of only ``PATH``/``LANG``), hand it the program and its limits, read its verdict channel
-until it ends or its deadline passes, and kill what is left.
-
-:func:`launch_program` takes the isolation to use explicitly; :func:`trl_ext.rewards.sandbox.run_program` is the
-public entry point that defaults it to the probed one. The uids of the worker slots are chosen here.
-"""
+session with only ``PATH``/``LANG``), hand it the program, read its verdict channel until it ends or its deadline
+passes, and kill what is left. The uids of the worker slots are chosen here."""
 
 from __future__ import annotations
 

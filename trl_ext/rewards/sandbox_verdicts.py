@@ -1,11 +1,6 @@
-"""Reading what a sandboxed program reported: the verdict channel filtered as it streams (:class:`RecordFilter`) and
-the records turned into a :class:`ProgramResult` (:func:`parse_verdicts`).
-
-Protocol (the other side is ``_sandbox_child.py``): every record is one line that starts with the run's secret
-nonce. The program's stdout carries test, case and progress records (``test``, ``case``, ``started``,
-``syntax_error``, ``solution_error``, ``done``); the launcher's stderr carries its own (``exit``, ``sandbox_error``).
-Lines without the nonce are the program's own output and are dropped as they stream (bounded memory).
-"""
+"""Reading what a sandboxed program reported: every record is one line that starts with the run's secret nonce (test,
+case and progress records on the program's stdout, ``exit`` and ``sandbox_error`` on the launcher's stderr); lines
+without the nonce are the program's own output, dropped as they stream (:class:`RecordFilter`, bounded memory)."""
 
 from __future__ import annotations
 

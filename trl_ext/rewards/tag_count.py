@@ -9,15 +9,13 @@ with ``answer_tags=True``): a completion that has every marker once scores 1.0, 
 
 from __future__ import annotations
 
-from typing import Any
-
-from trl_ext.rewards.text import completion_texts
+from trl_ext.rewards.text import TextReward
 
 THINK_MARKERS = ("<think>\n", "\n</think>\n")
 ANSWER_MARKERS = ("\n<answer>\n", "\n</answer>")
 
 
-class TagCount:
+class TagCount(TextReward):
     """``(markers present exactly once) / (markers counted)``: quarters with answer tags, halves without."""
 
     def __init__(self, answer_tags: bool = True, name: str = "tag_count"):
@@ -28,6 +26,3 @@ class TagCount:
     def score(self, text: str) -> float:
         """The reward of one completion text."""
         return sum(text.count(marker) == 1 for marker in self.markers) / len(self.markers)
-
-    def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list[float]:
-        return [self.score(text) for text in completion_texts(completions or [])]

@@ -1,9 +1,5 @@
-"""Text of a completion, whatever shape TRL hands it over in.
-
-TRL passes ``completions`` as plain strings for standard datasets and as a list of messages
-(``[{"role": "assistant", "content": ...}]``) for conversational ones; content may itself be a list of blocks
-(``[{"type": "text", "text": ...}]``). Every reward in this package reads completions through :func:`completion_text`
-so that both shapes, and malformed ones, are handled in one place and never raise.
+"""Text of a completion, whatever shape TRL hands it over in (plain strings, or messages whose content may be a list
+of blocks): every reward reads completions through :func:`completion_text`, which never raises.
 """
 
 from __future__ import annotations
@@ -12,11 +8,8 @@ from typing import Any
 
 
 def completion_text(completion: Any) -> str:
-    """Plain text of one completion, whether plain text or conversational (a list of ``{"role", "content"}``).
-
-    Conversational completions use the content of their last message. Anything unexpected (``None``, numbers,
-    dicts without ``content``) becomes a string rather than an exception: a reward must never raise on model output.
-    """
+    """Plain text of one completion: the text, or the content of a conversational completion's last message.
+    Anything unexpected becomes a string rather than an exception: a reward must never raise on model output."""
     try:
         if isinstance(completion, str):
             return completion
@@ -45,12 +38,16 @@ def completion_texts(completions: list) -> list[str]:
     return [completion_text(completion) for completion in completions]
 
 
-def column(kwargs: dict[str, Any], name: str, n: int, reward_name: str) -> list[Any]:
-    """Dataset column ``name`` from a reward's keyword arguments, checked to hold one value per completion.
+class TextReward:
+    """A reward scored one completion text at a time, by the subclass's ``score(text)``."""
 
-    A missing column or a wrong length is a wiring error of the user's, not malformed model output, so it raises
-    a ``ValueError`` naming the reward, the column and the fix.
-    """
+    def __call__(self, prompts: list | None = None, completions: list | None = None, **kwargs: Any) -> list[float]:
+        return [self.score(text) for text in completion_texts(completions or [])]
+
+
+def column(kwargs: dict[str, Any], name: str, n: int, reward_name: str) -> list[Any]:
+    """Dataset column ``name`` from a reward's keyword arguments, one value per completion. A missing column is the
+    user's wiring error, not malformed model output, so it raises, naming the fix."""
     if name not in kwargs or kwargs[name] is None:
         present = sorted(k for k in kwargs if k not in {"trainer_state", "log_extra", "log_metric", "completion_ids"})
         raise ValueError(

@@ -5,13 +5,10 @@ file, or on pairs mined from groups of the current policy (iterative DPO / RPO, 
     python recipes/dpo.py --config recipes/configs/demo/dpo/config_offline.yaml     # offline, on the mined pairs
     python recipes/dpo.py --model_name_or_path outputs/sft --dataset_name prefs.jsonl --output_dir outputs/my-dpo
 
-The data decide the mode: a dataset with ``chosen`` and ``rejected`` columns is trained on as it is (exactly TRL's
-DPO); a prompt-only dataset (``prompt`` plus the columns the rewards read) is turned into pairs by sampling
-``num_generations`` completions per prompt, scoring them with ``reward_funcs``, dropping all-equal groups and pairing
-best with worst at similar length, for ``mining_rounds`` rounds (each round's pairs are saved as
-``<output_dir>/pairs-round-<k>.jsonl``, reusable offline). With neither ``--config`` nor ``--model_name_or_path``
-the settings come from ``recipes/configs/demo/dpo/config_demo.yaml``: the demo's SFT warm start, the arithmetic
-problems and reward, held-out greedy accuracy printed before and after, outputs in ``outputs/dpo``.
+The data decide the mode: ``chosen`` and ``rejected`` columns are trained on as they are (exactly TRL's DPO); a
+prompt-only dataset is turned into pairs mined from the policy's groups for ``mining_rounds`` rounds (each round's
+pairs saved as ``<output_dir>/pairs-round-<k>.jsonl``, reusable offline). With neither ``--config`` nor
+``--model_name_or_path`` the settings come from ``recipes/configs/demo/dpo/config_demo.yaml``.
 """
 
 from __future__ import annotations
@@ -40,15 +37,8 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
     # The data decide the mode: preference pairs (trained on as they are), or prompts to mine pairs from.
     offline = {"chosen", "rejected"} <= set(train_dataset.column_names)
     mode = "offline DPO" if offline else "group-mined iterative DPO"
-    announce(
-        "dpo",
-        f"DPOTrainer ({mode})",
-        script_args,
-        training_args,
-        model_args,
-        (train_dataset, eval_dataset),
-        layout=layout,
-    )
+    data = (train_dataset, eval_dataset)
+    announce("dpo", f"DPOTrainer ({mode})", script_args, training_args, model_args, data, layout=layout)
 
     # Model and tokenizer (no model given: the demo's SFT warm start).
     model, tokenizer, _ = load_policy(
@@ -100,8 +90,8 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
 
 def cli(argv: list[str] | None = None) -> dict:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
-    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    with reported_user_errors("trl-ext dpo"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+    quiet_libraries()
+    with reported_user_errors("trl-ext dpo"):
         return main(*parse((DPOScriptArguments, DPOConfig, ModelConfig), "dpo", argv))
 
 

@@ -5,13 +5,10 @@
     trl-ext eval --models Qwen/Qwen2.5-0.5B-Instruct outputs/qwen-grpo --dataset_name openai/gsm8k \
         --dataset_config main --num_samples 32 --max_new_tokens 1024 --use_vllm
 
-Each model is evaluated on the held-out split (``dataset_test_split``; a single file given as ``dataset_name`` is
-evaluated whole) with the recipes' layouts, prompt formatting and task reward: its ``pass@1 (greedy)`` is the
-recipes' held-out accuracy on the same model and split. Sampling defaults are DAPO's evaluation (K = 32 samples at
-temperature 1.0, top-p 0.7), seeded alike for every model. Definitions: ``trl_ext.diagnostics.eval_metrics``.
-Outputs under ``output_dir``: ``eval.json`` (figures, settings, versions) and ``per_problem.jsonl`` (each problem's
-reference and, per sample, the text, extracted answer, reward, length and truncation), from which every figure can
-be recomputed (``trl_ext.diagnostics.eval_report.recompute``).
+Each model is evaluated on the held-out split with the recipes' layouts, prompt formatting and task reward, so its
+``pass@1 (greedy)`` is the recipes' held-out accuracy. Sampling defaults are DAPO's evaluation (K = 32 at temperature
+1.0, top-p 0.7), seeded alike for every model. ``eval.json`` and ``per_problem.jsonl`` under ``output_dir`` hold
+what every figure can be recomputed from (``trl_ext.diagnostics.eval_report.recompute``).
 """
 
 from __future__ import annotations
@@ -93,8 +90,8 @@ def main(args: EvalArguments) -> dict:
 
 def cli(argv: list[str] | None = None) -> dict:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
-    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    with reported_user_errors("trl-ext eval"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+    quiet_libraries()
+    with reported_user_errors("trl-ext eval"):
         return main(*parse((EvalArguments,), None, argv))
 
 

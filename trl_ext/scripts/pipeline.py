@@ -35,9 +35,16 @@ from trl_ext.recipe.models import fresh_demo_policy
 from trl_ext.recipe.parsing import check_flags, make_parser, parse
 from trl_ext.recipe.paths import DEMO_CONFIG_DIR, demo_config_path
 from trl_ext.recipe.report import write_summary
+from trl_ext.scoring import generate_groups
 from trl_ext.scripts import dapo as dapo_recipe
 from trl_ext.scripts import dpo as dpo_recipe
 from trl_ext.scripts import reward as reward_recipe
+
+
+def _recipe_argv(config: str, model: str, output_dir: str, seed: int, overrides: list[str], *extra: str) -> list[str]:
+    """A stage's command line: its YAML, the previous stage's model, its output folder, the seed, then overrides."""
+    argv = ["--config", config, "--model_name_or_path", model, *extra, "--output_dir", output_dir, "--seed", str(seed)]
+    return argv + _flags(overrides)
 
 
 def _flags(overrides: list[str]) -> list[str]:
@@ -54,20 +61,10 @@ def main(args: PipelineArguments) -> dict[str, Any]:
     """SFT warm start -> DAPO -> DPO for style on the demo task; prints and returns each stage's accuracy."""
     quiet_libraries()
     start = time.time()
-    print(
-        opening_line(
-            "pipeline",
-            [
-                "SFT warm start -> reward model -> DAPO against it"
-                if args.learned_reward
-                else "SFT warm start -> DAPO -> DPO for style",
-                "model demo model, random init",
-                "data built-in arithmetic demo",
-                f"outputs in {args.output_dir}",
-            ],
-        ),
-        flush=True,
-    )
+    stages = "reward model -> DAPO against it" if args.learned_reward else "DAPO -> DPO for style"
+    stages = f"SFT warm start -> {stages}"
+    lines = [stages, "model demo model, random init", "data built-in arithmetic demo", f"outputs in {args.output_dir}"]
+    print(opening_line("pipeline", lines), flush=True)
     if "OMP_NUM_THREADS" not in os.environ:  # the 0.6M-parameter demo model gains nothing from threads
         torch.set_num_threads(1)  # and on a busy machine they thrash
     timings: dict[str, float] = {}
@@ -95,17 +92,7 @@ def main(args: PipelineArguments) -> dict[str, Any]:
     t = time.time()
     dapo_dir = os.path.join(args.output_dir, "dapo")
     dapo_config = args.dapo_config or demo_config_path("dapo")
-    argv = [
-        "--config",
-        dapo_config,
-        "--model_name_or_path",
-        sft_dir,
-        "--output_dir",
-        dapo_dir,
-        "--seed",
-        str(args.seed),
-        *_flags(args.dapo_overrides),
-    ]
+    argv = _recipe_argv(dapo_config, sft_dir, dapo_dir, args.seed, args.dapo_overrides)
     dapo = dapo_recipe.main(*parse_grpo("dapo", argv=argv))
     accuracies["2. DAPO"] = dapo["accuracy_after"]
     timings["dapo"] = time.time() - t
@@ -115,17 +102,7 @@ def main(args: PipelineArguments) -> dict[str, Any]:
     t = time.time()
     dpo_dir = os.path.join(args.output_dir, "dpo")
     dpo_config = args.dpo_config or os.path.join(DEMO_CONFIG_DIR, "dpo", "config_style.yaml")
-    argv = [
-        "--config",
-        dpo_config,
-        "--model_name_or_path",
-        dapo_dir,
-        "--output_dir",
-        dpo_dir,
-        "--seed",
-        str(args.seed),
-        *_flags(args.dpo_overrides),
-    ]
+    argv = _recipe_argv(dpo_config, dapo_dir, dpo_dir, args.seed, args.dpo_overrides)
     dpo = dpo_recipe.main(*parse((DPOScriptArguments, DPOConfig, ModelConfig), "dpo", argv=argv))
     accuracies["3. DPO for style"] = dpo["accuracy_after"]
     timings["dpo"] = time.time() - t
@@ -172,23 +149,17 @@ def learned_reward_stages(
     # 2. Reward model on the warm start's mined pairs: recipes/reward.py's code path and YAML.
     t = time.time()
     rm_dir = os.path.join(args.output_dir, "reward")
-    argv = ["--model_name_or_path", sft_dir, "--output_dir", rm_dir, "--seed", str(args.seed)]
-    reward_types = (RewardScriptArguments, RewardConfig, ModelConfig)
-    reward = reward_recipe.main(
-        *parse(reward_types, "reward", ["--config", demo_config_path("reward"), *argv, *_flags(args.reward_overrides)])
-    )
+    argv = _recipe_argv(demo_config_path("reward"), sft_dir, rm_dir, args.seed, args.reward_overrides)
+    reward = reward_recipe.main(*parse((RewardScriptArguments, RewardConfig, ModelConfig), "reward", argv))
     timings["reward"] = time.time() - t
     print(f"[pipeline] 2. reward model: held-out pairwise accuracy {reward['accuracy_after']:.3f}", flush=True)
 
     # 3. DAPO from the warm start against the reward model (rule reward for held-out accuracy only).
     t = time.time()
     dapo_dir = os.path.join(args.output_dir, "dapo-rm")
-    dapo_argv = [
-        *("--config", args.dapo_config or demo_config_path("dapo"), "--model_name_or_path", sft_dir),
-        *("--reward_funcs", rm_dir, "--output_dir", dapo_dir, "--seed", str(args.seed)),
-        *_flags(args.dapo_overrides),
-    ]
-    dapo = dapo_recipe.main(*parse_grpo("dapo", argv=dapo_argv))
+    dapo_config = args.dapo_config or demo_config_path("dapo")
+    argv = _recipe_argv(dapo_config, sft_dir, dapo_dir, args.seed, args.dapo_overrides, "--reward_funcs", rm_dir)
+    dapo = dapo_recipe.main(*parse_grpo("dapo", argv=argv))
     accuracies["3. DAPO against the reward model"] = dapo["accuracy_after"]
     timings["dapo"] = time.time() - t
     total = time.time() - start
@@ -210,36 +181,26 @@ def learned_reward_stages(
     return summary
 
 
-@torch.no_grad()
 def style_report(model: PreTrainedModel, tokenizer: Any, dataset: Dataset, max_new_tokens: int = 6) -> dict:
     """How the greedy completions look: the fraction that are exactly a number then EOS (the style the pipeline's DPO
     stage rewards) and their mean length in tokens (EOS included)."""
-    model.eval()
-    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    inputs = tokenizer(list(dataset["prompt"]), return_tensors="pt", padding=True)
-    tokenizer.padding_side = padding_side
-    output = model.generate(
-        **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+    eos, prompts = tokenizer.eos_token_id, list(dataset["prompt"])
+    ids, truncated = generate_groups(
+        model, tokenizer, prompts, 1, max_new_tokens, len(prompts), [eos], tokenizer.pad_token_id, greedy=True
     )
-    clean, tokens = 0, 0
-    eos = tokenizer.eos_token_id
-    for ids in output[:, inputs["input_ids"].shape[1] :].tolist():
-        ended = eos in ids
-        ids = ids[: ids.index(eos) + 1] if ended else [i for i in ids if i != tokenizer.pad_token_id]
-        text = tokenizer.decode(ids, skip_special_tokens=True)
-        clean += ended and text.lstrip("-").isdigit()
-        tokens += len(ids)
-    return {"clean_frac": clean / len(dataset), "mean_tokens": tokens / len(dataset)}
+    texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
+    clean = sum(not cut and text.lstrip("-").isdigit() for text, cut in zip(texts, truncated, strict=True))
+    return {"clean_frac": clean / len(dataset), "mean_tokens": sum(map(len, ids)) / len(dataset)}
 
 
 def cli(argv: list[str] | None = None) -> dict[str, Any]:
     """Parse the command line (``argv``, default ``sys.argv[1:]``; ``--config`` a YAML of ``PipelineArguments``) and
     run ``main``."""
-    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
+    quiet_libraries()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = make_parser([PipelineArguments])  # no abbreviations, unknown flags named with the closest one
     check_flags(parser, argv)
-    with reported_user_errors("trl-ext pipeline"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+    with reported_user_errors("trl-ext pipeline"):
         (pipeline_args,) = parser.parse_args_and_config(args=argv)
         return main(pipeline_args)
 

@@ -5,12 +5,9 @@ a trained reward model or the rule-based rewards of ``rewards/`` through ``trl_e
     python recipes/ppo.py --config recipes/configs/demo/ppo/config_demo.yaml --total_episodes 640
     python recipes/ppo.py --model_name_or_path outputs/sft --reward_model_path my-rm --dataset_name prompts.jsonl
 
-The value model is a sequence-classification head on ``value_model_path`` (default: the policy's checkpoint, the
-usual initialisation). With no ``reward_model_path`` (TRL's default is a Hub model: set it to null outside the demo
-config) the rewards named in ``reward_funcs`` are called on the decoded completions with the dataset's other columns
-(e.g. ``answer``), exactly as the GRPO family calls them. With neither ``--config`` nor ``--model_name_or_path`` the
-settings come from ``recipes/configs/demo/ppo/config_demo.yaml``: the demo's SFT warm start, the arithmetic problems
-and reward, held-out greedy accuracy printed before and after, outputs in ``outputs/ppo``.
+The value model is a sequence-classification head on ``value_model_path`` (default: the policy's checkpoint). With
+no ``reward_model_path`` (TRL's default is a Hub model: set it to null outside the demo config) the rewards named in
+``reward_funcs`` are called as the GRPO family calls them.
 """
 
 from __future__ import annotations
@@ -94,7 +91,7 @@ def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: 
 
 def cli(argv: list[str] | None = None) -> dict:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
-    with reported_user_errors("trl-ext ppo"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+    with reported_user_errors("trl-ext ppo"):
         return main(*parse((PPOScriptArguments, PPOConfig, ModelConfig), "ppo", argv))
 
 

@@ -17,8 +17,8 @@ from trl_ext.errors import reported_user_errors
 
 def cli(argv: Sequence[str] | None = None) -> ProbeReport:
     """Parse the command line (``argv``, default ``sys.argv[1:]``), probe, print the table and save the report."""
-    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    with reported_user_errors("trl-ext probe"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+    quiet_libraries()
+    with reported_user_errors("trl-ext probe"):
         return main(argv)
 
 

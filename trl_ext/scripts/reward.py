@@ -4,16 +4,11 @@
     trl-ext reward --model_name_or_path outputs/sft --dataset_name prefs.jsonl --output_dir outputs/rm
     trl-ext dapo --reward_funcs outputs/reward-demo              # then optimize a policy against it
 
-Data: TRL's preference layouts, ``chosen`` / ``rejected`` with or without ``prompt``, text or chat messages; the
-held-out split (``dataset_test_split``) or, without one, a seeded ``held_out_fraction`` of the pairs. On the demo
-(no ``dataset_name``) the SFT warm start samples ``num_generations`` completions per problem, the rule reward
-(``reward_funcs``, the demo's answer check by default) scores them, and the best and worst of each informative
-group become a pair (``trl_ext.dpo.pairs.mine_pairs``, as group-mined DPO does), for the training and the held-out
-problems alike. The model: a scalar head (``AutoModelForSequenceClassification``, ``num_labels=1``) on the policy's
-checkpoint (the demo's warm start), trained with the Bradley-Terry loss. The figure: pairwise accuracy on the
-held-out pairs (TRL's ``eval_accuracy``: the share where the chosen completion scores higher) before and after,
-in the summary table and ``summary.json``. The saved folder (model and tokenizer) is a reward function for every RL
-recipe (``--reward_funcs <folder>``) and PPO's ``reward_model_path``.
+Data: TRL's preference layouts, held out by ``dataset_test_split`` or a seeded ``held_out_fraction``. On the demo the
+warm start's groups, scored by the rule reward, are mined into best-vs-worst pairs as group-mined DPO does. The model
+is a scalar head on the policy's checkpoint trained with the Bradley-Terry loss; the figure is held-out pairwise
+accuracy before and after. The saved folder is a reward function for every RL recipe (``--reward_funcs <folder>``)
+and PPO's ``reward_model_path``.
 """
 
 from __future__ import annotations
@@ -104,8 +99,8 @@ def main(script_args: RewardScriptArguments, training_args: RewardConfig, model_
 
 def cli(argv: list[str] | None = None) -> dict:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
-    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    with reported_user_errors("trl-ext reward"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+    quiet_libraries()
+    with reported_user_errors("trl-ext reward"):
         return main(*parse((RewardScriptArguments, RewardConfig, ModelConfig), "reward", argv))
 
 

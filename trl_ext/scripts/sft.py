@@ -4,11 +4,8 @@
     python recipes/sft.py --config recipes/configs/demo/sft/config_demo.yaml --max_steps 100
     python recipes/sft.py --model_name_or_path Qwen/Qwen2.5-0.5B --dataset_name trl-lib/Capybara --output_dir ...
 
-With neither ``--config`` nor ``--model_name_or_path`` the settings come from
-``recipes/configs/demo/sft/config_demo.yaml``: the demo's randomly initialised tiny model trained on the arithmetic
-problems with exactly the settings of ``trl_ext.demo.warm_start`` (``trl_ext.recipe.models.warm_start_sft_config``;
-a test keeps the two equal and checks that both give the same weights), held-out greedy accuracy printed before and
-after, the model written to ``outputs/sft``.
+With neither ``--config`` nor ``--model_name_or_path`` the demo's tiny model is trained from scratch with exactly the
+settings of ``trl_ext.demo.warm_start`` (a test keeps the two equal).
 """
 
 from __future__ import annotations
@@ -63,8 +60,8 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
 
 def cli(argv: list[str] | None = None) -> dict:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
-    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    with reported_user_errors("trl-ext sft"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
+    quiet_libraries()
+    with reported_user_errors("trl-ext sft"):
         return main(*parse((SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv))
 
 
