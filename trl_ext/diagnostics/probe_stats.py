@@ -13,8 +13,8 @@ import torch
 
 from trl_ext.diagnostics.eval_metrics import default_ks, pass_at_k
 from trl_ext.diagnostics.probe_args import ProbeArguments
-from trl_ext.grpo.dynamic_sampling.sizing import expected_refill_rounds
 from trl_ext.grpo.dynamic_sampling.groups import expected_rounds, group_stats, informative_groups
+from trl_ext.grpo.dynamic_sampling.sizing import expected_refill_rounds
 
 _UNCAPPED_ROUNDS = 1000  # "no cap" for the simulated refill policy: a budget no realistic rate reaches
 
