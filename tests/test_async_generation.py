@@ -438,7 +438,7 @@ def test_exact_resume_with_a_rollout_in_flight(tokenizer, problems, tmp_path, en
 @pytest.mark.slow
 def test_two_processes_under_torchrun(tmp_path):
     """``torchrun --nproc_per_node 2`` (gloo, CPU): overlapped rollouts with dynamic-sampling refills across two
-    processes; the script asserts the world size, equal weights on both ranks and the staleness bound."""
+    processes; the script asserts the world size, equal weights on both ranks and the staleness."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ASYNC_TEST_OUT": str(tmp_path)}
     env["PYTHONPATH"] = os.pathsep.join([REPO, HERE, env.get("PYTHONPATH", "")])
     with socket.socket() as s:
@@ -451,7 +451,7 @@ def test_two_processes_under_torchrun(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["world_size"] == 2
     assert summary["staleness_max"] == [0.0, 1.0, 1.0, 1.0]
-    assert sum(summary["rounds"]) > len(summary["rounds"])  # refill rounds happened
+    assert min(summary["kept"]) < 1.0  # groups were dropped: the loop's first round was prefetched larger
     assert summary["weights_equal_across_ranks"]
     assert summary["overlapping_syncs"] == 0
 
@@ -495,8 +495,9 @@ def _torchrun_main() -> None:
     if trainer.accelerator.is_main_process:
         summary = {
             "world_size": world,
-            "staleness_max": history(trainer, "async/staleness/max"),
+            "staleness_max": history(trainer, "async/staleness"),
             "rounds": history(trainer, "dynamic_sampling/rounds"),
+            "kept": history(trainer, "dynamic_sampling/kept_group_frac"),
             "weights_equal_across_ranks": all(torch.equal(gathered[0], g) for g in gathered[1:]),
             "overlapping_syncs": client.overlapping_syncs,
         }

@@ -45,7 +45,7 @@ def sample_informative_batch(
     round_inputs, indices = inputs, None
     if first_round is not None:
         round_inputs, indices = first_round
-    elif sampler.draws_every_round:
+    elif sampler.draws_every_round and num_groups % world == 0:  # else TRL's batch (groups straddle processes)
         round_inputs, indices = refill_inputs(trainer, inputs, num_groups)
     rounds: list[Round] = []
     with engine_awake(trainer):  # one weight push per step under vLLM's sleep mode
