@@ -1,7 +1,7 @@
 """Mixture-of-Experts under RL: how much routing moves between the rollout policy and the trained one, and a guard
 that lets checkpoints with ``output_router_logits=True`` generate.
 
-GSPO (arXiv 2507.18071, section 4.3) explains its MoE case by expert-activation volatility: after each update about
+GSPO (arXiv 2507.18071) makes its MoE case with expert-activation volatility: after each update about
 10% of the experts a token routes to change (Qwen3-30B-A3B, 48 layers), so the token ratio
 r_t = pi_theta(y_t | x, y_<t) / pi_old(y_t | x, y_<t) (GRPO, Eq. 3) compares two different sub-networks, while the
 sequence ratio s_i = (pi_theta(y_i|x) / pi_old(y_i|x))^(1/|y_i|) (GSPO, Eq. 7) averages the noise out.
