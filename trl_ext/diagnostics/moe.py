@@ -1,24 +1,15 @@
-"""Mixture-of-Experts under RL: how much routing moves between the rollout policy and the trained one, and a guard
-that lets checkpoints with ``output_router_logits=True`` generate.
+"""Mixture-of-Experts under RL (``docs/MOE.md``): how much routing moves between the rollout policy and the trained
+one, and a guard that lets checkpoints with ``output_router_logits=True`` generate.
 
-GSPO (arXiv 2507.18071, section 4.3) explains its MoE case by expert-activation volatility: after each update about
-10% of the experts a token routes to change (Qwen3-30B-A3B, 48 layers), so the token ratio
-r_t = pi_theta(y_t | x, y_<t) / pi_old(y_t | x, y_<t) (GRPO, Eq. 3) compares two different sub-networks, while the
-sequence ratio s_i = (pi_theta(y_i|x) / pi_old(y_i|x))^(1/|y_i|) (GSPO, Eq. 7) averages the noise out.
+GSPO (arXiv 2507.18071) makes its MoE case with expert-activation volatility: after an update about 10% of the experts
+a token routes to change, so the token ratio r_t = pi_theta(y_t|x, y_<t) / pi_old(y_t|x, y_<t) (GRPO, Eq. 3) compares
+two sub-networks, while the sequence ratio s_i = (pi_theta(y_i|x) / pi_old(y_i|x))^(1/|y_i|) (GSPO, Eq. 7) averages it.
 
-:class:`MoERoutingMonitor` logs, per optimizer step (TRL's own metric table, so they reach every logger):
-
-- ``moe/routing_change_frac``: among the (completion token, MoE layer) routings of the training forward, the fraction
-  whose top-k expert *set* differs from the one the old-policy forward chose for the same sequence. Read from the router
-  logits the model computes anyway (forward hooks on the router modules during TRL's own old-policy pass and training
-  forward): no second forward. TRL runs the old-policy pass only off-policy (``gradient_accumulation_steps`` not a
-  multiple of ``steps_per_generation * num_iterations``, or vLLM importance sampling); on-policy the trained policy *is*
-  the rollout policy, the change is 0 by construction and the metric is not logged.
-- ``moe/max_expert_load``: the busiest expert's share of the top-k assignments of the training forward's tokens
-  (worst layer; 1/num_experts is perfect balance).
-
-:func:`attach_moe_monitor` (one call on a built trainer; nothing for a dense model) adds both. Routers are found through
-the modules transformers records ``router_logits`` from (``_can_record_outputs``).
+:class:`MoERoutingMonitor` logs per optimizer step, into TRL's metric table: ``moe/routing_change_frac``, the fraction
+of (completion token, MoE layer) routings whose top-k expert set differs between TRL's old-policy forward and its
+training forward (read by forward hooks on the routers: no second forward; not logged on-policy, where TRL runs no
+old-policy forward and the change is 0 by construction), and ``moe/max_expert_load``, the busiest expert's share of
+the training forward's top-k assignments (worst layer). :func:`attach_moe_monitor` adds both to a built trainer.
 """
 
 from __future__ import annotations
