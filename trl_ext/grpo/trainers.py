@@ -33,6 +33,7 @@ import torch
 import trl
 from trl.rewards import get_soft_overlong_punishment
 
+from trl_ext.diagnostics.moe import attach_moe_monitor
 from trl_ext.errors import UserError
 from trl_ext.generation import vllm_setup, vllm_sync
 from trl_ext.grpo import rollout_rhythm
@@ -111,6 +112,7 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
         warn_truncated_importance_sampling(args)
         vllm_setup.check_trainer_args(args)  # no vLLM, vLLM outside TRL's range, broken torchvision: fail here
         super().__init__(model, reward_funcs, args, *rest, **kw)
+        attach_moe_monitor(self)  # MoE: router-logits guard and moe/* metrics; nothing for a dense model
         if hasattr(self.model, "add_model_tags"):
             self.model.add_model_tags(list(self.model_tags))
         vllm_sync.adopt_for_trainer(self)  # colocate sync that works where vLLM repacks weights (its CPU build)
