@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trl_ext.errors import UserError
+from trl_ext.generation.vllm_setup import engine_model_runner
 
 ADAPTER = "LoRA adapter only"
 NAME = "trl-ext-adapter"
@@ -98,8 +99,6 @@ class AdapterSync:
             client = getattr(generation, "vllm_client", None)
             folder = getattr(client, "sync_dir", None) or os.environ.get("TRL_EXT_VLLM_SYNC_DIR")
             return cls(tempfile.mkdtemp(prefix="trl-ext-adapter-", dir=folder))
-        from trl_ext.generation.vllm_sync import engine_model_runner
-
         engine_model = engine_model_runner(generation.llm).get_model()
         check_adapter(peft_config, serveable_modules(engine_model), generation.enable_sleep_mode)
         generation.llm = AdapterLLM(build_lora_engine(generation, max_lora_rank(peft_config.r)))

@@ -193,3 +193,9 @@ def vllm_generation_kwargs(args: Any, generation_kwargs: dict[str, Any]) -> dict
         "EOS out of the normalisation: sampling/sampling_logp_difference/* read high."
     )
     return generation_kwargs
+
+
+def engine_model_runner(llm: Any) -> Any:
+    """The model runner of a colocated engine (``vllm.LLM`` built by TRL with the in-process
+    ``external_launcher`` executor): the same path TRL's sync takes to the model."""
+    return llm.llm_engine.model_executor.driver_worker.model_runner

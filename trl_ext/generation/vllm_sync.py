@@ -29,17 +29,12 @@ import torch
 from trl.generation.vllm_generation import VLLMGeneration
 
 from trl_ext.generation import vllm_lora, vllm_setup
+from trl_ext.generation.vllm_setup import engine_model_runner
 
 logger = logging.getLogger(__name__)
 
 RELOAD = "layer-wise reload"
 PER_PARAMETER = "per-parameter load_weights (TRL)"
-
-
-def engine_model_runner(llm: Any) -> Any:
-    """The model runner of a colocated engine (``vllm.LLM`` built by TRL with the in-process
-    ``external_launcher`` executor): the same path TRL's sync takes to the model."""
-    return llm.llm_engine.model_executor.driver_worker.model_runner
 
 
 def platform_repacks_weights() -> bool:
