@@ -29,6 +29,8 @@ def test_trl_colocate_sync_has_the_shape_the_reload_route_replaces():
     assert "self._iter_named_params()" in sync, "TRL's sync no longer reads _iter_named_params"
     assert "driver_worker.model_runner.model.load_weights" in sync, "TRL's colocate sync changed its path to the model"
     assert "self.llm.reset_prefix_cache()" in sync
+    # the reload route repeats TRL's sleep-mode wake-up before loading (and its flag): the same two lines as TRL's
+    assert 'self.llm.wake_up(tags=["weights"])' in sync and "self._llm_weights_sleeping = False" in sync
     assert inspect.isgeneratorfunction(VLLMGeneration._iter_named_params)
     assert "model.unmerge_adapter()" in inspect.getsource(VLLMGeneration._iter_named_params)  # PEFT: after the last
     init = inspect.getsource(VLLMGeneration.__init__) + inspect.getsource(VLLMGeneration._init_vllm)
