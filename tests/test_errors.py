@@ -269,7 +269,7 @@ def test_ppo_with_a_trl_that_has_no_ppo(monkeypatch):
         assert require_ppo()[1].__name__ == "PPOTrainer"  # trl 1.12 has it
     monkeypatch.setitem(sys.modules, "trl.experimental.ppo", None)  # what a newer TRL looks like
     # the install line names the `ppo` extra (it pins trl 1.12), not a bare TRL downgrade
-    with raises(ImportError, "PPO needs trl.experimental.ppo.PPOTrainer", 'pip install "trl-ext[ppo]"', "trl 1.12"):
+    with raises(ImportError, "PPO needs trl.experimental.ppo.PPOTrainer", 'pip install -e ".[ppo]"', "trl 1.12"):
         require_ppo()
 
 

@@ -186,9 +186,7 @@ def test_probe_reports_the_reward_models_spread_on_the_first_groups(reward_model
 
 @pytest.mark.slow
 def test_ppo_takes_the_same_reward_model(reward_model_dir, tmp_path):
-    pytest.importorskip(
-        "trl.experimental.ppo", reason='PPO needs trl 1.12 (removed in 1.13): pip install "trl-ext[ppo]"'
-    )
+    pytest.importorskip("trl.experimental.ppo", reason='PPO needs trl 1.12 (removed in 1.13): pip install -e ".[ppo]"')
     from trl.experimental.ppo import PPOConfig
 
     from trl_ext.recipe.args import PPOScriptArguments

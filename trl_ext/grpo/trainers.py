@@ -110,7 +110,8 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
                 "or set async_generation=False."
             )
         warn_truncated_importance_sampling(args)
-        vllm_setup.check_trainer_args(args)  # no vLLM, vLLM outside TRL's range, broken torchvision: fail here
+        # no vLLM, vLLM outside TRL's range, broken torchvision: fail here; an in-memory model gets an engine snapshot
+        vllm_setup.check_trainer_args(args, model, *rest, **kw)
         super().__init__(model, reward_funcs, args, *rest, **kw)
         attach_moe_monitor(self)  # MoE: router-logits guard and moe/* metrics; nothing for a dense model
         if hasattr(self.model, "add_model_tags"):

