@@ -116,20 +116,65 @@ QWEN_ADDED = [
 QWEN_BASE_VOCAB = 151643
 
 
+def _sample_tool(a: int, b: int) -> int:
+    """
+    Adds two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+
+    Returns:
+        The sum of the two integers.
+    """
+    return a + b
+
+
+def _learned_merges(template: str | None, size: int) -> list[tuple[str, str]]:
+    """BPE merges learned on chat-rendered zen prompts with a tool schema (what the tests tokenize), so that prompts are
+    a few times shorter than one token per byte (the real tokenizers' merges are not available offline)."""
+    from tokenizers import trainers
+    from transformers.utils import get_json_schema
+
+    texts = list(ZEN_QUESTIONS)
+    if template is not None:
+        probe = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE(vocab={"a": 0}, merges=[])))
+        probe.chat_template = (TEMPLATES / f"{template}.jinja").read_text(encoding="utf-8")
+        tools = [get_json_schema(_sample_tool)]
+        for question in ZEN_QUESTIONS:
+            messages = [{"role": "user", "content": question}]
+            texts.append(probe.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True))
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    trainer = trainers.BpeTrainer(
+        vocab_size=256 + size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    backend.train_from_iterator(texts * 4, trainer=trainer)
+    merges = json.loads(backend.to_str())["model"]["merges"]
+    return [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in merges]
+
+
 def byte_level_tokenizer(
-    base_size: int, fixed: dict[int, str], added: list[tuple[str, bool]], **special
+    base_size: int,
+    fixed: dict[int, str],
+    added: list[tuple[str, bool]],
+    merges: list[tuple[str, str]] = (),
+    **special,
 ) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer without merges (every byte is a token, so any template is prefix-preserving):
-    ids 0-255 the byte alphabet, ``fixed`` tokens at their ids, filler tokens up to ``base_size``, then ``added``
-    tokens (``(content, special)``) from ``base_size`` on. ``special``: eos_token, pad_token, ... by content."""
+    """A byte-level BPE tokenizer: ids 0-255 the byte alphabet, ``fixed`` tokens at their ids, the tokens of
+    ``merges`` at free ids (or at their fixed id), filler tokens up to ``base_size``, then ``added`` tokens
+    (``(content, special)``) from ``base_size`` on. ``special``: eos_token, pad_token, ... by content."""
     vocab = {c: i for i, c in enumerate(_byte_alphabet())}
     for i, token in fixed.items():
         vocab[token] = i
     taken = set(vocab.values())
-    for i in range(256, base_size):
-        if i not in taken:
-            vocab[f"tok{i}"] = i
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    free = (i for i in range(256, base_size) if i not in taken)
+    for left, right in merges:
+        if left + right not in vocab:
+            vocab[left + right] = next(free)
+    for i in free:
+        vocab[f"tok{i}"] = i
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=list(merges)))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = decoders.ByteLevel()
     for content, is_special in added:  # one at a time: ids follow the list's order
@@ -140,9 +185,17 @@ def byte_level_tokenizer(
     return tokenizer
 
 
-def qwen_tokenizer(template: str = "qwen3") -> PreTrainedTokenizerFast:
+def qwen_tokenizer(template: str = "qwen3", small: bool = False) -> PreTrainedTokenizerFast:
+    """Qwen's ids (``small=False``), or the same tokens and template in a vocabulary of about 2,000 (for our own
+    tests, which write their fake completions as text: a 152k-wide output layer dominates a CPU step)."""
+    merges = _learned_merges(template, 1500)
     tokenizer = byte_level_tokenizer(
-        QWEN_BASE_VOCAB, QWEN_TOKENS, QWEN_ADDED, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+        256 + len(merges) + len(QWEN_TOKENS) if small else QWEN_BASE_VOCAB,
+        QWEN_TOKENS if not small else {},
+        QWEN_ADDED,
+        merges,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
     )
     tokenizer.chat_template = (TEMPLATES / f"{template}.jinja").read_text(encoding="utf-8")
     tokenizer.padding_side = "left"
@@ -151,7 +204,8 @@ def qwen_tokenizer(template: str = "qwen3") -> PreTrainedTokenizerFast:
 
 def small_tokenizer(added: list[str], template: str, **special) -> PreTrainedTokenizerFast:
     """A byte-level tokenizer (ids 0-255) with ``added`` special tokens from 256 on, for the VLM stand-ins."""
-    tokenizer = byte_level_tokenizer(256, {}, [(t, True) for t in added], **special)
+    merges = _learned_merges(None, 200)
+    tokenizer = byte_level_tokenizer(256 + len(merges) + 1, {}, [(t, True) for t in added], merges, **special)
     tokenizer.chat_template = (TEMPLATES / f"{template}.jinja").read_text(encoding="utf-8")
     tokenizer.padding_side = "left"
     return tokenizer
@@ -220,6 +274,27 @@ def _qwen3():
     return model, tokenizer, [151645, 151643]
 
 
+def _qwen3_small_vocab():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = qwen_tokenizer("qwen3", small=True)
+    ids = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=8,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=32,
+        bos_token_id=ids[1],
+        eos_token_id=ids[0],
+        pad_token_id=ids[1],
+    )
+    model = Qwen3ForCausalLM(config)
+    _init_weights(model)
+    return model, tokenizer, ids
+
+
 def _qwen2_reward_model():
     from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
@@ -274,6 +349,7 @@ def _gemma3():
             intermediate_size=32,
             image_size=56,
             patch_size=14,
+            vision_use_head=False,  # as google/gemma-3-4b-it: SigLIP without its pooling head
         ),
         mm_tokens_per_image=4,
         boi_token_index=ids["<start_of_image>"],
@@ -395,6 +471,7 @@ BUILDERS = {
     "trl-internal-testing/tiny-Qwen3MoeForCausalLM": _qwen3_moe,
     "trl-internal-testing/tiny-Qwen3ForCausalLM": _qwen3,
     "trl-internal-testing/tiny-Qwen2ForSequenceClassification-2.5": _qwen2_reward_model,
+    "trl-ext/tiny-Qwen3ForCausalLM-small-vocab": _qwen3_small_vocab,
     "trl-internal-testing/tiny-Gemma3ForConditionalGeneration": _gemma3,
     "trl-internal-testing/tiny-LlavaNextForConditionalGeneration": _llava_next,
     "trl-internal-testing/tiny-Qwen2VLForConditionalGeneration": lambda: _qwen_vl("2"),

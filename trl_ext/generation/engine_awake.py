@@ -22,7 +22,7 @@ from typing import Any
 def engine_awake(trainer: Any) -> Iterator[None]:
     """Keep ``trainer``'s colocated vLLM engine awake for the rounds run inside (module docstring)."""
     generation = getattr(trainer, "vllm_generation", None) if getattr(trainer, "use_vllm", False) else None
-    if generation is None or generation.mode != "colocate" or not generation.enable_sleep_mode:
+    if getattr(generation, "mode", None) != "colocate" or not getattr(generation, "enable_sleep_mode", False):
         yield
         return
     generation.llm.wake_up()

@@ -114,6 +114,21 @@ def _pad(row: torch.Tensor, left: int, right: int, value: float) -> torch.Tensor
     return torch.cat([before, row, after])
 
 
+def _pad_beyond_first_dim(values: list[Any]) -> list[Any]:
+    """Per-sample entries of TRL's split (one tensor per sample, joined by ``torch.cat`` along dim 0) zero-padded in
+    their other dims to the largest, as a processor pads one batch: LLaVA-NeXT's ``[images, patches, C, H, W]`` pixel
+    values of two rounds may hold different patch counts (the model reads the real count from ``image_sizes``)."""
+    if not all(isinstance(v, torch.Tensor) for v in values) or len({v.shape[1:] for v in values}) <= 1:
+        return values
+    target = [max(v.size(d) for v in values) for d in range(1, values[0].ndim)]
+    padded = []
+    for v in values:
+        out = v.new_zeros((v.size(0), *target))
+        out[(slice(None), *(slice(0, n) for n in v.shape[1:]))] = v
+        padded.append(out)
+    return padded
+
+
 def _stack(
     samples: list[dict[str, Any]], widths: list[tuple[int, int]], layout: dict[str, str], lists: set[str], pad_id: int
 ) -> dict[str, Any]:
@@ -123,7 +138,10 @@ def _stack(
     batch: dict[str, Any] = {}
     for key in samples[0]:
         values = [s[key] for s in samples]
-        if key in lists or not isinstance(values[0], torch.Tensor):
+        if key in lists:
+            batch[key] = _pad_beyond_first_dim(values)
+            continue
+        if not isinstance(values[0], torch.Tensor):
             batch[key] = values
             continue
         fill = pad_id if key in TOKEN_KEYS else 0

@@ -39,15 +39,18 @@ class DeferredOldLogps:
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
-        self.enabled = not (trainer.use_vllm and getattr(trainer, "vllm_importance_sampling_correction", False)) and (
-            trainer.beta == 0.0 or trainer.ref_model is not None
-        )
         self.active = False
         self.deferred = False  # a round's old-policy pass was skipped: fill() owes it
 
+    def allowed(self) -> bool:
+        """Whether nothing inside a round reads the old-policy log-probs (module docstring)."""
+        trainer = self.trainer
+        vllm_correction = trainer.use_vllm and getattr(trainer, "vllm_importance_sampling_correction", False)
+        return not vllm_correction and (trainer.beta == 0.0 or trainer.ref_model is not None)
+
     @contextmanager
     def during_round(self) -> Iterator[None]:
-        self.active = self.enabled
+        self.active = self.allowed()
         try:
             yield
         finally:
