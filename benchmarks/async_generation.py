@@ -277,7 +277,7 @@ def one_run(
         # the rest of each step (synchronous: everything but waiting for the engine), step by step
         "training_seconds_per_step": statistics.median(steady([d - w for d, w in zip(durations, waits, strict=True)])),
         "wait_seconds": [h.get("async/wait_time") for h in logs],
-        "staleness_max": max((h.get("async/staleness/max", 0.0) for h in logs), default=0.0),
+        "staleness_max": max((h.get("async/staleness", 0.0) for h in logs), default=0.0),
         "rounds": [h.get("dynamic_sampling/rounds", 1.0) for h in logs],
         "accuracy": greedy_accuracy(trainer.model, tokenizer, held_out),
     }

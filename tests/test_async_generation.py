@@ -536,7 +536,7 @@ def test_health_monitor_alerts_on_engine_trainer_mismatch():
         log(1.02, 0.03),
         log(0.8, 0.02),
         log(0.8, 0.02),
-        log(1.0, 0.3, **{"async/staleness/max": 1.0}),
+        log(1.0, 0.3, **{"async/staleness": 1.0}),
     ]
     flags = [monitor.check(logs, step=i + 1, args=args)["health/sampling_mismatch"] for i, logs in enumerate(stream)]
     assert flags == [0.0, 0.0, 0.0, 1.0, 1.0]  # patience 2: the second log off in a row
@@ -548,5 +548,5 @@ def test_health_monitor_alerts_on_engine_trainer_mismatch():
     assert "health/sampling_mismatch" not in quiet.check({"loss": 0.1}, step=1)
     staleness = HealthMonitor()
     for i in range(2):
-        staleness.check(log(1.0, 0.3, **{"async/staleness/max": 1.0}), step=i + 1, args=SimpleNamespace())
+        staleness.check(log(1.0, 0.3, **{"async/staleness": 1.0}), step=i + 1, args=SimpleNamespace())
     assert "1 generation batch(es) old (async_generation)" in staleness.events[0].message

@@ -306,7 +306,7 @@ class HealthChecks:
                 f"sampling is truncated ({', '.join(found)}): the correction is biased (TRL issue #6789); sample with "
                 "top_p=1, top_k=0, min_p=0"
             )
-        staleness = _value(logs, "async/staleness/max")
+        staleness = _value(logs, "async/staleness")
         if staleness:
             causes.append(
                 f"rollouts are {staleness:.0f} generation batch(es) old (async_generation): lower learning_rate"
