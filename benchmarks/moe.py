@@ -76,7 +76,8 @@ def ratio_stats_mixin(base: type) -> type:
     class Measured(base):
         def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
             out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-            self._bench_logps = out[0].detach() if out[0].requires_grad else None
+            # the training forward only (a dynamic-sampling round answers its deferred old-policy pass with None)
+            self._bench_logps = out[0].detach() if out[0] is not None and out[0].requires_grad else None
             return out
 
         def compute_loss(self, model: Any, inputs: dict, *args: Any, **kwargs: Any) -> Any:
