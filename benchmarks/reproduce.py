@@ -12,7 +12,8 @@ Parts, each run in a fresh temporary folder (a clean warm-start cache: every SFT
   this command measured with ``--update`` for the same TRL release. Noise: two standard deviations over the demo's
   warm starts (``--demo-warm-starts``: the same demo from SFT seeds 0, 1, 2), and never less than two binomial
   standard errors of a rate over the 240 held-out problems: what moves when another machine trains another warm
-  start.
+  start. Held as well to the demo's own bar, whatever was committed: +15 held-out points, and at most 5 minutes of
+  wall clock for that first run from nothing (an empty warm-start cache, so the SFT warm start is trained again).
 - ``overhead``: ``overhead.py --quick`` (5 lock-stepped pairs x 4 steps). Compared with ``results/overhead.figures
   .json`` (the full run): the median step-time ratio ours / TRL, within the wider of the two runs' interquartile
   ranges of per-pair ratios; the final weights of both arms must be identical, as in the full run.
@@ -61,6 +62,8 @@ EVAL_FIGURES = ("pass@1 (greedy)", "avg@8", "pass@8", "maj@8")
 SE_BUDGET, SE_UNIT = 10_240, (0, 3)  # the reduced sample-efficiency run: warm start 0, RL seed 3
 PARTS = ("demo", "overhead", "ds_cost", "sample_efficiency")  # the default run
 EXTRA_PARTS = ("learned_reward",)  # named explicitly (6 more minutes)
+#: The demo's own bar (a first run, SFT warm start included, on 2 cores): +15 held-out points within 5 minutes
+DEMO_BAR = {"gain": 15.0, "wall_s": 300.0}
 PAIRS_NOISE = 451  # the demo reward model's held-out pairs
 
 
@@ -90,11 +93,25 @@ def figure(part: str, name: str, committed: float | None, measured: float, noise
     }
 
 
-def run(command: list[str], cwd: Path, log: Path) -> float:
-    """Run ``command`` in ``cwd``, its stdout into ``log`` and its stderr (progress bars) into ``log.err``; its wall
-    seconds. A failure stops with the end of both."""
+def bar(part: str, name: str, measured: float, limit: float, at_most: bool) -> dict:
+    """One figure held to a fixed bar rather than to a committed figure: ``reproduced`` when it meets the bar."""
+    return {
+        "part": part,
+        "figure": name,
+        "committed": None,
+        "measured": measured,
+        "noise": 0.0,
+        "reproduced": measured <= limit if at_most else measured >= limit,
+        "exact": False,
+        "source": f"bar: {'at most' if at_most else 'at least'} {limit:g}",
+    }
+
+
+def run(command: list[str], cwd: Path, log: Path, **env_vars: str) -> float:
+    """Run ``command`` in ``cwd`` (``env_vars`` added to its environment), its stdout into ``log`` and its stderr
+    (progress bars) into ``log.err``; its wall seconds. A failure stops with the end of both."""
     started = time.time()
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **env_vars}
     with open(log, "w") as out, open(f"{log}.err", "w") as err:
         done = subprocess.run(command, cwd=cwd, env=env, stdout=out, stderr=err)
     if done.returncode != 0:
@@ -123,7 +140,8 @@ def demo_once(work: Path, seed: int, evaluate: bool) -> dict[str, Any]:
     if seed != 0:
         command += ["--demo_warm_start_seed", str(seed)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    wall = run(command, folder, folder / "dapo.log")
+    cache = {"TRL_EXT_CACHE": str(folder / "cache")}  # an empty warm-start cache: the SFT warm start is trained again
+    wall = run(command, folder, folder / "dapo.log", **cache)
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     summary = json.loads((folder / "outputs" / "dapo-demo" / "summary.json").read_text())
     rows = [json.loads(line) for line in (folder / "outputs" / "dapo-demo" / "metrics.jsonl").read_text().splitlines()]
@@ -143,7 +161,12 @@ def demo_once(work: Path, seed: int, evaluate: bool) -> dict[str, Any]:
         "console": console_excerpt((folder / "dapo.log").read_text().splitlines()),
     }
     if evaluate:
-        run([sys.executable, str(ROOT / "recipes" / "eval.py"), "--num_samples", "8"], folder, folder / "eval.log")
+        run(
+            [sys.executable, str(ROOT / "recipes" / "eval.py"), "--num_samples", "8"],
+            folder,
+            folder / "eval.log",
+            **cache,
+        )
         models = json.loads((folder / "outputs" / "eval" / "eval.json").read_text())["models"]
         out["eval"] = {m["name"]: {k: m["figures"][k] for k in EVAL_FIGURES} for m in models}
     return out
@@ -195,6 +218,8 @@ def part_demo(work: Path, options, committed: dict) -> tuple[list[dict], dict]:
     ref, noise = (reference or {}).get("figures", {}), (reference or {}).get("noise", {})
     for key in ("accuracy_before", "accuracy_after", "gain"):
         figures.append(figure("demo", key, ref.get(key), main[key], noise.get(key, 0.0), source))
+    figures.append(bar("demo", "bar: held-out gain, points", 100 * main["gain"], DEMO_BAR["gain"], at_most=False))
+    figures.append(bar("demo", "bar: wall clock, first run from nothing, s", main["wall_s"], DEMO_BAR["wall_s"], True))
     for model, values in main.get("eval", {}).items():
         warm = "warm start" in model
         base = noise.get("accuracy_before" if warm else "accuracy_after", 0.0)
@@ -353,13 +378,12 @@ def render(figures: list[dict]) -> list[str]:
     for f in figures:
         committed = "–" if f["committed"] is None else f"{f['committed']:.3f}"
         verdict = "exact" if f["exact"] else ("yes" if f["reproduced"] else "**no**")
-        rows.append(
-            [f["part"], f["figure"], committed, f"{f['measured']:.3f}", f"±{f['noise']:.3f}", verdict, f["source"]]
-        )
+        noise = "–" if f["source"].startswith("bar:") else f"±{f['noise']:.3f}"
+        rows.append([f["part"], f["figure"], committed, f"{f['measured']:.3f}", noise, verdict, f["source"]])
     lines = common.table(
         ["part", "figure", "committed", "measured", "noise", "reproduced", "committed figure from"], rows
     )
-    done = sum(f["reproduced"] for f in figures)
+    done = sum(f["reproduced"] for f in figures)  # a bar counts as reproduced when it is met
     lines += [
         "",
         f"{done} of {len(figures)} figures reproduced within their noise ({sum(f['exact'] for f in figures)} exactly).",
