@@ -9,9 +9,19 @@ from typing import Any
 from datasets import Dataset
 from transformers import set_seed
 
+from trl_ext.console import quiet_libraries
 from trl_ext.data import Layout, TaskData, load_task_data
+from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.models import demo_threads
 from trl_ext.recipe.report import report
+
+
+def run(name: str, main: Callable[..., Any], parse_args: Callable[[], tuple]) -> Any:
+    """A recipe's command line: library noise hidden (``quiet_libraries``), ``main`` run on ``parse_args()``, and a
+    user error printed as ``trl-ext <name>: error: ...`` (``TRL_EXT_DEBUG=1``: the traceback)."""
+    quiet_libraries()
+    with reported_user_errors(f"trl-ext {name}"):
+        return main(*parse_args())
 
 
 def start(

@@ -6,8 +6,7 @@
     accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/dapo.py \
         --config recipes/configs/qwen2.5-math-7b/dapo/config_colocate.yaml
 
-Everything DAPO changes is in ``DAPOConfig`` and ``DAPOTrainer``; the steps of the run (seed, rewards, data, model,
-trainer, train, save, report) are ``trl_ext.scripts.grpo``'s ``main``, shared by the whole GRPO family.
+DAPO is ``DAPOConfig`` and ``DAPOTrainer``; the run is ``trl_ext.scripts.grpo``'s ``main``.
 """
 
 from __future__ import annotations

@@ -16,18 +16,16 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from trl_ext.console import quiet_libraries
 from trl_ext.data import format_prompts, is_data_file
 from trl_ext.diagnostics.eval_report import print_report, write_report
 from trl_ext.diagnostics.evaluation import EvalSettings, check_vllm, evaluate_model
-from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.args import EvalArguments
 from trl_ext.recipe.evaluation import completion_budget
 from trl_ext.recipe.models import demo_models, demo_threads, load_for_vllm, load_policy
 from trl_ext.recipe.parsing import parse
 from trl_ext.recipe.report import announce_eval
 from trl_ext.recipe.rewards import evaluation_reward, task_rewards
-from trl_ext.recipe.steps import load_script_data
+from trl_ext.recipe.steps import load_script_data, run
 from trl_ext.reliability.checks import longest_prompt
 
 DEMO_ANSWER_TOKENS = 4  # the demo's own check reads the first integer of 4 new tokens (trl_ext.demo.greedy_accuracy)
@@ -90,9 +88,7 @@ def main(args: EvalArguments) -> dict:
 
 def cli(argv: list[str] | None = None) -> dict:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
-    quiet_libraries()
-    with reported_user_errors("trl-ext eval"):
-        return main(*parse((EvalArguments,), None, argv))
+    return run("eval", main, lambda: parse((EvalArguments,), None, argv))
 
 
 if __name__ == "__main__":

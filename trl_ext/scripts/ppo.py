@@ -18,7 +18,6 @@ from trl import ModelConfig, get_peft_config
 
 from trl_ext.console import library_lines_dropped, quiet_libraries, use_console
 from trl_ext.data import format_prompts
-from trl_ext.errors import reported_user_errors
 from trl_ext.ppo import RuleRewardModel, tokenize_prompts
 from trl_ext.recipe.args import PPOScriptArguments
 from trl_ext.recipe.evaluation import held_out_evaluator
@@ -26,7 +25,7 @@ from trl_ext.recipe.models import load_policy
 from trl_ext.recipe.parsing import parse
 from trl_ext.recipe.report import announce
 from trl_ext.recipe.rewards import task_rewards
-from trl_ext.recipe.steps import finish, start
+from trl_ext.recipe.steps import finish, run, start
 from trl_ext.reliability.checks import require_ppo
 from trl_ext.reward_model import load_reward_model
 
@@ -35,10 +34,8 @@ PPOConfig, PPOTrainer = require_ppo()  # trl 1.12 only: on a newer TRL this says
 
 
 def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: ModelConfig) -> dict:
-    # Seed, threads, data (no dataset given: the arithmetic demo), and the opening line
+    # Data: prompts (plus the columns the rewards read); PPO itself consumes token ids only
     started, train_dataset, eval_dataset, layout = start(script_args, training_args, model_args)
-
-    # Data: prompts (plus the columns the rewards read); PPO itself consumes token ids only.
     data = (train_dataset, eval_dataset)
     announce("ppo", "PPOTrainer", script_args, training_args, model_args, data, layout=layout)
 
@@ -91,8 +88,7 @@ def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: 
 
 def cli(argv: list[str] | None = None) -> dict:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
-    with reported_user_errors("trl-ext ppo"):
-        return main(*parse((PPOScriptArguments, PPOConfig, ModelConfig), "ppo", argv))
+    return run("ppo", main, lambda: parse((PPOScriptArguments, PPOConfig, ModelConfig), "ppo", argv))
 
 
 if __name__ == "__main__":
