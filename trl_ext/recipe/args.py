@@ -213,8 +213,7 @@ class EvalArguments(DataArguments):
 
 @dataclass
 class PipelineArguments:
-    """Settings of ``run_pipeline``. Each stage runs its recipe's code path with its YAML; ``*_overrides`` are
-    ``key=value`` settings applied on top (like CLI flags of that recipe)."""
+    """``trl-ext pipeline``: ``*_overrides`` are ``key=value`` settings over a stage's YAML, like its recipe's flags."""
 
     output_dir: str = field(default="outputs/pipeline", metadata={"help": "Every stage writes under it."})
     seed: int = field(default=0, metadata={"help": "Seed of every stage."})

@@ -15,8 +15,7 @@ from trl_ext.reliability.checks import context_length, longest_prompt
 
 
 def completion_budget(model: Any, longest: tuple[int, Any] | None, max_new_tokens: int) -> int:
-    """``max_new_tokens``, cut so that the longest prompt (``longest_prompt``) plus the completion fits the model's
-    context; at least 1."""
+    """``max_new_tokens``, cut so that the longest prompt plus the completion fits the model's context; at least 1."""
     context = context_length(getattr(model, "config", None))
     room = context - longest[0] if context is not None and longest is not None else max_new_tokens
     return max(1, min(max_new_tokens, room))

@@ -51,8 +51,7 @@ def _preset_name(argv: list[str]) -> str | None:
 
 
 def _demo_preset(name: str) -> str:
-    """The preset whose demo YAML a preset uses: its own when ``recipes/configs/demo/<name>/`` exists, else that of
-    the first table row with the same config class (``gspo_token`` runs GSPO's demo with its switch on)."""
+    """The preset whose demo YAML ``name`` uses: its own, else the first row's with the same config class."""
     if os.path.exists(demo_config_path(name)):
         return name
     config = PRESETS[name].config
@@ -218,8 +217,7 @@ def prepare_output_dir(
 
 
 def checkpoint_step(checkpoint: str) -> int | None:
-    """The optimizer step a checkpoint was written at: its ``trainer_state.json``'s ``global_step``, else the N of
-    ``checkpoint-N``."""
+    """The step a checkpoint was written at: its ``trainer_state.json``'s ``global_step``, else its name's N."""
     state = os.path.join(checkpoint, "trainer_state.json")
     if os.path.isfile(state):
         with open(state) as f:

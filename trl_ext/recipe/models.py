@@ -17,6 +17,7 @@ from trl import get_quantization_config
 from trl_ext.data.loading import hub_unreachable
 from trl_ext.demo import WarmStartConfig, build_model, build_tokenizer, warm_start, warm_start_sft_kwargs
 from trl_ext.errors import UserError
+from trl_ext.reliability.checkpoints import list_checkpoints
 from trl_ext.reliability.checks import check_quantization
 
 
@@ -83,17 +84,14 @@ def load_for_vllm(path: str, chat_template: str | None = None) -> tuple[Any, Any
 
 
 def check_model_folder(path: str) -> None:
-    """A local folder given as a model must hold one (``config.json`` or ``adapter_config.json``); for a run that
-    stopped before its final save, name its newest checkpoint."""
+    """A local folder given as a model must hold one; for a run stopped before its final save, name its checkpoint."""
     if not os.path.isdir(path) or any(
         os.path.exists(os.path.join(path, name)) for name in ("config.json", "adapter_config.json")
     ):
         return
-    checkpoints = sorted(
-        (n for n in os.listdir(path) if re.fullmatch(r"checkpoint-\d+", n)), key=lambda n: int(n.split("-")[1])
-    )
+    checkpoints = list_checkpoints(path)
     hint = (
-        f"It holds checkpoints only (the run stopped before its final save): give {os.path.join(path, checkpoints[-1])}"
+        f"It holds checkpoints only (the run stopped before its final save): give {checkpoints[-1][1]}"
         if checkpoints
         else "Give a folder written by save_pretrained (a run's output_dir or checkpoint-N folder) or a Hub id"
     )
@@ -122,8 +120,7 @@ DEMO_TRAINED = "outputs/dapo-demo"  # where `trl-ext dapo` (recipes/configs/demo
 
 
 def demo_models() -> list[tuple[str, str]]:
-    """``(name, path)`` of what ``trl-ext eval`` evaluates with no ``--models``: the demo's SFT warm start and, when
-    ``trl-ext dapo`` has saved it, the demo's trained model."""
+    """``(name, path)`` of what ``trl-ext eval`` evaluates with no ``--models``: the demo's warm start and DAPO model."""
     models = [("demo warm start", warm_start())]
     if os.path.exists(os.path.join(DEMO_TRAINED, "config.json")):
         models.append((DEMO_TRAINED, DEMO_TRAINED))

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 import torch
 import yaml
+from accelerate.utils import is_mps_available, is_xpu_available
 from transformers.utils import is_torch_bf16_gpu_available
 from trl import TrlParser
 
@@ -24,8 +25,7 @@ from trl_ext.reliability.checks import check_config_keys, check_report_to
 
 
 class RecipeParser(TrlParser):
-    """``TrlParser`` whose usage errors (a value argparse cannot read, e.g. ``--max_steps ten``) print one line, not
-    argparse's usage line of every field (hundreds of lines)."""
+    """``TrlParser`` whose usage errors (e.g. ``--max_steps ten``) print one line, not a usage line of every field."""
 
     def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: error: {message}. (--help lists the flags.)", file=sys.stderr, flush=True)
@@ -63,8 +63,7 @@ def config_arg(argv: Sequence[str]) -> str | None:
 
 
 def config_yaml(argv: Sequence[str]) -> dict[str, Any]:
-    """The mapping of the ``--config`` YAML named in ``argv`` ({} without one, or when it is missing or not a
-    mapping: ``check_config_keys`` and ``TrlParser`` report those)."""
+    """The ``--config`` YAML's mapping ({} without one, or one missing or not a mapping: reported elsewhere)."""
     path = resolve_config(config_arg(argv) or "")
     if not os.path.exists(path):
         return {}
@@ -124,8 +123,7 @@ def renamed_flags(argv: list[str], dataclass_types: Sequence[type]) -> list[str]
 
 
 def check_config_file(argv: list[str]) -> None:
-    """``--config`` must name an existing file; a packaged name is replaced in ``argv`` by its file
-    (``resolve_config``), and a missing file is reported with the closest name."""
+    """``--config`` must name an existing file (a packaged name is replaced in ``argv`` by its file)."""
     index = argv.index("--config")
     if index + 1 >= len(argv):
         raise UserError("--config needs a YAML file: --config recipes/configs/<model>/<algo>/config_<variant>.yaml.")
@@ -166,8 +164,7 @@ def parse(dataclass_types: Sequence[type], recipe: str | None, argv: list[str] |
 
 
 def _setting(argv: list[str], name: str) -> tuple[bool, Any]:
-    """``(given, value)`` of a boolean training flag, from the command line (``--name``, ``--name X``,
-    ``--name=X``) or else from the ``--config`` YAML."""
+    """``(given, value)`` of a boolean flag: ``--name``, ``--name X``, ``--name=X``, else the ``--config`` YAML."""
     flag = f"--{name}"
     for i, arg in enumerate(argv):
         if arg == flag:
@@ -196,13 +193,7 @@ def supported_precision(argv: list[str]) -> list[str]:
         )
     if not given:
         argv += ["--bf16", "false"]
-    mps = getattr(torch.backends, "mps", None)
-    xpu = getattr(torch, "xpu", None)
-    accelerator = (
-        torch.cuda.is_available()
-        or (mps is not None and mps.is_available())
-        or (xpu is not None and xpu.is_available())
-    )
+    accelerator = torch.cuda.is_available() or is_mps_available() or is_xpu_available()
     if not accelerator and not _setting(argv, "use_cpu")[0]:
         argv += ["--use_cpu", "true"]
     return argv

@@ -55,6 +55,5 @@ def finish(
 def load_script_data(
     script_args: Any, strict: bool = True, with_completion: bool = False, hold_out: bool = True
 ) -> TaskData:
-    """``trl_ext.data.load_task_data``, carving a held-out split by default (``trl-ext eval`` evaluates a lone file
-    whole: ``hold_out=False``)."""
+    """``trl_ext.data.load_task_data``, carving a held-out split unless ``hold_out=False`` (``trl-ext eval``)."""
     return load_task_data(script_args, strict=strict, with_completion=with_completion, hold_out=hold_out)

@@ -1,6 +1,5 @@
-"""DAPO (arXiv 2503.14476): clip-higher (eps 0.2 / 0.28), token-level loss (Eq. 12), dynamic sampling (section
-3.2: groups whose accuracy is all equal are dropped and refilled) and the soft overlong punishment (Eq. 13, which
-``DAPOTrainer`` adds as one more reward function).
+"""DAPO (arXiv 2503.14476): clip-higher (eps 0.2 / 0.28), token-level loss (Eq. 12), dynamic sampling (section 3.2)
+and the soft overlong punishment (Eq. 13).
 
     python recipes/dapo.py          # or `trl-ext dapo`: the demo (recipes/configs/demo/dapo/config_demo.yaml)
     accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/dapo.py \

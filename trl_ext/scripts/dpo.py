@@ -5,10 +5,8 @@ file, or on pairs mined from groups of the current policy (iterative DPO / RPO, 
     python recipes/dpo.py --config recipes/configs/demo/dpo/config_offline.yaml     # offline, on the mined pairs
     python recipes/dpo.py --model_name_or_path outputs/sft --dataset_name prefs.jsonl --output_dir outputs/my-dpo
 
-The data decide the mode: ``chosen`` and ``rejected`` columns are trained on as they are (exactly TRL's DPO); a
-prompt-only dataset is turned into pairs mined from the policy's groups for ``mining_rounds`` rounds (each round's
-pairs saved as ``<output_dir>/pairs-round-<k>.jsonl``, reusable offline). With neither ``--config`` nor
-``--model_name_or_path`` the settings come from ``recipes/configs/demo/dpo/config_demo.yaml``.
+The data decide the mode: ``chosen`` / ``rejected`` columns are trained on as they are; prompts are mined into pairs
+from the policy's groups for ``mining_rounds`` rounds (saved as ``<output_dir>/pairs-round-<k>.jsonl``).
 """
 
 from __future__ import annotations

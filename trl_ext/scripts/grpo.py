@@ -48,7 +48,7 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     recipe, output_dir = script_args.preset, training_args.output_dir
     started = time.time()
 
-    # Output folder: a fresh one unless resuming ('latest': the newest checkpoint in output_dir)
+    # Output folder: a fresh one unless resuming
     set_seed(training_args.seed)
     demo_threads(model_args)
     resume = resolve_checkpoint(training_args.resume_from_checkpoint, output_dir)
@@ -62,7 +62,6 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     data = tool_demo.data if tool_demo else load_script_data(script_args)
     reward_funcs, reward_names = (tool_demo and tool_demo.rewards) or named or task_rewards(script_args, data.layout)
 
-    # Trainer class: the preset table decides (DAPOConfig -> DAPOTrainer, ...)
     trainer_class = trainer_class_for(training_args)
     trainer_name = f"{trainer_class.__name__} ({type(training_args).__name__})"
 
@@ -115,7 +114,6 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     )
     held_out = attach_monitors(trainer, recipe, script_args, evaluate, before, reward_funcs)
 
-    # Train and save
     train_started = time.time()
     trainer.train(resume_from_checkpoint=resume)
     train_seconds = time.time() - train_started
@@ -123,7 +121,6 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(output_dir)
 
-    # Report: held-out accuracy after RL, the summary table, summary.json and curves.png
     after = accuracy_after(trainer, evaluate, held_out)
     return summarize(recipe, trainer, model_path, eval_dataset, before, after, held_out, started, train_seconds)
 

@@ -190,8 +190,7 @@ def style_report(model: PreTrainedModel, tokenizer: Any, dataset: Dataset, max_n
 
 
 def cli(argv: list[str] | None = None) -> dict[str, Any]:
-    """Parse the command line (``argv``, default ``sys.argv[1:]``; ``--config`` a YAML of ``PipelineArguments``) and
-    run ``main``."""
+    """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = make_parser([PipelineArguments])  # no abbreviations, unknown flags named with the closest one
     check_flags(parser, argv)

@@ -5,9 +5,8 @@ a trained reward model or the rule-based rewards of ``rewards/`` through ``trl_e
     python recipes/ppo.py --config recipes/configs/demo/ppo/config_demo.yaml --total_episodes 640
     python recipes/ppo.py --model_name_or_path outputs/sft --reward_model_path my-rm --dataset_name prompts.jsonl
 
-The value model is a sequence-classification head on ``value_model_path`` (default: the policy's checkpoint). With
-no ``reward_model_path`` (TRL's default is a Hub model: set it to null outside the demo config) the rewards named in
-``reward_funcs`` are called as the GRPO family calls them.
+The value model is a scalar head on ``value_model_path`` (default: the policy's checkpoint). With no
+``reward_model_path`` (TRL's default is a Hub model: set it to null) the ``reward_funcs`` score the completions.
 """
 
 from __future__ import annotations

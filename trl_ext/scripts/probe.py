@@ -1,5 +1,5 @@
-"""The pre-flight probe from the command line: will RL learn anything on this model and data, and what will dynamic
-sampling cost? (``trl_ext.diagnostics.probe``: pass@k, the group mix, expected rounds per step, advice.)
+"""The pre-flight probe (``trl_ext.diagnostics.probe``): will RL learn anything on this model and data, and what will
+dynamic sampling cost?
 
     trl-ext probe                                                     # the demo after its SFT warm start
     trl-ext probe --config recipes/configs/qwen2.5-0.5b-instruct/dapo/config_gsm8k.yaml   # a run's own YAML

@@ -4,11 +4,9 @@
     trl-ext reward --model_name_or_path outputs/sft --dataset_name prefs.jsonl --output_dir outputs/rm
     trl-ext dapo --reward_funcs outputs/reward-demo              # then optimize a policy against it
 
-Data: TRL's preference layouts, held out by ``dataset_test_split`` or a seeded ``held_out_fraction``. On the demo the
-warm start's groups, scored by the rule reward, are mined into best-vs-worst pairs as group-mined DPO does. The model
-is a scalar head on the policy's checkpoint trained with the Bradley-Terry loss; the figure is held-out pairwise
-accuracy before and after. The saved folder is a reward function for every RL recipe (``--reward_funcs <folder>``)
-and PPO's ``reward_model_path``.
+Data: TRL's preference layouts (on the demo, best-vs-worst pairs mined from the warm start's groups). The model, a
+scalar head on the policy's checkpoint (Bradley-Terry loss), is scored by held-out pairwise accuracy; its folder is
+a reward function for every RL recipe (``--reward_funcs <folder>``) and PPO's ``reward_model_path``.
 """
 
 from __future__ import annotations
