@@ -1,5 +1,4 @@
-"""The script arguments of the recipes (data, rewards, run options); the training options are each trainer's own
-config (a preset for the GRPO family, ``SFTConfig``, ``DPOConfig``, ``PPOConfig``)."""
+"""The script arguments of the recipes (data, rewards, run options); the training options are each trainer's config."""
 
 from __future__ import annotations
 
@@ -11,20 +10,8 @@ from transformers import TrainingArguments
 from trl_ext.demo import WarmStartConfig
 
 
-def held_out_max_problems_field() -> Any:
-    """``held_out_max_problems``, one field for every recipe's script arguments (``trl_ext.data.cap_held_out``
-    applies it)."""
-    return field(
-        default=500,
-        metadata={
-            "help": "At most this many held-out problems are evaluated (greedy, before, during and after training): "
-            "a seeded random subset of a larger split, with a warning. None or 0: all of them."
-        },
-    )
-
-
 def reward_funcs_field() -> Any:
-    """``reward_funcs``, one field for every recipe that scores completions: None picks the task reward of the data."""
+    """``reward_funcs``, the same field in every recipe that scores completions."""
     return field(
         default=None,
         metadata={
@@ -80,7 +67,13 @@ class DataArguments:
         default=None,
         metadata={"help": "Chat template for the tokenizer: a .jinja file or the template text. None: the model's."},
     )
-    held_out_max_problems: int | None = held_out_max_problems_field()
+    held_out_max_problems: int | None = field(  # trl_ext.data.cap_held_out applies it
+        default=500,
+        metadata={
+            "help": "At most this many held-out problems are evaluated (greedy, before, during and after training): "
+            "a seeded random subset of a larger split, with a warning. None or 0: all of them."
+        },
+    )
 
 
 @dataclass
@@ -160,14 +153,10 @@ class PPOScriptArguments(DPOScriptArguments):
 
 
 @dataclass
-class RewardScriptArguments(DataArguments):
+class RewardScriptArguments(DPOScriptArguments):
     """``recipes/reward.py``: a preference dataset (``chosen`` / ``rejected``, maybe ``prompt``), or on the demo the
     pairs mined from the warm start's groups with the rule reward (``reward_funcs``)."""
 
-    reward_funcs: list[str] | None = reward_funcs_field()
-    reward_options: dict | str | None = field(
-        default=None, metadata={"help": "Options per reward name: a mapping (YAML) or JSON text."}
-    )
     num_generations: int = field(default=8, metadata={"help": "Demo: completions per prompt mined into pairs."})
     mining_max_new_tokens: int = field(default=4, metadata={"help": "Demo: length of the mined completions."})
     pairs_per_group: int = field(default=1, metadata={"help": "Demo: pairs mined from each informative group."})
@@ -224,8 +213,7 @@ class EvalArguments(DataArguments):
 
 @dataclass
 class PipelineArguments:
-    """Settings of ``run_pipeline``. Each stage runs its recipe's code path with its YAML; ``*_overrides`` are
-    ``key=value`` settings applied on top (like CLI flags of that recipe)."""
+    """``trl-ext pipeline``: ``*_overrides`` are ``key=value`` settings over a stage's YAML, like its recipe's flags."""
 
     output_dir: str = field(default="outputs/pipeline", metadata={"help": "Every stage writes under it."})
     seed: int = field(default=0, metadata={"help": "Seed of every stage."})

@@ -15,8 +15,7 @@ from trl_ext.reliability.checks import context_length, longest_prompt
 
 
 def completion_budget(model: Any, longest: tuple[int, Any] | None, max_new_tokens: int) -> int:
-    """``max_new_tokens``, cut so that the longest prompt (``longest_prompt``) plus the completion fits the model's
-    context; at least 1."""
+    """``max_new_tokens``, cut so that the longest prompt plus the completion fits the model's context; at least 1."""
     context = context_length(getattr(model, "config", None))
     room = context - longest[0] if context is not None and longest is not None else max_new_tokens
     return max(1, min(max_new_tokens, room))
@@ -31,11 +30,9 @@ def held_out_evaluator(
     reward: Callable | None = None,
     is_main: bool = True,
 ) -> Callable[..., float | None]:
-    """``evaluate(model, phase=False)``: held-out greedy accuracy of every recipe, i.e. ``trl-ext eval``'s
-    ``pass@1 (greedy)`` (``phase``, e.g. ``"before RL"``, titles a progress bar on the main process), scored by
-    ``evaluation_reward`` on completions of up to ``max_new_tokens`` (the demo: 4), never past the model's context
-    after the longest prompt of the first rows (measured once, here); None without a held-out split or a reference
-    to score against."""
+    """``evaluate(model, phase=False)``: held-out greedy accuracy scored by ``evaluation_reward`` on completions of up
+    to ``max_new_tokens`` (``completion_budget``; ``phase``, e.g. ``"before RL"``, titles a progress bar on the main
+    process); None without a held-out split or a reference to score against."""
     reward = evaluation_reward(script_args, layout, reward)
     if reward is None:
         return lambda model, phase=False: None

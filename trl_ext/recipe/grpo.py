@@ -1,19 +1,6 @@
-"""The GRPO-family parts of the recipes (``trl_ext.scripts.grpo`` and the presets' recipes that call its ``main``).
-
-- ``parse``: the recipe parser for any preset of the table (``--preset NAME`` on the command line, ``preset: NAME``
-  in a YAML, or the recipe's own), with the demo YAML ``recipes/configs/demo/<preset>/config_demo.yaml`` as default.
-- ``prepare_output_dir``, ``attach_monitors``: the steps of ``main`` around TRL's trainer (held-out evaluation is
-  ``trl_ext.recipe.evaluation.held_out_evaluator``, shared by every recipe).
-- ``summarize`` / ``format_summary``: what a run reports (table, ``summary.json``, ``curves.png`` from
-  ``metrics.jsonl``, written by ``MetricsFileCallback`` as training goes).
-
-What a run prints (``trl_ext.console``): one opening line (trainer, preset, model, data, steps, learning rate and its
-source, precision, output folder), a progress bar per phase (warm start, held-out evaluation, RL) whose postfix
-carries the live figures, one compact line per log in fixed columns, and a summary table at the end (with the health
-monitor's warnings, each kind once with its advice, also in ``summary.json``). Held-out greedy accuracy
-(``trl_ext.diagnostics.held_out``: the task reward of the greedy completion on the test split) is measured before RL,
-during RL every ``held_out_eval_steps`` (adaptive by default: under 5% of the run) and after.
-"""
+"""The GRPO-family parts of the recipes (``trl_ext.scripts.grpo`` and the presets' recipes that call its ``main``):
+``parse`` (any preset of the table, demo YAML by default), the output folder and ``metrics.jsonl``, the opening line,
+the monitors around TRL's trainer, and the closing report (table, ``summary.json``, ``curves.png``)."""
 
 from __future__ import annotations
 
@@ -64,8 +51,7 @@ def _preset_name(argv: list[str]) -> str | None:
 
 
 def _demo_preset(name: str) -> str:
-    """The preset whose demo YAML a preset uses: its own when ``recipes/configs/demo/<name>/`` exists, else that of
-    the first table row with the same config class (``gspo_token`` runs GSPO's demo with its switch on)."""
+    """The preset whose demo YAML ``name`` uses: its own, else the first row's with the same config class."""
     if os.path.exists(demo_config_path(name)):
         return name
     config = PRESETS[name].config
@@ -75,10 +61,10 @@ def _demo_preset(name: str) -> str:
 def parse(
     preset: str | type[GRPOFamilyConfig], recipe: str | None = None, argv: list[str] | None = None
 ) -> tuple[RLScriptArguments, GRPOFamilyConfig, ModelConfig]:
-    """``(script_args, training_args, model_args)`` of a GRPO-family run (``parsing.parse``: demo YAML by default,
-    YAML keys checked). ``preset`` is the recipe's own preset, by name or config class (``recipe`` names its demo
-    YAML then); ``--preset NAME`` or a YAML ``preset:`` key picks another row of the table. The table row's fixed
-    fields (``gspo_token``) are applied unless given. ``script_args.preset`` holds the name that ran."""
+    """``(script_args, training_args, model_args)`` of a GRPO-family run (``parsing.parse``). ``preset``: the recipe's
+    own, by name or config class (``recipe`` then names its demo YAML); ``--preset NAME`` or a YAML ``preset:`` picks
+    another row of the table, whose fixed fields (``gspo_token``) apply unless given. ``script_args.preset``: the
+    name that ran."""
     argv = list(sys.argv[1:] if argv is None else argv)
     name = _preset_name(argv)
     if name is None and isinstance(preset, str):
@@ -90,8 +76,7 @@ def parse(
     row = PRESETS[name] if name is not None else None
     config_class = row.config if row is not None else preset
     recipe = recipe or _demo_preset(name)
-    # A row's fixed fields (gspo_token=True) become flags unless the user gave them: the YAML cannot undo them, a flag
-    # can, and the config's __post_init__ sees them like any other value.
+    # A row's fixed fields become flags unless given: the YAML cannot undo them, a flag can
     for key, value in (row.overrides if row is not None else {}).items():
         if f"--{key}" not in argv:
             argv += [f"--{key}", str(value)]
@@ -123,10 +108,9 @@ def read_metrics(path: str) -> list[dict[str, Any]]:
 def plot_curves(
     runs: dict[str, list[dict[str, Any]]], out_path: str | None = None, warm_start: float | None = None
 ) -> Any:
-    """The training picture, from logged rows (``metrics.jsonl`` lines or ``trainer.state.log_history``), one colour
-    per run: held-out accuracy over steps (large, the warm-start level as a dashed line), then reward, kept-group
-    fraction (dynamic sampling; without it the share of groups with any signal, ``1 - frac_reward_zero_std``) with
-    the rounds per step, clip fraction and entropy. Saves to ``out_path`` when given; returns the figure."""
+    """The training picture from logged rows (``metrics.jsonl`` or ``log_history``), one colour per run: held-out
+    accuracy (the warm-start level dashed), reward, kept-group fraction (without dynamic sampling: ``1 -
+    frac_reward_zero_std``) with rounds per step, clip fraction, entropy. Saved to ``out_path`` when given."""
     import matplotlib
 
     if out_path is not None:
@@ -141,7 +125,7 @@ def plot_curves(
 
     def series(rows: list[dict], key: str, transform=lambda v: v) -> tuple[list, list]:
         points = [(r["step"], transform(r[key])) for r in rows if isinstance(r.get(key), int | float)]
-        return ([p[0] for p in points], [p[1] for p in points]) if points else ([], [])
+        return [p[0] for p in points], [p[1] for p in points]
 
     rounds_ax = None
     for (name, rows), color in zip(runs.items(), colors, strict=False):
@@ -202,19 +186,16 @@ def resolve_checkpoint(value: str | None, output_dir: str) -> str | bool | None:
     return value
 
 
-#: What a finished or interrupted run leaves in its output_dir, besides checkpoints: another run there would write
-#: over it.
+#: What a run leaves in its output_dir besides checkpoints: another run there would write over it.
 RUN_OUTPUTS = ("summary.json", "metrics.jsonl", "config.json", "adapter_config.json")
 
 
 def prepare_output_dir(
     output_dir: str, resume: str | bool | None, is_main: bool = True, overwrite: bool = False
 ) -> str:
-    """Create ``output_dir`` for a run and return the path of its ``metrics.jsonl``. A run that does not resume stops
-    at once in a folder holding another run's checkpoints (two runs' checkpoints never mix) or, unless
-    ``overwrite``, its output (``RUN_OUTPUTS``): nothing is ever written over silently. Overwriting keeps the last
-    run's ``metrics.jsonl`` as ``.previous`` instead of appending to it; resuming continues the record where the
-    checkpoint left off (``continue_record``, on the main process only: ``is_main``)."""
+    """Create ``output_dir`` and return its ``metrics.jsonl`` path. A fresh run stops in a folder holding another
+    run's checkpoints or, unless ``overwrite``, its outputs (``RUN_OUTPUTS``), whose ``metrics.jsonl`` it keeps as
+    ``.previous``; resuming continues the record from the checkpoint (``continue_record``, main process only)."""
     os.makedirs(output_dir, exist_ok=True)
     metrics_path = os.path.join(output_dir, "metrics.jsonl")
     if not resume:
@@ -236,8 +217,7 @@ def prepare_output_dir(
 
 
 def checkpoint_step(checkpoint: str) -> int | None:
-    """The optimizer step a checkpoint was written at: its ``trainer_state.json``'s ``global_step``, else the N of
-    ``checkpoint-N``."""
+    """The step a checkpoint was written at: its ``trainer_state.json``'s ``global_step``, else its name's N."""
     state = os.path.join(checkpoint, "trainer_state.json")
     if os.path.isfile(state):
         with open(state) as f:
@@ -247,17 +227,15 @@ def checkpoint_step(checkpoint: str) -> int | None:
 
 
 def continue_record(metrics_path: str, checkpoint: str) -> str | None:
-    """``metrics.jsonl`` continued exactly where ``checkpoint`` left off: the rows logged after its step (a run killed
-    between two checkpoints logged them, and the resumed run logs those steps again) move to
-    ``metrics.jsonl.after-checkpoint-<step>``, said in a warning, so that each step appears once in the record and
-    in ``curves.png``. Returns the path they moved to (None when nothing was past the checkpoint)."""
+    """``metrics.jsonl`` continued where ``checkpoint`` left off: rows logged after its step (a killed run logged them,
+    the resumed one logs them again) move to ``metrics.jsonl.after-checkpoint-<step>``, with a warning, so each step
+    appears once. Returns that path (None when nothing was past the checkpoint)."""
     step = checkpoint_step(checkpoint)
     if step is None or not os.path.exists(metrics_path):
         return None
     with open(metrics_path) as f:
-        lines = [line for line in f if line.strip()]
-    kept = [line for line in lines if json.loads(line).get("step", 0) <= step]
-    past = [line for line in lines if json.loads(line).get("step", 0) > step]
+        rows = [(json.loads(line).get("step", 0), line) for line in f if line.strip()]
+    past = [line for row_step, line in rows if row_step > step]
     if not past:
         return None
     aside = f"{metrics_path}.after-checkpoint-{step}"
@@ -265,9 +243,9 @@ def continue_record(metrics_path: str, checkpoint: str) -> str | None:
         f.writelines(past)
     tmp = metrics_path + ".tmp"
     with open(tmp, "w") as f:
-        f.writelines(kept)
+        f.writelines(line for row_step, line in rows if row_step <= step)
     os.replace(tmp, metrics_path)
-    steps = sorted({json.loads(line)["step"] for line in past})
+    steps = sorted({row_step for row_step, _ in rows if row_step > step})
     logger.warning(
         f"Resuming from {os.path.basename(os.path.normpath(checkpoint))}: {len(past)} row(s) of metrics.jsonl logged "
         f"after it (steps {steps[0]}-{steps[-1]}) moved to {aside}; the resumed run logs those steps again, once."
@@ -276,9 +254,8 @@ def continue_record(metrics_path: str, checkpoint: str) -> str | None:
 
 
 def steps_line(training_args: GRPOFamilyConfig) -> str:
-    """The real batch for the opening line: ``"<max_steps> steps of <prompts> prompts x <G> completions"`` when an
-    optimizer step holds whole groups, else the rollout (``generation_batch_size`` completions) and how many optimizer
-    steps it feeds."""
+    """The real batch for the opening line: ``"<N> steps of <P> prompts x <G> completions"`` when a step holds whole
+    groups, else the rollout and how many steps it feeds."""
     group = training_args.num_generations
     per_step = (
         training_args.per_device_train_batch_size
@@ -307,8 +284,9 @@ def announce(
     data: TaskData,
     rewards: list[str],
 ) -> None:
-    """The opening line of a GRPO-family run (``report.announce`` with the real batch and the data's layout), and
-    ``paper_lr_hint`` under it when it applies."""
+    """The opening line of a GRPO-family run (``report.announce`` with the real batch and the data's layout); under
+    it, when the user's own model runs at the preset's learning rate, a hint: the papers' setting, chosen for 7B+
+    models trained for thousands of steps, can leave a small model's policy where it started."""
     report.announce(
         recipe,
         trainer_name,
@@ -320,32 +298,21 @@ def announce(
         layout=data.layout,
         rewards=rewards,
     )
-    hint = paper_lr_hint(recipe, script_args, training_args, model_args)
-    if hint is not None and training_args.process_index == 0:
-        print(hint, flush=True)
-
-
-def paper_lr_hint(
-    recipe: str, script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_args: ModelConfig
-) -> str | None:
-    """One line when the user's own model runs at the preset's learning rate: the papers' setting, chosen for 7B+
-    models trained for thousands of steps, can leave a small model's policy nearly where it started over a few
-    hundred (a clip fraction of 0.000 throughout). None with the demo model or a learning rate the user chose."""
-    if model_args.model_name_or_path is None or "learning_rate" in getattr(script_args, "given_fields", set()):
-        return None
-    return (
-        f"[{recipe}] lr {training_args.learning_rate:g} is the preset's default, the papers' setting for 7B+ models "
-        "trained for thousands of steps; on a smaller model or a shorter run it may barely move the policy: choose "
-        "one with --learning_rate."
-    )
+    chosen = "learning_rate" in getattr(script_args, "given_fields", set())
+    if model_args.model_name_or_path is not None and not chosen and training_args.process_index == 0:
+        print(
+            f"[{recipe}] lr {training_args.learning_rate:g} is the preset's default, the papers' setting for 7B+ "
+            "models trained for thousands of steps; on a smaller model or a shorter run it may barely move the "
+            "policy: choose one with --learning_rate.",
+            flush=True,
+        )
 
 
 def fit_to_model(
     recipe: str, training_args: GRPOFamilyConfig, model: Any, tokenizer: Any, train_dataset: Dataset, script_args: Any
 ) -> str | None:
-    """A given model's ``max_completion_length`` sized to its context when the user did not set it: the preset's
-    (DAPO: 20480) cut to the context minus the longest prompt of the first rows, with DAPO's overlong buffer back at
-    20% of it unless set. Says so on the main process and returns the line (None when nothing changed)."""
+    """Unless set, ``max_completion_length`` cut to the model's context minus the longest prompt (DAPO's overlong
+    buffer to 20% of it unless set); says so on the main process and returns the line (None: nothing changed)."""
     given = getattr(script_args, "given_fields", set())
     context = checks.context_length(getattr(model, "config", None))
     if context is None or "max_completion_length" in given or training_args.max_completion_length is None:
@@ -375,10 +342,8 @@ def attach_monitors(
     before: float | None,
     reward_funcs: Sequence[Any] = (),
 ) -> HeldOutEvaluation | None:
-    """The console (progress bar, one line per log), held-out evaluation during RL and the health monitor; with a
-    reward model among ``reward_funcs``, the monitor watches it against the gold figures (held-out accuracy, the
-    first rule reward) for over-optimization. The monitor's warnings go to the summary (``summarize``), not to a
-    second list on stderr at the end of training."""
+    """The console, held-out evaluation during RL and the health monitor (its warnings go to ``summarize``); a reward
+    model among ``reward_funcs`` is watched against the gold figures (held-out accuracy, the first rule reward)."""
     evaluates = before is not None and script_args.held_out_eval_steps != 0
     use_console(trainer, f"{recipe} (RL)", held_out=evaluates)
     if script_args.health_monitor:
@@ -401,8 +366,7 @@ def accuracy_after(trainer: Any, evaluate: Callable, held_out: HeldOutEvaluation
 
 
 def health_warnings(trainer: Any) -> list[dict[str, Any]] | None:
-    """The health monitor's warnings of the run, one entry per kind (``HealthMonitor.warnings_by_kind``: kind, count,
-    first step, message with its fix); None when no monitor watched it (``--health_monitor false``)."""
+    """The health monitor's warnings, one entry per kind (``HealthMonitor.warnings_by_kind``); None without one."""
     monitor = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, HealthMonitor)), None)
     return None if monitor is None else monitor.warnings_by_kind()
 
@@ -464,11 +428,11 @@ def summarize(
         summary["outputs"] = {"folder": output_dir, "files": report.written_files(output_dir)}
         summary["curves"] = curves
         report.write_summary(output_dir, summary)
-        print(format_summary(summary, format_duration), flush=True)
+        print(format_summary(summary), flush=True)
     return summary
 
 
-def format_summary(summary: dict[str, Any], format_duration) -> str:
+def format_summary(summary: dict[str, Any]) -> str:
     """The summary table (the same content as ``summary.json``)."""
     before, after = summary["accuracy_before"], summary["accuracy_after"]
     rows: list[tuple[str, Any]] = []
@@ -520,7 +484,7 @@ def format_summary(summary: dict[str, Any], format_duration) -> str:
 
 
 def health_row(warnings: Sequence[dict[str, Any]]) -> str:
-    """The summary table's health row: ``"no warnings"`` or ``"3 warnings: reward_stall x3 (first at step 240)"``."""
+    """``"no warnings"`` or ``"3 warnings: reward_stall x3 (first at step 240)"``."""
     if not warnings:
         return "no warnings"
     total = sum(w["count"] for w in warnings)
@@ -529,8 +493,7 @@ def health_row(warnings: Sequence[dict[str, Any]]) -> str:
 
 
 def health_block(warnings: Sequence[dict[str, Any]]) -> list[str]:
-    """The lines after the summary table: each kind of health warning once, its first message with the suggested
-    fix, so that advice given mid-run (on stderr, scrolled away in a long run) is also where the run ends."""
+    """Each kind of health warning once after the table, with its fix: mid-run advice scrolls away in a long run."""
     if not warnings:
         return []
     return ["health warnings (the first of each kind, with what to do):"] + [

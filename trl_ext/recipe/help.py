@@ -1,12 +1,6 @@
-"""A recipe's ``--help``: the flags a user reaches for, grouped, in under 250 lines; ``--help-all`` prints every
-field (TRL's and transformers' ``TrainingArguments``: over 1,400 lines), as ``TrlParser`` would.
-
-The short help lists, in this order: the model and the output folder (the most-used ``ModelConfig`` fields and
-``output_dir``), the recipe's own script arguments (data, rewards, run options: every field, full text), the preset's
-own fields (what trl-ext's config classes define or set to the paper's value: the preset class's in full text, its
-family's in a sentence; deprecated names left out), then the most-used training, generation, logging and checkpoint
-fields of TRL and transformers (first sentence of their help; ``--help-all`` has the rest).
-"""
+"""A recipe's ``--help``: the flags a user reaches for, grouped, in under 250 lines (model and output, the script
+arguments in full, the preset's own fields, the most-used TRL and transformers fields in a sentence each);
+``--help-all`` prints every field (over 1,400 lines), as ``TrlParser`` would."""
 
 from __future__ import annotations
 
@@ -73,8 +67,7 @@ def wants_help(argv: Sequence[str]) -> str | None:
 
 
 def own_fields(config_class: type) -> list[str]:
-    """The fields trl-ext's classes in ``config_class``'s ancestry define (new ones, or TRL's with the paper's
-    default), most derived class first; [] for a TRL or transformers class."""
+    """The fields trl-ext's classes in ``config_class``'s ancestry define, most derived first; [] for a TRL class."""
     names: list[str] = []
     for cls in config_class.__mro__:
         if not cls.__module__.startswith("trl_ext"):
@@ -91,8 +84,8 @@ def first_sentence(text: str) -> str:
 
 
 def _short_action(action: argparse.Action, full_text: bool) -> argparse.Action:
-    """A copy of ``action`` as the short help shows it: its ``--snake_case`` spelling only, a metavar from its type,
-    its default, and the first sentence of its help unless ``full_text``."""
+    """A copy of ``action`` as the short help shows it: one spelling, a metavar from its type, its default, and the
+    first sentence of its help unless ``full_text``."""
     shown = copy.copy(action)
     shown.option_strings = action.option_strings[:1]
     if action.nargs != 0:
@@ -111,8 +104,8 @@ def _short_action(action: argparse.Action, full_text: bool) -> argparse.Action:
 def short_help(
     parser: argparse.ArgumentParser, dataclass_types: Sequence[type], prog: str, demo_config: str | None = None
 ) -> str:
-    """The short ``--help`` of a recipe whose parser was built from ``dataclass_types`` (script arguments first);
-    ``demo_config``: the YAML the recipe reads when given no model and no config, named at the end."""
+    """The short ``--help`` of a parser built from ``dataclass_types`` (script arguments first); ``demo_config``: the
+    YAML the recipe reads when given no model and no config."""
     actions = {  # field -> its --field action (a bool field defaulting to True also has a --no_field one)
         action.dest: action
         for action in parser._actions

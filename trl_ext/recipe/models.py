@@ -1,6 +1,5 @@
-"""Loading what a recipe trains or evaluates: the policy and its tokenizer (a Hub id, a local folder, a LoRA run's
-output merged, 4/8-bit through TRL's quantization config; no name: the demo's SFT warm start, built and cached on
-first use), a stand-in for vLLM, and the demo's own settings (its thread count, its warm start)."""
+"""Loading what a recipe trains or evaluates: the policy and its tokenizer (no name: the demo's SFT warm start), a
+stand-in for vLLM, and the demo's own settings (its thread count, its warm start)."""
 
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ from trl import get_quantization_config
 from trl_ext.data.loading import hub_unreachable
 from trl_ext.demo import WarmStartConfig, build_model, build_tokenizer, warm_start, warm_start_sft_kwargs
 from trl_ext.errors import UserError
+from trl_ext.reliability.checkpoints import list_checkpoints
 from trl_ext.reliability.checks import check_quantization
 
 
@@ -28,13 +28,10 @@ def load_policy(
     chat_template: str | None = None,
     warm_start_seed: int | None = None,
 ) -> tuple[PreTrainedModel, Any, str]:
-    """``(model, tokenizer, path)``; ``None`` loads the demo's SFT warm start (built and cached on first use; of SFT
-    seed ``warm_start_seed``, default the demo's).
-
-    ``model_args`` (TRL's ``ModelConfig``): ``load_in_4bit`` / ``load_in_8bit`` load the weights through TRL's
-    ``get_quantization_config`` onto this process's GPU (QLoRA with ``use_peft``), or stop first naming what is
-    missing (``check_quantization``: bitsandbytes, a CUDA GPU, LoRA adapters). ``chat_template``: a ``.jinja`` file
-    or the template text, set on the tokenizer."""
+    """``(model, tokenizer, path)`` from a Hub id or a folder (a LoRA run's output merged); ``None`` loads the demo's
+    SFT warm start (of SFT seed ``warm_start_seed``), built and cached on first use. ``model_args.load_in_4bit`` /
+    ``load_in_8bit`` load through TRL's ``get_quantization_config`` onto this process's GPU, after
+    ``check_quantization`` names anything missing. ``chat_template``: see ``load_tokenizer``."""
     quantization = None
     if model_args is not None and (model_args.load_in_4bit or model_args.load_in_8bit):
         check_quantization(model_args)
@@ -64,8 +61,8 @@ def demo_warm_start_config(seed: int | None) -> WarmStartConfig:
 
 
 def load_tokenizer(path: str | None, chat_template: str | None = None) -> Any:
-    """The tokenizer saved with a model (None: the demo's, built in code), set up for generation: a pad token (EOS
-    when it has none), left padding, and ``chat_template`` (a ``.jinja`` file or the template text) when given."""
+    """The tokenizer saved with a model (None: the demo's), set up for generation: a pad token (EOS when it has none),
+    left padding, and ``chat_template`` (a ``.jinja`` file or the template text) when given."""
     tokenizer = build_tokenizer() if path is None else AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -79,25 +76,22 @@ def load_tokenizer(path: str | None, chat_template: str | None = None) -> Any:
 
 
 def load_for_vllm(path: str, chat_template: str | None = None) -> tuple[Any, Any]:
-    """``(model stand-in, tokenizer)`` for generation by vLLM, which loads the weights itself: the stand-in carries
-    the model's ``config`` (its context length) and ``name_or_path``, so no second copy of the weights is loaded."""
+    """``(model stand-in, tokenizer)`` for vLLM, which loads the weights itself: the stand-in carries the model's
+    ``config`` (its context length) and ``name_or_path``."""
     check_model_folder(path)
     config = AutoConfig.from_pretrained(path)
     return types.SimpleNamespace(config=config, name_or_path=path), load_tokenizer(path, chat_template)
 
 
 def check_model_folder(path: str) -> None:
-    """A local folder given as a model must hold one (``config.json``, or a LoRA ``adapter_config.json``): a run's
-    output_dir whose training stopped before the final save holds only checkpoints, so name the newest of them."""
+    """A local folder given as a model must hold one; for a run stopped before its final save, name its checkpoint."""
     if not os.path.isdir(path) or any(
         os.path.exists(os.path.join(path, name)) for name in ("config.json", "adapter_config.json")
     ):
         return
-    checkpoints = sorted(
-        (n for n in os.listdir(path) if re.fullmatch(r"checkpoint-\d+", n)), key=lambda n: int(n.split("-")[1])
-    )
+    checkpoints = list_checkpoints(path)
     hint = (
-        f"It holds checkpoints only (the run stopped before its final save): give {os.path.join(path, checkpoints[-1])}"
+        f"It holds checkpoints only (the run stopped before its final save): give {checkpoints[-1][1]}"
         if checkpoints
         else "Give a folder written by save_pretrained (a run's output_dir or checkpoint-N folder) or a Hub id"
     )
@@ -110,15 +104,13 @@ def fresh_demo_policy() -> tuple[PreTrainedModel, Any]:
     return build_model(tokenizer), tokenizer
 
 
-def warm_start_sft_config(output_dir: str, sft: WarmStartConfig | None = None) -> dict[str, Any]:
-    """The ``SFTConfig`` fields of the demo warm start (``trl_ext.demo.warm_start``): the defaults of
-    ``recipes/sft.py`` with no arguments, so that the recipe and the demo train the same way."""
-    return warm_start_sft_kwargs(output_dir, sft)
+#: The ``SFTConfig`` fields of the demo warm start: ``recipes/sft.py``'s with no arguments (a test keeps them equal).
+warm_start_sft_config = warm_start_sft_kwargs
 
 
 def demo_threads(model_args: Any = None, demo: bool | None = None) -> None:
-    """One intra-op thread for the demo model (no ``model_name_or_path``, or ``demo=True``): at 0.6M parameters
-    threads gain nothing and thrash on a busy machine. Set ``OMP_NUM_THREADS`` to choose yourself."""
+    """One intra-op thread for the demo model (no ``model_name_or_path``, or ``demo=True``) unless ``OMP_NUM_THREADS``
+    is set: at 0.6M parameters threads gain nothing and thrash on a busy machine."""
     demo = model_args.model_name_or_path is None if demo is None else demo
     if demo and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
@@ -128,8 +120,7 @@ DEMO_TRAINED = "outputs/dapo-demo"  # where `trl-ext dapo` (recipes/configs/demo
 
 
 def demo_models() -> list[tuple[str, str]]:
-    """``(name, path)`` of what ``trl-ext eval`` evaluates with no ``--models``: the demo's SFT warm start (trained
-    and cached on first use) and, when ``trl-ext dapo`` has saved it, the demo's trained model."""
+    """``(name, path)`` of what ``trl-ext eval`` evaluates with no ``--models``: the demo's warm start and DAPO model."""
     models = [("demo warm start", warm_start())]
     if os.path.exists(os.path.join(DEMO_TRAINED, "config.json")):
         models.append((DEMO_TRAINED, DEMO_TRAINED))

@@ -1,8 +1,5 @@
-"""The one command-line parser of every recipe: ``TrlParser`` over the recipe's dataclasses, with a YAML given by
-``--config`` (a packaged name such as ``recipes/configs/demo/dapo/config_demo.yaml`` works from any directory,
-``trl_ext.recipe.paths.resolve_config``), the demo YAML when given neither a config nor a model, every YAML key and
-every flag checked against the fields (an unknown one fails naming the closest), the short ``--help``
-(``trl_ext.recipe.help``), and ``bf16`` / ``use_cpu`` fitted to the hardware unless set."""
+"""The one command-line parser of every recipe (``parse``): ``TrlParser`` over the recipe's dataclasses, with checked
+flags and YAML keys, the demo YAML by default, the short ``--help`` and ``bf16`` / ``use_cpu`` fitted to the hardware."""
 
 from __future__ import annotations
 
@@ -16,6 +13,7 @@ from typing import Any, NoReturn
 
 import torch
 import yaml
+from accelerate.utils import is_mps_available, is_xpu_available
 from transformers.utils import is_torch_bf16_gpu_available
 from trl import TrlParser
 
@@ -27,8 +25,7 @@ from trl_ext.reliability.checks import check_config_keys, check_report_to
 
 
 class RecipeParser(TrlParser):
-    """``TrlParser`` whose usage errors (a value argparse cannot read, e.g. ``--max_steps ten``) print one line, not
-    argparse's usage line of every field (hundreds of lines)."""
+    """``TrlParser`` whose usage errors (e.g. ``--max_steps ten``) print one line, not a usage line of every field."""
 
     def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: error: {message}. (--help lists the flags.)", file=sys.stderr, flush=True)
@@ -36,9 +33,8 @@ class RecipeParser(TrlParser):
 
 
 def make_parser(dataclass_types: Sequence[type]) -> RecipeParser:
-    """``TrlParser`` over ``dataclass_types`` that takes no abbreviation (``--learning_rat`` is not
-    ``--learning_rate``), reports a bad value in one line (``RecipeParser``) and whose ``--help-all`` works: a bare
-    ``%`` in any help text (ours, TRL's, transformers') is escaped, since argparse formats help strings with ``%``."""
+    """``RecipeParser`` over ``dataclass_types``: no abbreviations (``--learning_rat`` is not ``--learning_rate``),
+    and a bare ``%`` in any help text escaped, since argparse formats help with ``%`` (``--help-all`` would fail)."""
     parser = RecipeParser(tuple(dataclass_types), allow_abbrev=False)
     for action in parser._actions:
         if isinstance(action.help, str):
@@ -47,8 +43,7 @@ def make_parser(dataclass_types: Sequence[type]) -> RecipeParser:
 
 
 def check_flags(parser: TrlParser, argv: Sequence[str]) -> None:
-    """Every ``--flag`` of ``argv`` must be one of the parser's: an unknown one stops here (exit 2) naming the closest
-    flag, where ``HfArgumentParser`` raised a traceback listing the leftovers."""
+    """An unknown ``--flag`` in ``argv`` stops here (exit 2) naming the closest one, not with a traceback."""
     known = {option for action in parser._actions for option in action.option_strings} | {"--config", HELP_ALL}
     for arg in argv:
         if not arg.startswith("--"):
@@ -61,13 +56,15 @@ def check_flags(parser: TrlParser, argv: Sequence[str]) -> None:
             raise SystemExit(2)
 
 
+def config_arg(argv: Sequence[str]) -> str | None:
+    """The value of ``--config`` in ``argv`` (None without one)."""
+    index = argv.index("--config") + 1 if "--config" in argv else len(argv)
+    return argv[index] if index < len(argv) else None
+
+
 def config_yaml(argv: Sequence[str]) -> dict[str, Any]:
-    """The mapping of the ``--config`` YAML named in ``argv`` ({} without one, or when it is missing or not a
-    mapping: ``check_config_keys`` and ``TrlParser`` report those)."""
-    if "--config" not in argv or argv.index("--config") + 1 >= len(argv):
-        return {}
-    path = argv[argv.index("--config") + 1]
-    path = resolve_config(path)
+    """The ``--config`` YAML's mapping ({} without one, or one missing or not a mapping: reported elsewhere)."""
+    path = resolve_config(config_arg(argv) or "")
     if not os.path.exists(path):
         return {}
     with open(path) as f:
@@ -82,11 +79,10 @@ def given_fields(argv: Sequence[str]) -> set[str]:
 
 
 def given_sources(argv: Sequence[str]) -> dict[str, str]:
-    """Where each field of ``given_fields`` was set, for the opening line: ``"--name"`` for a flag (it wins over the
-    YAML), ``"demo config"`` for a key of the demo YAML a recipe loads when given no model or config, else ``"config
-    YAML"``."""
-    config = argv[argv.index("--config") + 1] if "--config" in argv and argv.index("--config") + 1 < len(argv) else ""
-    demo = os.path.realpath(resolve_config(config)).startswith(os.path.realpath(DEMO_CONFIG_DIR) + os.sep)
+    """Where each field of ``given_fields`` was set, for the opening line: ``"--name"`` (a flag wins over the YAML),
+    ``"demo config"`` (the demo YAML) or ``"config YAML"``."""
+    config = resolve_config(config_arg(argv) or "")
+    demo = os.path.realpath(config).startswith(os.path.realpath(DEMO_CONFIG_DIR) + os.sep)
     sources = dict.fromkeys(config_yaml(argv), "demo config" if demo else "config YAML")
     for arg in argv:
         if arg.startswith("--") and arg != "--config":
@@ -110,9 +106,8 @@ def print_help(parser: TrlParser, dataclass_types: Sequence[type], recipe: str |
 
 
 def renamed_flags(argv: list[str], dataclass_types: Sequence[type]) -> list[str]:
-    """``argv`` with each deprecated flag (``RENAMED_FIELDS``, e.g. ``--dynamic_sampling_max_rounds``) written under
-    its new name, with a ``FutureWarning``, so that it overrides the YAML like any flag (the config maps a deprecated
-    YAML key itself)."""
+    """``argv`` with each deprecated flag (``RENAMED_FIELDS``) under its new name, with a ``FutureWarning``, so that it
+    overrides the YAML like any flag (the config maps a deprecated YAML key itself)."""
     fields = {name for t in dataclass_types for name in getattr(t, "__dataclass_fields__", {})}
     out = []
     for arg in argv:
@@ -128,9 +123,7 @@ def renamed_flags(argv: list[str], dataclass_types: Sequence[type]) -> list[str]
 
 
 def check_config_file(argv: list[str]) -> None:
-    """``--config`` must name an existing file, not end the command line; a packaged name
-    (``recipes/configs/...``, ``<model>/<algo>/config_<variant>.yaml``) is replaced in ``argv`` by its file
-    (``resolve_config``), and a missing file is reported with the closest name."""
+    """``--config`` must name an existing file (a packaged name is replaced in ``argv`` by its file)."""
     index = argv.index("--config")
     if index + 1 >= len(argv):
         raise UserError("--config needs a YAML file: --config recipes/configs/<model>/<algo>/config_<variant>.yaml.")
@@ -140,18 +133,11 @@ def check_config_file(argv: list[str]) -> None:
 
 
 def parse(dataclass_types: Sequence[type], recipe: str | None, argv: list[str] | None = None) -> tuple:
-    """The one recipe parser: ``TrlParser`` over ``dataclass_types`` (``make_parser``: no abbreviations, unknown
-    flags named with the closest one); ``--help`` prints the short help, ``--help-all`` every field
-    (``print_help``). ``--config`` takes a file or a packaged name (``check_config_file``). A missing ``--config``
-    file, and a value a config refuses (its ``__post_init__`` checks: TRL's, transformers', a preset's), are
-    ``UserError``s. With neither ``--config`` nor ``--model_name_or_path`` the demo's YAML
-    (``demo_config_path(recipe)``) supplies the values; CLI flags override it either way. Every YAML file is checked
-    first: an unknown key fails, naming the key and the closest field (``check_config_keys``), where ``TrlParser``
-    would silently ignore a typo. ``bf16`` / ``use_cpu`` are fitted to the hardware unless set
-    (``supported_precision``); ``report_to`` trackers must be installed (``check_report_to``). The first dataclass
-    (the script arguments) gets ``given_fields``: the fields set by flag or YAML, and ``given_sources``: which of the
-    two set each. ``recipe=None``: no demo YAML
-    (``trl-ext eval``, whose defaults are its dataclass's)."""
+    """The parsed ``dataclass_types`` of recipe ``recipe``. With neither ``--config`` nor ``--model_name_or_path``
+    the demo YAML (``demo_config_path(recipe)``; none when ``recipe`` is None) supplies the values; flags override
+    either way. Unknown YAML keys fail naming the closest field (``check_config_keys``), where ``TrlParser`` would
+    ignore a typo; a missing file and a value a config's ``__post_init__`` refuses are ``UserError``s. The script
+    arguments get ``given_fields`` (set by flag or YAML) and ``given_sources`` (which of the two)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = make_parser(dataclass_types)
     parser.prog = recipe_prog(recipe)  # errors and help say `trl-ext dapo`, not `dapo.py`
@@ -178,8 +164,7 @@ def parse(dataclass_types: Sequence[type], recipe: str | None, argv: list[str] |
 
 
 def _setting(argv: list[str], name: str) -> tuple[bool, Any]:
-    """``(given, value)`` of a boolean training flag, from the command line (``--name``, ``--name X``,
-    ``--name=X``) or else from the ``--config`` YAML."""
+    """``(given, value)`` of a boolean flag: ``--name``, ``--name X``, ``--name=X``, else the ``--config`` YAML."""
     flag = f"--{name}"
     for i, arg in enumerate(argv):
         if arg == flag:
@@ -194,14 +179,9 @@ def _setting(argv: list[str], name: str) -> tuple[bool, Any]:
 
 
 def supported_precision(argv: list[str]) -> list[str]:
-    """``argv`` fitted to the hardware: ``--bf16 false`` when ``bf16`` is not set and no GPU here supports it, and
-    ``--use_cpu true`` when ``use_cpu`` is not set and there is no GPU or other accelerator at all.
-
-    TRL's configs default to bf16, which transformers refuses without a bf16-capable GPU ("Your setup doesn't support
-    bf16/gpu"); a recipe picks what the hardware supports instead and says which in its opening line. An explicit
-    ``bf16: true`` without such a GPU (and without ``use_cpu``, which runs bf16 autocast on the CPU) fails here, with
-    the fix. ``use_cpu`` on a machine that has nothing else changes no result; it only spares the data loader's
-    "pin_memory ... no accelerator is found" warning."""
+    """``argv`` fitted to the hardware: ``--bf16 false`` unless set when no GPU here supports bf16 (TRL's default,
+    which transformers refuses there), and ``--use_cpu true`` unless set when there is no accelerator at all (it
+    spares the "pin_memory" warning). An explicit ``bf16`` without such a GPU or ``use_cpu`` fails with the fix."""
     if is_torch_bf16_gpu_available():
         return argv
     argv = list(argv)
@@ -213,13 +193,7 @@ def supported_precision(argv: list[str]) -> list[str]:
         )
     if not given:
         argv += ["--bf16", "false"]
-    mps = getattr(torch.backends, "mps", None)
-    xpu = getattr(torch, "xpu", None)
-    accelerator = (
-        torch.cuda.is_available()
-        or (mps is not None and mps.is_available())
-        or (xpu is not None and xpu.is_available())
-    )
+    accelerator = torch.cuda.is_available() or is_mps_available() or is_xpu_available()
     if not accelerator and not _setting(argv, "use_cpu")[0]:
         argv += ["--use_cpu", "true"]
     return argv

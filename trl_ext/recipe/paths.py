@@ -1,13 +1,6 @@
-"""Where the recipes and their YAML files live, and how a ``--config`` name finds its file. Free of torch, so that
-``trl-ext --help`` stays instant.
-
-The recipes are the modules of ``trl_ext.scripts`` and their YAML files are package data under
-``trl_ext/scripts/configs/`` and ``trl_ext/scripts/accelerate_configs/``, so a wheel or ``pip install .`` carries them
-(as TRL ships ``trl/scripts/``). A source checkout also reaches them as ``recipes/configs/...`` and
-``recipes/accelerate_configs/...`` (links to those folders), the names the documentation uses; ``resolve_config``
-accepts those names from any directory, so ``trl-ext dapo --config recipes/configs/<model>/<algo>/<file>.yaml``
-works after a non-editable install as well.
-"""
+"""Where the recipes and their YAML files live (package data under ``trl_ext/scripts/``, linked from a checkout's
+``recipes/``), and how a ``--config`` name finds its file from any directory. Free of torch: ``trl-ext --help`` stays
+instant."""
 
 from __future__ import annotations
 
@@ -43,10 +36,8 @@ def documented_name(path: str) -> str:
 
 
 def resolve_config(path: str) -> str:
-    """The YAML file ``path`` names: ``path`` itself when it exists; else the packaged file it names, written as in
-    the documentation (``recipes/configs/<model>/<algo>/config_<variant>.yaml``) or relative to the packaged
-    folder (``<model>/<algo>/config_<variant>.yaml``, ``demo/dapo/config_demo.yaml``); else ``path`` unchanged, for
-    the caller to report as missing. An absolute path is never replaced: it names the user's own file."""
+    """The YAML file ``path`` names: itself when it exists or is absolute; else the packaged file it names, as the
+    documentation writes it (``recipes/configs/...``) or relative to the packaged folder; else ``path`` unchanged."""
     if os.path.exists(path) or os.path.isabs(path):
         return path
     normalized = path.replace(os.sep, "/").removeprefix("./")

@@ -1,6 +1,5 @@
-"""What a recipe prints and writes about itself: the opening line (what runs, on what, for how long, at what
-learning rate and who chose it, in what precision) and the closing report (the summary table and ``summary.json``,
-the one report file of every recipe)."""
+"""What a recipe prints and writes about itself: the opening line and the closing report (the summary table and
+``summary.json``, the one report file of every recipe)."""
 
 from __future__ import annotations
 
@@ -27,10 +26,8 @@ SUMMARY_FILE = "summary.json"
 
 
 def written_files(output_dir: str) -> list[str]:
-    """What a run left in ``output_dir``: its files, sorted (``summary.json`` among them), then its ``checkpoint-N/``
-    folders in step order (``(incomplete)`` after one a killed save left half-written). What the summary lists, so
-    that it says ``adapter_model.safetensors`` under PEFT and ``model.safetensors`` otherwise, and which checkpoints
-    there are to resume from or evaluate."""
+    """What a run left in ``output_dir``, as the summary lists it: its files, sorted (``summary.json`` among them),
+    then its ``checkpoint-N/`` folders in step order (``(incomplete)`` after one a killed save left half-written)."""
     if not os.path.isdir(output_dir):
         return []
     names = {n for n in os.listdir(output_dir) if os.path.isfile(os.path.join(output_dir, n))}
@@ -51,9 +48,8 @@ def report(
     metric: str = "held-out greedy accuracy",
     **extra: Any,
 ) -> dict:
-    """Print the summary table (held-out accuracy before / after / gain, steps, wall time since ``started``,
-    outputs) and write the same to ``output_dir/summary.json`` (``write_summary``). ``metric`` names the figure
-    (the reward recipe's is pairwise accuracy on held-out pairs)."""
+    """Print the summary table (``metric`` before / after / gain, steps, wall time since ``started``, outputs) and
+    write the same to ``output_dir/summary.json``."""
     wall = round(time.time() - started, 1) if started is not None else None
     result = {"recipe": recipe, "accuracy_before": before, "accuracy_after": after, **extra}
     if steps is not None:
@@ -93,8 +89,8 @@ def announce(
     layout: Layout | None = None,
     rewards: Sequence[str] | None = None,
 ) -> None:
-    """The opening line of a recipe (``trl_ext.console``): what runs, on what (the data's layout and how it maps,
-    the rewards), for how long, at what learning rate (``learning_rate_part``), in what precision."""
+    """The opening line of a recipe (``trl_ext.console``): what runs, on what data and rewards, for how long, at what
+    learning rate (``learning_rate_part``), in what precision."""
     quiet_libraries()
     if getattr(training_args, "process_index", 0) != 0:
         return
@@ -125,26 +121,19 @@ def announce(
     print(opening_line(recipe, parts), flush=True)
 
 
-def learning_rate_source(script_args: Any, training_args: Any) -> str:
-    """Where the learning rate came from: a flag (``"--learning_rate"``), the user's YAML (``"config YAML"``), the
-    demo's YAML (``"demo config"``), else a default: the preset's (``"dapo preset default"``) or the config class's
-    (``"SFTConfig default"``)."""
-    source = getattr(script_args, "given_sources", {}).get("learning_rate")
-    if source is None and "learning_rate" in getattr(script_args, "given_fields", set()):
-        source = "given"
-    if source is not None:
-        return source
-    preset = getattr(script_args, "preset", None)
-    return f"{preset} preset default" if preset else f"{type(training_args).__name__} default"
-
-
 def learning_rate_part(script_args: Any, training_args: Any) -> str | None:
-    """``"lr 5e-05 (--learning_rate)"`` for the opening line: a preset's paper default left in place on a small model
-    is the first thing to check when the policy does not move, so the line says the value and who chose it."""
+    """``"lr 5e-05 (--learning_rate)"``: the value and who chose it (a flag, ``config YAML``, ``demo config``, else
+    the preset's or the config class's default), the first thing to check when the policy does not move."""
     lr = getattr(training_args, "learning_rate", None)
     if not isinstance(lr, int | float):
         return None
-    return f"lr {lr:g} ({learning_rate_source(script_args, training_args)})"
+    source = getattr(script_args, "given_sources", {}).get("learning_rate")
+    if source is None and "learning_rate" in getattr(script_args, "given_fields", set()):
+        source = "given"
+    preset = getattr(script_args, "preset", None)
+    if source is None:
+        source = f"{preset} preset default" if preset else f"{type(training_args).__name__} default"
+    return f"lr {lr:g} ({source})"
 
 
 def announce_eval(args: Any, data: TaskData, split: str, problems: int, models: Sequence[str], settings: Any) -> None:

@@ -1,6 +1,5 @@
-"""The reward functions of a run: by registry name (``trl_ext.rewards``) or as a reward model (a folder or Hub id,
-``trl_ext.reward_model``); the task reward that fits the data when none is named; and the rule reward that scores
-held-out accuracy (never a learned reward: it is what a learned reward stands in for)."""
+"""The reward functions of a run (registry names or reward models), the task reward that fits the data, and the rule
+reward that scores held-out accuracy (never a learned reward: it is what a learned reward stands in for)."""
 
 from __future__ import annotations
 
@@ -18,9 +17,8 @@ from trl_ext.rewards.arithmetic import arithmetic_reward
 
 
 def reward_functions(names: list[str], options: dict | str | None = None) -> list:
-    """Reward callables by name from the ``rewards`` registry (``options``: a mapping or its JSON text); a name the
-    registry does not know that is a folder or a Hub id is loaded as a reward model (``trl_ext.reward_model``), and
-    one that is neither fails naming both."""
+    """Reward callables by registry name (``options``: a mapping or its JSON text); another name that is a folder or
+    a Hub id is loaded as a reward model (``trl_ext.reward_model``), and one that is neither fails naming both."""
     if isinstance(options, str):
         try:
             options = json.loads(options)
@@ -64,12 +62,9 @@ def gold_reward(funcs: Sequence[Callable], script_args: Any, layout: Layout) -> 
 
 
 def task_rewards(script_args: Any, layout: Layout | None) -> tuple[list, list[str]]:
-    """``(reward functions, names)`` of a run: ``reward_funcs`` when given, else the task reward that fits the data's
-    layout (``Layout.task_rewards``: ``accuracy`` for math, ``code`` for code tests, ``arithmetic`` on the demo),
-    never the demo's reward on user data. A name that is a folder or a Hub id is a reward model
-    (``reward_functions``). The first rule function is the task reward: it is wrapped in ``ZeroRewardWatch`` (one
-    warning when it scores 0 or unscorable on every completion of the first steps).
-    ``layout`` may be None when ``reward_funcs`` names the rewards (built before the data is loaded)."""
+    """``(reward functions, names)`` of a run: ``reward_funcs`` when given, else ``layout.task_rewards`` (``layout``
+    may be None only in the first case). The first rule function is wrapped in ``ZeroRewardWatch`` (one warning
+    when it scores 0 or unscorable on every completion of the first steps)."""
     names = list(getattr(script_args, "reward_funcs", None) or [])
     if not names:
         if layout is None:
@@ -91,10 +86,9 @@ def task_rewards(script_args: Any, layout: Layout | None) -> tuple[list, list[st
 
 
 def evaluation_reward(script_args: Any, layout: Layout, reward: Callable | None = None) -> Callable | None:
-    """The reward that held-out evaluation and ``trl-ext eval`` score with: on the demo its own answer check
-    (``arithmetic_reward``, whatever ``reward``); on user data ``reward`` (the run's task reward, built once by the
-    recipe) or, when None, the rule reward of ``reward_funcs`` / the layout (``gold_reward``: never a reward model);
-    None when nothing names a reward and the data has no reference column."""
+    """The reward held-out evaluation scores with: on the demo ``arithmetic_reward``; on user data ``reward`` (the
+    run's, built once) or else ``gold_reward`` of the run's rewards; None when nothing names a reward and the data
+    has no reference column."""
     if script_args.dataset_name is None:
         return arithmetic_reward
     if reward is not None:

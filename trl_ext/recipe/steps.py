@@ -1,5 +1,4 @@
-"""The first and last steps that the SFT, DPO, PPO and reward recipes share: ``start`` (clock, seed, threads, data)
-and ``finish`` (save, held-out accuracy after training, report). The GRPO family's ``main`` spells its own out."""
+"""The first and last steps that the SFT, DPO, PPO and reward recipes share."""
 
 from __future__ import annotations
 
@@ -10,16 +9,25 @@ from typing import Any
 from datasets import Dataset
 from transformers import set_seed
 
+from trl_ext.console import quiet_libraries
 from trl_ext.data import Layout, TaskData, load_task_data
+from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.models import demo_threads
 from trl_ext.recipe.report import report
+
+
+def run(name: str, main: Callable[..., Any], parse_args: Callable[[], tuple]) -> Any:
+    """A recipe's command line: library noise hidden (``quiet_libraries``), ``main`` run on ``parse_args()``, and a
+    user error printed as ``trl-ext <name>: error: ...`` (``TRL_EXT_DEBUG=1``: the traceback)."""
+    quiet_libraries()
+    with reported_user_errors(f"trl-ext {name}"):
+        return main(*parse_args())
 
 
 def start(
     script_args: Any, training_args: Any, model_args: Any, strict: bool = True, with_completion: bool = False
 ) -> tuple[float, Dataset, Dataset | None, Layout]:
-    """The first steps of a recipe: the clock, the seed, the demo's thread count and the data (``(started, train,
-    held-out, layout)``; see ``load_script_data``)."""
+    """The clock, the seed, the demo's thread count and the data: ``(started, train, held-out, layout)``."""
     started = time.time()
     set_seed(training_args.seed)
     demo_threads(model_args)
@@ -36,9 +44,7 @@ def finish(
     before: float | None,
     started: float,
 ) -> dict:
-    """The last steps of a recipe after ``trainer.train()``: save the model and tokenizer to ``output_dir``, measure
-    the held-out greedy accuracy of ``policy`` (``evaluate``, from ``held_out_evaluator``) and report (``report``:
-    table and ``summary.json``)."""
+    """After ``trainer.train()``: save model and tokenizer, measure ``policy``'s held-out accuracy and ``report``."""
     output_dir = trainer.args.output_dir
     trainer.save_model(output_dir)
     tokenizer.save_pretrained(output_dir)
@@ -49,9 +55,5 @@ def finish(
 def load_script_data(
     script_args: Any, strict: bool = True, with_completion: bool = False, hold_out: bool = True
 ) -> TaskData:
-    """The recipe's data (``trl_ext.data.load_task_data``): training and held-out sets mapped by their layout, the
-    held-out set cut to ``held_out_max_problems``. ``strict=False`` (SFT, DPO on preference pairs) keeps a layout it
-    does not recognize as it is; ``with_completion`` (SFT) maps a worked solution to ``completion``. ``hold_out``
-    (the training recipes; not ``trl-ext eval``, which evaluates a lone file whole): data with a reference column
-    but no held-out split gets one carved from its rows (``trl_ext.data.carve_held_out``)."""
+    """``trl_ext.data.load_task_data``, carving a held-out split unless ``hold_out=False`` (``trl-ext eval``)."""
     return load_task_data(script_args, strict=strict, with_completion=with_completion, hold_out=hold_out)

@@ -1,5 +1,5 @@
-"""Tools in the GRPO recipe (YAML ``tools:``): the functions named, and held-out greedy accuracy with the tools run,
-as TRL's multi-turn ``tools=`` rollout runs them (the tool demo is ``trl_ext.demo_tools``; docs/TOOLS.md)."""
+"""Tools in the GRPO recipe (YAML ``tools:``, docs/TOOLS.md): the functions named, and held-out greedy accuracy with
+the tools run as TRL's multi-turn ``tools=`` rollout runs them."""
 
 from __future__ import annotations
 

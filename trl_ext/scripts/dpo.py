@@ -5,10 +5,8 @@ file, or on pairs mined from groups of the current policy (iterative DPO / RPO, 
     python recipes/dpo.py --config recipes/configs/demo/dpo/config_offline.yaml     # offline, on the mined pairs
     python recipes/dpo.py --model_name_or_path outputs/sft --dataset_name prefs.jsonl --output_dir outputs/my-dpo
 
-The data decide the mode: ``chosen`` and ``rejected`` columns are trained on as they are (exactly TRL's DPO); a
-prompt-only dataset is turned into pairs mined from the policy's groups for ``mining_rounds`` rounds (each round's
-pairs saved as ``<output_dir>/pairs-round-<k>.jsonl``, reusable offline). With neither ``--config`` nor
-``--model_name_or_path`` the settings come from ``recipes/configs/demo/dpo/config_demo.yaml``.
+The data decide the mode: ``chosen`` / ``rejected`` columns are trained on as they are; prompts are mined into pairs
+from the policy's groups for ``mining_rounds`` rounds (saved as ``<output_dir>/pairs-round-<k>.jsonl``).
 """
 
 from __future__ import annotations
@@ -17,36 +15,32 @@ import os
 
 from trl import ModelConfig, get_peft_config
 
-from trl_ext.console import quiet_libraries, use_console
+from trl_ext.console import use_console
 from trl_ext.data import format_prompts
 from trl_ext.dpo.trainer import DPOConfig, DPOTrainer, train_iterative_dpo
-from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.args import DPOScriptArguments
 from trl_ext.recipe.evaluation import held_out_evaluator
 from trl_ext.recipe.models import load_policy
 from trl_ext.recipe.parsing import parse
 from trl_ext.recipe.report import announce, report
 from trl_ext.recipe.rewards import task_rewards
-from trl_ext.recipe.steps import start
+from trl_ext.recipe.steps import run, start
 
 
 def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: ModelConfig) -> dict:
-    # Seed, threads, data (no dataset given: the arithmetic demo), and the opening line
     started, train_dataset, eval_dataset, layout = start(script_args, training_args, model_args, strict=False)
 
-    # The data decide the mode: preference pairs (trained on as they are), or prompts to mine pairs from.
     offline = {"chosen", "rejected"} <= set(train_dataset.column_names)
     mode = "offline DPO" if offline else "group-mined iterative DPO"
     data = (train_dataset, eval_dataset)
     announce("dpo", f"DPOTrainer ({mode})", script_args, training_args, model_args, data, layout=layout)
 
-    # Model and tokenizer (no model given: the demo's SFT warm start).
     model, tokenizer, _ = load_policy(
         model_args.model_name_or_path, model_args.dtype, model_args, script_args.chat_template
     )
     train_dataset = format_prompts(train_dataset, tokenizer, script_args.system_prompt)
     eval_dataset = format_prompts(eval_dataset, tokenizer, script_args.system_prompt, "the held-out split")
-    # Rewards that score mined groups (the task reward of the data unless named), also the held-out check
+    # Rewards that score mined groups (the data's task reward unless named), also the held-out check
     reward_funcs = None if offline else task_rewards(script_args, layout)[0]
     max_new_tokens = training_args.mining_max_new_tokens  # the length pairs are mined at
     task_reward = reward_funcs[0] if reward_funcs else None
@@ -90,9 +84,7 @@ def main(script_args: DPOScriptArguments, training_args: DPOConfig, model_args: 
 
 def cli(argv: list[str] | None = None) -> dict:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
-    quiet_libraries()
-    with reported_user_errors("trl-ext dpo"):
-        return main(*parse((DPOScriptArguments, DPOConfig, ModelConfig), "dpo", argv))
+    return run("dpo", main, lambda: parse((DPOScriptArguments, DPOConfig, ModelConfig), "dpo", argv))
 
 
 if __name__ == "__main__":

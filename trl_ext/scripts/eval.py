@@ -5,10 +5,9 @@
     trl-ext eval --models Qwen/Qwen2.5-0.5B-Instruct outputs/qwen-grpo --dataset_name openai/gsm8k \
         --dataset_config main --num_samples 32 --max_new_tokens 1024 --use_vllm
 
-Each model is evaluated on the held-out split with the recipes' layouts, prompt formatting and task reward, so its
-``pass@1 (greedy)`` is the recipes' held-out accuracy. Sampling defaults are DAPO's evaluation (K = 32 at temperature
-1.0, top-p 0.7), seeded alike for every model. ``eval.json`` and ``per_problem.jsonl`` under ``output_dir`` hold
-what every figure can be recomputed from (``trl_ext.diagnostics.eval_report.recompute``).
+Each model is evaluated as the recipes measure held-out accuracy (same layouts, prompts and task reward), with DAPO's
+sampling by default (K = 32, temperature 1.0, top-p 0.7). ``eval.json`` and ``per_problem.jsonl`` under ``output_dir``
+hold what every figure can be recomputed from.
 """
 
 from __future__ import annotations
@@ -16,18 +15,16 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from trl_ext.console import quiet_libraries
 from trl_ext.data import format_prompts, is_data_file
 from trl_ext.diagnostics.eval_report import print_report, write_report
 from trl_ext.diagnostics.evaluation import EvalSettings, check_vllm, evaluate_model
-from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.args import EvalArguments
 from trl_ext.recipe.evaluation import completion_budget
 from trl_ext.recipe.models import demo_models, demo_threads, load_for_vllm, load_policy
 from trl_ext.recipe.parsing import parse
 from trl_ext.recipe.report import announce_eval
 from trl_ext.recipe.rewards import evaluation_reward, task_rewards
-from trl_ext.recipe.steps import load_script_data
+from trl_ext.recipe.steps import load_script_data, run
 from trl_ext.reliability.checks import longest_prompt
 
 DEMO_ANSWER_TOKENS = 4  # the demo's own check reads the first integer of 4 new tokens (trl_ext.demo.greedy_accuracy)
@@ -38,7 +35,7 @@ def main(args: EvalArguments) -> dict:
     demo = args.dataset_name is None
     demo_threads(demo=demo)
 
-    # Data: the recipes' held-out split, mapped by its layout; the reward that scores it (the demo: its own check)
+    # The recipes' held-out split and the reward that scores it
     data = load_script_data(args, hold_out=False)  # a lone file is evaluated whole, nothing carved
     problems, split = data.held_out, args.dataset_test_split
     if problems is None and is_data_file(args.dataset_name):
@@ -70,7 +67,6 @@ def main(args: EvalArguments) -> dict:
     models = [(m, m) for m in args.models] if args.models else demo_models()
     announce_eval(args, data, split, len(problems), [name for name, _ in models], settings)
 
-    # Each model: load, format the prompts for its tokenizer, fit the length to its context, evaluate
     evaluations = []
     for name, path in models:
         if args.use_vllm:  # vLLM loads the weights itself
@@ -83,16 +79,13 @@ def main(args: EvalArguments) -> dict:
         evaluations.append(evaluate_model(name, model, tokenizer, formatted, reward, fitted, path))
         del model
 
-    # Report: the table, eval.json and per_problem.jsonl
     print_report(evaluations, settings)
     return write_report(args.output_dir, evaluations, settings, data, split, reward, time.time() - started)
 
 
 def cli(argv: list[str] | None = None) -> dict:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
-    quiet_libraries()
-    with reported_user_errors("trl-ext eval"):
-        return main(*parse((EvalArguments,), None, argv))
+    return run("eval", main, lambda: parse((EvalArguments,), None, argv))
 
 
 if __name__ == "__main__":

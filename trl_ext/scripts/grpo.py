@@ -9,11 +9,9 @@
         --reward_funcs accuracy format --output_dir outputs/my-run
 
 GRPO as DeepSeekMath (arXiv 2402.03300) defines it: per-sequence mean loss with a k3 KL term (beta 0.04). With no
-model and no config the settings come from ``recipes/configs/demo/<preset>/config_demo.yaml`` (CLI flags override
-them): the demo's cached SFT warm start, then RL on the arithmetic task. ``dapo``, ``gspo`` and ``dr_grpo`` (modules
-of ``trl_ext.scripts``) run this same ``main`` with their own preset: the algorithm is the config, the trainer comes
-from the table.
-Outputs under ``output_dir``: ``metrics.jsonl``, ``curves.png``, ``summary.json`` and the model.
+model and no config, ``recipes/configs/demo/<preset>/config_demo.yaml`` (the demo's warm start, then RL on the
+arithmetic task). ``dapo``, ``gspo`` and ``dr_grpo`` run this ``main`` with their own preset. Outputs under
+``output_dir``: ``metrics.jsonl``, ``curves.png``, ``summary.json`` and the model.
 """
 
 from __future__ import annotations
@@ -24,10 +22,8 @@ from transformers import set_seed
 from trl import ModelConfig, get_peft_config
 
 from trl_ext import GRPOFamilyConfig, trainer_class_for
-from trl_ext.console import quiet_libraries
 from trl_ext.data import format_prompts
 from trl_ext.demo_tools import ToolDemo
-from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.args import RLScriptArguments
 from trl_ext.recipe.evaluation import held_out_evaluator
 from trl_ext.recipe.grpo import (
@@ -43,7 +39,7 @@ from trl_ext.recipe.grpo import (
 )
 from trl_ext.recipe.models import demo_threads, load_policy
 from trl_ext.recipe.rewards import gold_reward, task_rewards
-from trl_ext.recipe.steps import load_script_data
+from trl_ext.recipe.steps import load_script_data, run
 from trl_ext.recipe.tools import load_tools, tool_evaluator
 from trl_ext.reward_model import reward_processing_classes
 
@@ -52,34 +48,27 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     recipe, output_dir = script_args.preset, training_args.output_dir
     started = time.time()
 
-    # Seed, threads, output folder (a fresh one unless resuming: 'latest' = the newest checkpoint in output_dir)
+    # Output folder: a fresh one unless resuming
     set_seed(training_args.seed)
     demo_threads(model_args)
     resume = resolve_checkpoint(training_args.resume_from_checkpoint, output_dir)
     overwrite = getattr(script_args, "overwrite_output_dir", None) or getattr(training_args, "overwrite_output_dir", 0)
     metrics_path = prepare_output_dir(output_dir, resume, training_args.process_index == 0, bool(overwrite))
 
-    # Rewards named by registry name are built first (a typo fails before any download); none named: the task
-    # reward that fits the data's layout (math accuracy, code tests; the demo's arithmetic check on the demo)
+    # Named rewards are built first (a typo fails before any download); none named: the data's task reward.
+    # Tools for TRL's multi-turn rollout; with no model and no dataset, the tool demo (trl_ext.demo_tools)
     named = task_rewards(script_args, None) if script_args.reward_funcs else None
-    # Tools (YAML `tools:`) for TRL's multi-turn rollout; with no model and no dataset, the tool demo's problems,
-    # warm start and reward (trl_ext.demo_tools)
     tools, tool_demo = load_tools(script_args.tools), ToolDemo.of(script_args, model_args)
-
-    # Data: the demo's arithmetic problems, or the user's dataset mapped by its layout (GSM8K, MATH, DAPO-Math-17k,
-    # ..., or --dataset_prompt_column / --dataset_answer_column): a 'prompt' column and the reference
     data = tool_demo.data if tool_demo else load_script_data(script_args)
     reward_funcs, reward_names = (tool_demo and tool_demo.rewards) or named or task_rewards(script_args, data.layout)
 
-    # Trainer class: the preset table decides (DAPOConfig -> DAPOTrainer, GSPOConfig -> GSPOTrainer, ...)
     trainer_class = trainer_class_for(training_args)
     trainer_name = f"{trainer_class.__name__} ({type(training_args).__name__})"
 
     announce(recipe, trainer_name, script_args, training_args, model_args, data, reward_names)
 
-    # Model and tokenizer (no model given: the demo's SFT warm start, built and cached on first use; 4/8-bit
-    # through TRL's quantization config); prompts as the model expects them (chat template, system prompt); a
-    # given model's max_completion_length sized to its context unless set
+    # Model and tokenizer (none given: the demo's SFT warm start), prompts formatted for it, a given model's
+    # max_completion_length sized to its context unless set
     model, tokenizer, model_path = load_policy(
         tool_demo.model_path if tool_demo else model_args.model_name_or_path,
         model_args.dtype,
@@ -92,8 +81,7 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     if model_args.model_name_or_path is not None:
         fit_to_model(recipe, training_args, model, tokenizer, train_dataset, script_args)
 
-    # Held-out greedy accuracy before RL, by the first rule reward (the demo: its own answer check; with only a
-    # reward model: the data's task reward, the gold figure the learned reward stands in for)
+    # Held-out greedy accuracy before RL, by the first rule reward (with only a reward model: the data's task reward)
     is_main = training_args.process_index == 0
     evaluate = held_out_evaluator(
         script_args,
@@ -104,7 +92,7 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
         gold_reward(reward_funcs, script_args, data.layout),
         is_main,
     )
-    if tools:  # held-out greedy accuracy with the tools run, as the rollouts run them
+    if tools:  # with the tools run, as the rollouts run them
         evaluate = tool_evaluator(tokenizer, eval_dataset, tools, gold_reward(reward_funcs, script_args, data.layout))
     before = evaluate(model, "before RL")
     if before is not None and is_main:
@@ -112,7 +100,7 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
             f"[{recipe}] held-out greedy accuracy before RL: {before:.3f} ({len(eval_dataset)} problems)", flush=True
         )
 
-    # Trainer: TRL's GRPOTrainer plus this package's mixins; every log line also goes to metrics.jsonl
+    # Trainer: every log line also goes to metrics.jsonl
     trainer = trainer_class(
         model=model,
         reward_funcs=reward_funcs,
@@ -126,7 +114,6 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     )
     held_out = attach_monitors(trainer, recipe, script_args, evaluate, before, reward_funcs)
 
-    # Train and save
     train_started = time.time()
     trainer.train(resume_from_checkpoint=resume)
     train_seconds = time.time() - train_started
@@ -134,7 +121,6 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(output_dir)
 
-    # Report: held-out accuracy after RL, the summary table, summary.json and curves.png
     after = accuracy_after(trainer, evaluate, held_out)
     return summarize(recipe, trainer, model_path, eval_dataset, before, after, held_out, started, train_seconds)
 
@@ -142,9 +128,7 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
 def cli(preset: str = "grpo", argv: list[str] | None = None) -> dict:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) for ``preset`` (``--preset`` / a YAML ``preset:``
     may choose another) and run ``main``: also the entry point of ``dapo``, ``gspo`` and ``dr_grpo``."""
-    quiet_libraries()  # library warnings a user cannot act on; TRL_EXT_LIBRARY_WARNINGS=1 shows them
-    with reported_user_errors(f"trl-ext {preset}"):  # a user error: its message alone (TRL_EXT_DEBUG=1: traceback)
-        return main(*parse(preset, argv=argv))
+    return run(preset, main, lambda: parse(preset, argv=argv))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,7 @@ loss and 4 minibatches per rollout. ``--gspo_token true`` (or ``trl-ext gspo_tok
     accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/gspo.py \
         --config recipes/configs/qwen3-30b-a3b/gspo/config_colocate.yaml
 
-``GSPOConfig`` holds the algorithm and the preset table gives it ``GSPOTrainer`` (sequence clip fractions under
-``gspo/*``); the run itself is ``main`` of ``trl_ext.scripts.grpo``.
+GSPO is ``GSPOConfig`` and ``GSPOTrainer``; the run is ``trl_ext.scripts.grpo``'s ``main``.
 """
 
 from __future__ import annotations

@@ -5,9 +5,7 @@
     python recipes/pipeline.py --dapo_overrides max_steps=100 --dpo_overrides mining_rounds=1
     python recipes/pipeline.py --config my_pipeline.yaml         # any PipelineArguments field; CLI flags override
 
-Each stage runs its recipe's own code path and YAML (``sft``'s warm start, ``dapo`` with
-``recipes/configs/demo/dapo/config_demo.yaml``, ``dpo`` with ``recipes/configs/demo/dpo/config_style.yaml``),
-starting from the previous stage's saved model; see ``main`` below. The final table and
+Each stage runs its recipe's own code path and YAML from the previous stage's saved model. The final table and
 ``outputs/pipeline/summary.json`` hold the accuracies, the DPO rounds' mining statistics and each stage's wall time.
 """
 
@@ -20,7 +18,6 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, PreTrainedModel
 from trl import ModelConfig, RewardConfig
@@ -28,13 +25,13 @@ from trl import ModelConfig, RewardConfig
 from trl_ext.console import opening_line, quiet_libraries
 from trl_ext.demo import DemoTaskConfig, WarmStartConfig, build_tokenizer, greedy_accuracy, make_problems, warm_start
 from trl_ext.dpo.trainer import DPOConfig
-from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.args import DPOScriptArguments, PipelineArguments, RewardScriptArguments
 from trl_ext.recipe.grpo import parse as parse_grpo
-from trl_ext.recipe.models import fresh_demo_policy
+from trl_ext.recipe.models import demo_threads, fresh_demo_policy
 from trl_ext.recipe.parsing import check_flags, make_parser, parse
 from trl_ext.recipe.paths import DEMO_CONFIG_DIR, demo_config_path
 from trl_ext.recipe.report import write_summary
+from trl_ext.recipe.steps import run
 from trl_ext.scoring import generate_groups
 from trl_ext.scripts import dapo as dapo_recipe
 from trl_ext.scripts import dpo as dpo_recipe
@@ -65,8 +62,7 @@ def main(args: PipelineArguments) -> dict[str, Any]:
     stages = f"SFT warm start -> {stages}"
     lines = [stages, "model demo model, random init", "data built-in arithmetic demo", f"outputs in {args.output_dir}"]
     print(opening_line("pipeline", lines), flush=True)
-    if "OMP_NUM_THREADS" not in os.environ:  # the 0.6M-parameter demo model gains nothing from threads
-        torch.set_num_threads(1)  # and on a busy machine they thrash
+    demo_threads(demo=True)
     timings: dict[str, float] = {}
     accuracies: dict[str, float] = {}
     _, held_out = make_problems(DemoTaskConfig())
@@ -194,15 +190,11 @@ def style_report(model: PreTrainedModel, tokenizer: Any, dataset: Dataset, max_n
 
 
 def cli(argv: list[str] | None = None) -> dict[str, Any]:
-    """Parse the command line (``argv``, default ``sys.argv[1:]``; ``--config`` a YAML of ``PipelineArguments``) and
-    run ``main``."""
-    quiet_libraries()
+    """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = make_parser([PipelineArguments])  # no abbreviations, unknown flags named with the closest one
     check_flags(parser, argv)
-    with reported_user_errors("trl-ext pipeline"):
-        (pipeline_args,) = parser.parse_args_and_config(args=argv)
-        return main(pipeline_args)
+    return run("pipeline", main, lambda: parser.parse_args_and_config(args=argv))
 
 
 if __name__ == "__main__":

@@ -5,9 +5,8 @@ a trained reward model or the rule-based rewards of ``rewards/`` through ``trl_e
     python recipes/ppo.py --config recipes/configs/demo/ppo/config_demo.yaml --total_episodes 640
     python recipes/ppo.py --model_name_or_path outputs/sft --reward_model_path my-rm --dataset_name prompts.jsonl
 
-The value model is a sequence-classification head on ``value_model_path`` (default: the policy's checkpoint). With
-no ``reward_model_path`` (TRL's default is a Hub model: set it to null outside the demo config) the rewards named in
-``reward_funcs`` are called as the GRPO family calls them.
+The value model is a scalar head on ``value_model_path`` (default: the policy's checkpoint). With no
+``reward_model_path`` (TRL's default is a Hub model: set it to null) the ``reward_funcs`` score the completions.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from trl import ModelConfig, get_peft_config
 
 from trl_ext.console import library_lines_dropped, quiet_libraries, use_console
 from trl_ext.data import format_prompts
-from trl_ext.errors import reported_user_errors
 from trl_ext.ppo import RuleRewardModel, tokenize_prompts
 from trl_ext.recipe.args import PPOScriptArguments
 from trl_ext.recipe.evaluation import held_out_evaluator
@@ -26,7 +24,7 @@ from trl_ext.recipe.models import load_policy
 from trl_ext.recipe.parsing import parse
 from trl_ext.recipe.report import announce
 from trl_ext.recipe.rewards import task_rewards
-from trl_ext.recipe.steps import finish, start
+from trl_ext.recipe.steps import finish, run, start
 from trl_ext.reliability.checks import require_ppo
 from trl_ext.reward_model import load_reward_model
 
@@ -35,10 +33,8 @@ PPOConfig, PPOTrainer = require_ppo()  # trl 1.12 only: on a newer TRL this says
 
 
 def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: ModelConfig) -> dict:
-    # Seed, threads, data (no dataset given: the arithmetic demo), and the opening line
+    # Data: prompts (plus the columns the rewards read); PPO itself consumes token ids only
     started, train_dataset, eval_dataset, layout = start(script_args, training_args, model_args)
-
-    # Data: prompts (plus the columns the rewards read); PPO itself consumes token ids only.
     data = (train_dataset, eval_dataset)
     announce("ppo", "PPOTrainer", script_args, training_args, model_args, data, layout=layout)
 
@@ -91,8 +87,7 @@ def main(script_args: PPOScriptArguments, training_args: PPOConfig, model_args: 
 
 def cli(argv: list[str] | None = None) -> dict:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
-    with reported_user_errors("trl-ext ppo"):
-        return main(*parse((PPOScriptArguments, PPOConfig, ModelConfig), "ppo", argv))
+    return run("ppo", main, lambda: parse((PPOScriptArguments, PPOConfig, ModelConfig), "ppo", argv))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The pre-flight probe from the command line: will RL learn anything on this model and data, and what will dynamic
-sampling cost? (``trl_ext.diagnostics.probe``: pass@k, the group mix, expected rounds per step, advice.)
+"""The pre-flight probe (``trl_ext.diagnostics.probe``): will RL learn anything on this model and data, and what will
+dynamic sampling cost?
 
     trl-ext probe                                                     # the demo after its SFT warm start
     trl-ext probe --config recipes/configs/qwen2.5-0.5b-instruct/dapo/config_gsm8k.yaml   # a run's own YAML
@@ -10,16 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trl_ext.console import quiet_libraries
 from trl_ext.diagnostics.probe import ProbeReport, main
-from trl_ext.errors import reported_user_errors
+from trl_ext.recipe.steps import run
 
 
 def cli(argv: Sequence[str] | None = None) -> ProbeReport:
     """Parse the command line (``argv``, default ``sys.argv[1:]``), probe, print the table and save the report."""
-    quiet_libraries()
-    with reported_user_errors("trl-ext probe"):
-        return main(argv)
+    return run("probe", main, lambda: (argv,))
 
 
 if __name__ == "__main__":

@@ -4,11 +4,9 @@
     trl-ext reward --model_name_or_path outputs/sft --dataset_name prefs.jsonl --output_dir outputs/rm
     trl-ext dapo --reward_funcs outputs/reward-demo              # then optimize a policy against it
 
-Data: TRL's preference layouts, held out by ``dataset_test_split`` or a seeded ``held_out_fraction``. On the demo the
-warm start's groups, scored by the rule reward, are mined into best-vs-worst pairs as group-mined DPO does. The model
-is a scalar head on the policy's checkpoint trained with the Bradley-Terry loss; the figure is held-out pairwise
-accuracy before and after. The saved folder is a reward function for every RL recipe (``--reward_funcs <folder>``)
-and PPO's ``reward_model_path``.
+Data: TRL's preference layouts (on the demo, best-vs-worst pairs mined from the warm start's groups). The model, a
+scalar head on the policy's checkpoint (Bradley-Terry loss), is scored by held-out pairwise accuracy; its folder is
+a reward function for every RL recipe (``--reward_funcs <folder>``) and PPO's ``reward_model_path``.
 """
 
 from __future__ import annotations
@@ -16,21 +14,20 @@ from __future__ import annotations
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 from trl import ModelConfig, RewardConfig, RewardTrainer, get_peft_config
 
-from trl_ext.console import quiet_libraries, use_console
+from trl_ext.console import use_console
 from trl_ext.demo import warm_start
 from trl_ext.dpo.pairs import mine_pairs
-from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.args import RewardScriptArguments
 from trl_ext.recipe.models import load_tokenizer
 from trl_ext.recipe.parsing import parse
 from trl_ext.recipe.report import announce, report
 from trl_ext.recipe.rewards import task_rewards
-from trl_ext.recipe.steps import start
+from trl_ext.recipe.steps import run, start
 from trl_ext.reward_model import PREFERENCE_COLUMNS, preference_splits
 
 
 def main(script_args: RewardScriptArguments, training_args: RewardConfig, model_args: ModelConfig) -> dict:
-    # Seed, threads, data (no dataset given: the demo's problems, mined into pairs below)
+    # No dataset given: the demo's problems, mined into pairs below
     started, train, held_out, layout = start(script_args, training_args, model_args, strict=False)
     announce("reward", "RewardTrainer", script_args, training_args, model_args, (train, held_out), layout=layout)
     path = model_args.model_name_or_path or warm_start()
@@ -99,9 +96,7 @@ def main(script_args: RewardScriptArguments, training_args: RewardConfig, model_
 
 def cli(argv: list[str] | None = None) -> dict:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
-    quiet_libraries()
-    with reported_user_errors("trl-ext reward"):
-        return main(*parse((RewardScriptArguments, RewardConfig, ModelConfig), "reward", argv))
+    return run("reward", main, lambda: parse((RewardScriptArguments, RewardConfig, ModelConfig), "reward", argv))
 
 
 if __name__ == "__main__":

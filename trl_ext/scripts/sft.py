@@ -12,27 +12,25 @@ from __future__ import annotations
 
 from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
 
-from trl_ext.console import quiet_libraries, use_console
+from trl_ext.console import use_console
 from trl_ext.data import format_prompts
-from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.args import SFTScriptArguments
 from trl_ext.recipe.evaluation import held_out_evaluator
 from trl_ext.recipe.models import fresh_demo_policy, load_policy
 from trl_ext.recipe.parsing import parse
 from trl_ext.recipe.report import announce
-from trl_ext.recipe.steps import finish, start
+from trl_ext.recipe.steps import finish, run, start
 
 
 def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> dict:
-    # Seed, threads, data (no dataset given: the arithmetic demo), and the opening line
-    # (a known layout maps to prompt + completion: GSM8K's worked answer, a MATH solution)
+    # Data: a known layout maps to prompt + completion (GSM8K's worked answer, a MATH solution)
     started, train_dataset, eval_dataset, layout = start(
         script_args, training_args, model_args, strict=False, with_completion=True
     )
     data = (train_dataset, eval_dataset)
     announce("sft", "SFTTrainer", script_args, training_args, model_args, data, layout=layout)
 
-    # No model given: the demo's randomly initialised model (the warm start starts from scratch).
+    # No model given: the demo's randomly initialised model (the warm start starts from scratch)
     if model_args.model_name_or_path is None:
         model, tokenizer = fresh_demo_policy()
     else:
@@ -42,7 +40,6 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
     train_dataset = format_prompts(train_dataset, tokenizer, script_args.system_prompt)
     eval_dataset = format_prompts(eval_dataset, tokenizer, script_args.system_prompt, "the held-out split")
 
-    # Held-out greedy accuracy: the demo's check, or the task reward of the layout on completions of up to 256 tokens
     evaluate = held_out_evaluator(script_args, layout, tokenizer, eval_dataset, max_new_tokens=256)
     before = evaluate(model, "before")
     columns = [c for c in ("prompt", "completion", "messages", "text") if c in train_dataset.column_names]
@@ -60,9 +57,7 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
 
 def cli(argv: list[str] | None = None) -> dict:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and run ``main``."""
-    quiet_libraries()
-    with reported_user_errors("trl-ext sft"):
-        return main(*parse((SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv))
+    return run("sft", main, lambda: parse((SFTScriptArguments, SFTConfig, ModelConfig), "sft", argv))
 
 
 if __name__ == "__main__":
