@@ -19,9 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 from datasets import Dataset
-from transformers import TrainerCallback
 
 from trl_ext.diagnostics.evaluation import greedy_accuracy
+from trl_ext.diagnostics.health import FirstCallback
 from trl_ext.rewards.arithmetic import arithmetic_reward
 
 HELD_OUT_KEY = "held_out/accuracy"
@@ -57,7 +57,7 @@ def held_out_accuracy(
     return evaluate()
 
 
-class HeldOutEvaluation(TrainerCallback):
+class HeldOutEvaluation(FirstCallback):
     """Logs ``held_out/accuracy`` every ``every`` steps (rounded up to a multiple of ``logging_steps``, so that the
     value lands in a regular log) and at the last step. ``points`` holds ``(step, accuracy)``, from ``start``."""
 
@@ -78,13 +78,6 @@ class HeldOutEvaluation(TrainerCallback):
         self._pending: float | None = None
         self._train_started = 0.0
         self._first_step = 0
-
-    def attach(self, trainer: Any) -> HeldOutEvaluation:
-        """Register as the trainer's *first* callback, so that the reporting callbacks see the value."""
-        callbacks = trainer.callback_handler.callbacks
-        callbacks[:] = [cb for cb in callbacks if cb is not self]
-        callbacks.insert(0, self)
-        return self
 
     def on_train_begin(self, args, state, control, **kwargs):
         logging_steps = max(int(state.logging_steps or 1), 1)
