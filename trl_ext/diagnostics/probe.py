@@ -1,30 +1,16 @@
 """Pre-flight probe: will RL learn anything on this model and data, and what will dynamic sampling cost?
 
-The probe samples ``num_generations`` completions for each of a sample of prompts (``transformers.generate``, or
-``vllm.LLM`` when vLLM is installed and a GPU is present), scores them with the run's reward functions and reports:
+It samples ``num_generations`` completions for each of a sample of prompts (``transformers.generate``, or vLLM when
+installed and a GPU is present), scores them with the run's reward functions and reports pass@k (Chen et al., arXiv
+2107.03374), the all-correct / all-wrong / mixed groups and those dynamic sampling keeps (DAPO Eq. 11), the expected
+generation rounds per step under the run's own refill policy (``probe_args.dynamic_sampling_policy``) and with other
+group sizes, reward and length distributions, and recommendations (``probe_stats.recommend``); printed, and saved as
+``report.json`` and ``histogram.png`` under ``output_dir``. ``trl-ext probe --config <training YAML>`` takes the run's
+model, data, rewards, sampling and config (``preset:``, default DAPO); flags override them.
 
-- **pass@k** for k = 1, 2, 4, ..., G (the unbiased estimator of Chen et al., arXiv 2107.03374);
-- the fractions of **all-correct, all-wrong and mixed groups**, and of groups dynamic sampling keeps (DAPO Eq. 11);
-- the **expected generation rounds per step** under the refill policy of the run's own config
-  (``probe_args.dynamic_sampling_policy``), and how the kept fraction would change with the group size;
-- reward and length distributions, and the fraction truncated (TRL's ``completions/clipped_ratio``);
-- **recommendations** with the numbers behind them (``probe_stats.recommend``).
-
-A completion *passes* when its weighted reward is ``>= success_threshold`` (default 1.0). The threshold is fixed
-rather than "the highest reward observed" because a cold model that never succeeds would then pass everywhere, which
-is exactly the case the probe must catch.
-
-The report is printed, saved as ``report.json`` and plotted as ``histogram.png`` under ``output_dir``::
-
-    python -m trl_ext.diagnostics.probe                       # demo, warm-started
-    python -m trl_ext.diagnostics.probe --no_warm_start       # demo, cold
-    trl-ext probe --config recipes/configs/qwen2.5-0.5b-instruct/dapo/config_gsm8k.yaml   # a run's own YAML
-
-``--config`` takes the run's training YAML: its model, data, rewards and sampling fill the probe's settings (flags
-override them) and its config (``preset:``, default DAPO) is the run whose dynamic sampling is projected.
-
-What it does not do: it does not train, and it samples with the model's plain ``generate``, so its numbers describe
-the first step of training, not later ones.
+A completion *passes* when its weighted reward is ``>= success_threshold`` (default 1.0), not "the highest reward
+observed": a cold model that never succeeds would then pass everywhere. Sampling is the model's plain ``generate``, so
+the numbers describe the first step of training, not later ones.
 """
 
 from __future__ import annotations
