@@ -37,10 +37,10 @@ from trl_ext.diagnostics.probe_args import (
     DEFAULT_GROUPS_PER_BATCH,
     DEMO,
     DEMO_RANDOM,
-    SAMPLING_FIELDS,
     ProbeArguments,
     default_run_config,
     dynamic_sampling_policy,
+    sampling_values,
 )
 from trl_ext.diagnostics.probe_report import ProbeReport
 from trl_ext.diagnostics.probe_stats import recommend, reward_model_spread, summarize
@@ -311,7 +311,7 @@ def _run_config(
         row = lookup(preset or str(run.get("preset") or "dapo"))
     fields = {f.name for f in dataclasses.fields(row.config) if f.init}
     kwargs: dict[str, Any] = {**row.overrides, **{k: v for k, v in run.items() if k in fields}}
-    kwargs |= {key: getattr(args, key) for key in SAMPLING_FIELDS if getattr(args, key) is not None}
+    kwargs |= sampling_values(args)
     if not {"generation_batch_size", "steps_per_generation", "per_device_train_batch_size"} & set(run):
         kwargs["generation_batch_size"] = DEFAULT_GROUPS_PER_BATCH * args.num_generations  # no batch given
     if "generation_batch_size" in renamed:  # it sets the batch alone (TRL refuses it with steps_per_generation)

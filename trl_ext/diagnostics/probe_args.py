@@ -18,15 +18,18 @@ SAMPLING_FIELDS = ("num_generations", "max_completion_length", "temperature", "t
 DEFAULT_GROUPS_PER_BATCH = 16
 
 
+def sampling_values(config: Any) -> dict[str, Any]:
+    """The ``SAMPLING_FIELDS`` that ``config`` (probe settings or a ``GRPOConfig``) sets, not None."""
+    return {key: getattr(config, key) for key in SAMPLING_FIELDS if getattr(config, key, None) is not None}
+
+
 @dataclass
 class ProbeArguments:
-    """Settings of the pre-flight probe (also its command line: every field is a ``--flag``, documented by its help).
+    """Settings of the pre-flight probe, also its command line (every field is a ``--flag``).
 
-    What the probe projects for the run (the dynamic-sampling budget, refill margin, round size, carried surplus and
-    prompts per generation batch) is read from the run's own ``GRPOFamilyConfig`` (``dynamic_sampling_policy``),
-    never from copies of its fields here. The sampling fields are what the probe generates with: use the values you
-    will train with (``from_training_args`` copies them). ``generation_batch_size`` is a memory knob of the probe's
-    ``generate`` calls, not the run's.
+    The run's refill policy is read from its own ``GRPOFamilyConfig`` (``dynamic_sampling_policy``), never copied
+    here. The sampling fields are what the probe generates with: use the values you will train with
+    (``from_training_args``). ``generation_batch_size`` is a memory knob of the probe's ``generate`` calls, not the run's.
     """
 
     model_name_or_path: str | None = option(
@@ -106,12 +109,7 @@ class ProbeArguments:
     def from_training_args(cls, training_args: Any, **overrides: Any) -> ProbeArguments:
         """Probe settings with the sampling of a ``GRPOConfig`` (``SAMPLING_FIELDS``), so that the probe sees what the
         first training step will; ``overrides`` set any other field."""
-        values = {
-            key: getattr(training_args, key)
-            for key in SAMPLING_FIELDS
-            if getattr(training_args, key, None) is not None
-        }
-        return cls(**{**values, **overrides})
+        return cls(**{**sampling_values(training_args), **overrides})
 
     @property
     def is_demo(self) -> bool:
@@ -121,7 +119,6 @@ class ProbeArguments:
 def default_run_config(args: ProbeArguments, **overrides: Any) -> GRPOFamilyConfig:
     """The run the probe projects for when given none: ``GRPOFamilyConfig``'s defaults with dynamic sampling on, the
     probe's sampling and ``DEFAULT_GROUPS_PER_BATCH`` prompts per generation batch, on-policy (no surplus carried)."""
-    sampling = {key: getattr(args, key) for key in SAMPLING_FIELDS if getattr(args, key) is not None}
     defaults = {
         "output_dir": "outputs/probe",
         "dynamic_sampling": True,
@@ -129,7 +126,7 @@ def default_run_config(args: ProbeArguments, **overrides: Any) -> GRPOFamilyConf
         "bf16": False,  # nothing is trained: no precision to check against the hardware
         "report_to": "none",
     }
-    return GRPOFamilyConfig(**{**defaults, **sampling, **overrides})
+    return GRPOFamilyConfig(**{**defaults, **sampling_values(args), **overrides})
 
 
 def dynamic_sampling_policy(training_args: GRPOFamilyConfig) -> dict[str, Any]:
