@@ -63,9 +63,8 @@ def _hint(args: Any, name: str) -> str:
 
 
 class HealthChecks:
-    """The running levels behind the relative checks, and every check over one log. :meth:`running_levels` and
-    :meth:`load_running_levels` save and restore the levels as JSON-able values (what a checkpoint keeps), so that a
-    resumed run judges as the uninterrupted one would."""
+    """The running levels behind the relative checks (saved and restored as JSON-able values, so that a resumed run
+    judges as the uninterrupted one would), and every check over one log."""
 
     _LEVELS = ("_streak", "_kl_level", "_kl_count", "_entropy_start", "_proxy", "_gold")
 

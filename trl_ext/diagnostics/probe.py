@@ -71,8 +71,8 @@ RUN_ONLY_KEYS = {"use_vllm", "output_dir", "generation_batch_size"}
 def sample_transformers(
     model: Any, tokenizer: Any, prompts: Sequence[str], args: ProbeArguments, max_completion_length: int
 ) -> tuple[list[str], torch.Tensor, torch.Tensor]:
-    """G seeded samples per prompt with ``model.generate``; returns the completion texts (groups contiguous, TRL's
-    order), their lengths in tokens (up to and including the first EOS) and whether each was truncated."""
+    """G seeded samples per prompt with ``model.generate``: the texts (groups contiguous, TRL's order), their lengths
+    in tokens (up to and including the first EOS) and whether each was truncated."""
     ends = eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(ends)
     per_call = max(1, args.generation_batch_size // args.num_generations)
@@ -300,7 +300,7 @@ def _run_config(
     args: ProbeArguments, run: dict[str, Any], preset: str | None, renamed: dict[str, Any]
 ) -> GRPOFamilyConfig:
     """The run's config: the preset's class (``preset``, else the YAML's ``preset:``, else DAPO) over the YAML's keys,
-    with the probe's sampling and the deprecated flags' values; neither a YAML nor a preset: ``default_run_config``."""
+    the probe's sampling and the deprecated flags' values; ``default_run_config`` without a YAML or a preset."""
     if "generation_batch_size" in renamed:  # --groups_per_batch: prompts, not completions
         renamed["generation_batch_size"] *= args.num_generations
     if not run and preset is None:  # the default run is on-policy: its batch is one optimizer step's
