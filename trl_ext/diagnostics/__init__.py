@@ -2,3 +2,11 @@
 evaluation as the papers report it (``evaluation``, ``eval_metrics``, ``eval_report``: ``trl-ext eval``'s pass@1
 (greedy), avg@K, pass@k and maj@K) and its greedy mode during training (``held_out``). Public names are re-exported by
 ``trl_ext``."""
+
+from dataclasses import field
+from typing import Any
+
+
+def option(default: Any, text: str) -> Any:
+    """A dataclass field with its default and its help text (``metadata["help"]``, which ``HfArgumentParser`` reads)."""
+    return field(default=default, metadata={"help": text})

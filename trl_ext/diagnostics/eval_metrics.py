@@ -1,13 +1,12 @@
-"""The figures papers report from k samples per problem: pass@k, avg@k and maj@k, from per-sample verdicts.
+"""The figures papers report from k samples per problem, from per-sample verdicts (a sample is correct when its reward
+is at least 1.0, full marks; None, unscorable, is wrong).
 
-* **pass@k**, the unbiased estimator of Chen et al. 2021 (arXiv 2107.03374, Eq. 1): ``1 - C(n - c, k) / C(n, k)``
-  with ``n`` samples of which ``c`` are correct, computed in the paper's numerically stable product form.
+* **pass@k**: the unbiased estimator of Chen et al. 2021 (arXiv 2107.03374, Eq. 1), ``1 - C(n - c, k) / C(n, k)`` for
+  ``c`` correct of ``n`` samples, in the paper's numerically stable product form.
 * **avg@k** (DAPO's AIME avg@32, DeepSeek-R1's "pass@1 averaged over k samples"): ``c / k``.
 * **maj@k** (DeepSeek-R1's cons@64, self-consistency of Wang et al. 2022, arXiv 2203.11171): solved when the answer
-  most samples agree on is correct. Answers are the reward's own extraction, compared as text; a sample without an
-  answer does not vote. Ties go to the answer voted first (sampling order: random but reproducible).
-
-A sample is correct when its reward is at least 1.0 (full marks); a reward of None (unscorable) is wrong.
+  most samples agree on (the reward's own extraction, compared as text; no answer, no vote; ties to the answer voted
+  first) is correct.
 """
 
 from __future__ import annotations
@@ -54,8 +53,7 @@ def default_ks(num_samples: int) -> list[int]:
 
 
 def majority_vote(answers: Sequence[str | None]) -> int | None:
-    """Index of the first sample carrying the winning answer (module docstring: most votes, ties to the answer voted
-    first); None when no sample has an answer."""
+    """Index of the first sample carrying the winning answer (module docstring); None when no sample has one."""
     counts: dict[str, int] = {}
     first: dict[str, int] = {}
     for index, answer in enumerate(answers):
@@ -80,8 +78,8 @@ def problem_figures(
     ks: Sequence[int],
     threshold: float = CORRECT_AT,
 ) -> dict[str, float | None]:
-    """One problem's ``avg@K``, ``pass@k`` for each k and ``maj@K`` (None when ``answers`` is None: a reward with no
-    answer to vote on, e.g. code) from the rewards of its K samples."""
+    """One problem's ``avg@K``, ``pass@k`` for each k and ``maj@K`` from its K samples' rewards (``maj@K`` None when
+    ``answers`` is: a reward with no answer to vote on, e.g. code)."""
     n = len(rewards)
     verdicts = [is_correct(r, threshold) for r in rewards]
     figures: dict[str, float | None] = {f"avg@{n}": sum(verdicts) / n if n else 0.0}

@@ -1,6 +1,5 @@
 """The report of ``trl-ext eval``: the side-by-side table, ``eval.json`` and ``per_problem.jsonl``, and
-:func:`recompute`, which rebuilds every model's figures from ``per_problem.jsonl`` alone (with the settings that
-``eval.json`` records), so that a reader can check or re-aggregate any figure."""
+:func:`recompute`, which rebuilds every model's figures from ``per_problem.jsonl`` and ``eval.json``'s settings."""
 
 from __future__ import annotations
 

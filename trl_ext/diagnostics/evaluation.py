@@ -1,12 +1,7 @@
 """Evaluation of a model on held-out problems as the papers report it: a greedy completion and K samples per problem,
-each scored by the task reward, and the figures of ``trl_ext.diagnostics.eval_metrics`` computed from them.
-
-One code path for every figure of the package: the recipes' held-out accuracy is :func:`greedy_accuracy`, this
-module's greedy mode, and ``trl-ext eval`` reports the same number as its ``pass@1 (greedy)``. Generation is
-``model.generate`` (K samples per prompt, contiguous, cut at the first EOS) or vLLM; scoring calls the task reward as
-TRL calls it; majority-vote answers are the reward's own extraction (:func:`answer_extractor`), none for code, whose
-maj@K is then not reported.
-"""
+scored by the task reward as TRL calls it, and the figures of :mod:`trl_ext.diagnostics.eval_metrics`. The recipes'
+held-out accuracy (:func:`greedy_accuracy`) and ``trl-ext eval``'s ``pass@1 (greedy)`` are one code path. Generation
+is ``model.generate`` or vLLM; majority-vote answers are the reward's own extraction (:func:`answer_extractor`)."""
 
 from __future__ import annotations
 
@@ -32,8 +27,7 @@ from trl_ext.scoring import eos_ids, generate_groups, is_conversational, prompt_
 
 @dataclass
 class Completion:
-    """One generated completion: its text, its number of tokens (up to and including the first EOS) and whether it
-    ran into the length limit without an EOS."""
+    """A completion: its text, its tokens up to and including the first EOS, whether it hit the length limit."""
 
     text: str
     length: int
@@ -53,8 +47,8 @@ class Sample:
 
 @dataclass(frozen=True)
 class Sampling:
-    """How completions are drawn: one greedy completion, or ``num_samples`` at ``temperature``, ``top_p`` and
-    ``top_k`` (0: the generation config's, off in vLLM)."""
+    """One greedy completion, or ``num_samples`` at ``temperature``, ``top_p`` and ``top_k`` (0: the generation
+    config's, off in vLLM)."""
 
     num_samples: int = 1
     greedy: bool = True
@@ -123,8 +117,8 @@ class ModelEvaluation:
 
 
 def answer_extractor(reward: Callable) -> Callable[[str], str | None] | None:
-    """The answer a reward reads from a completion's text, for the majority vote; None for a reward without one. A
-    reward may define its own as ``reward.extract_answer(text)``."""
+    """The answer a reward reads from a completion (``reward.extract_answer(text)`` if it has one), for the majority
+    vote; None for a reward without one."""
     func = getattr(reward, "func", reward)  # trl_ext.reliability.zero_reward.ZeroRewardWatch wraps the task reward
     own = getattr(func, "extract_answer", None)
     if callable(own):
@@ -145,8 +139,8 @@ def generate(
     sampling: Sampling = GREEDY,
     prompts_per_call: int = 64,
 ) -> list[list[Completion]]:
-    """``sampling.per_prompt`` completions of each prompt (``trl_ext.scoring.generate_groups``: batched, left padding,
-    cut after the first EOS), decoded without special tokens and grouped per prompt."""
+    """``sampling.per_prompt`` completions of each prompt (``trl_ext.scoring.generate_groups``), decoded without
+    special tokens and grouped per prompt."""
     n = sampling.per_prompt
     options = {} if sampling.greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p}
     if sampling.top_k and not sampling.greedy:
@@ -175,8 +169,7 @@ CPU_KV_CACHE_GIB = 2  # the KV cache of an evaluation engine on vLLM's CPU build
 
 def vllm_engine(model_path: str, seed: int = 0, max_model_len: int | None = None) -> Any:
     """A vLLM engine on ``model_path``. Without a GPU the KV cache gets ``CPU_KV_CACHE_GIB`` GiB unless
-    ``VLLM_CPU_KVCACHE_SPACE`` sets it: left to itself the CPU engine reserves 0.9 of the machine's RAM and refuses
-    to start when other processes hold more than a tenth of it."""
+    ``VLLM_CPU_KVCACHE_SPACE`` sets it: the CPU engine would reserve 0.9 of the RAM, and refuse to start short of it."""
     import torch
     from vllm import LLM  # optional dependency: check_vllm has said what is missing before this is called
 
@@ -194,8 +187,8 @@ def generate_vllm(
     sampling: Sampling = GREEDY,
     seed: int = 0,
 ) -> list[list[Completion]]:
-    """The same as :func:`generate` with a vLLM engine (``vllm_engine``): K samples per prompt as
-    ``SamplingParams(n=K)``, greedy as temperature 0; ``finish_reason == "length"`` is a truncation."""
+    """:func:`generate` with a vLLM engine: ``SamplingParams(n=K)``, greedy as temperature 0; ``finish_reason ==
+    "length"`` is a truncation."""
     from vllm import SamplingParams  # optional dependency, as in vllm_engine
 
     params = SamplingParams(
@@ -254,14 +247,10 @@ def greedy_accuracy(
     progress: bool | str = False,
     correct_at: float = CORRECT_AT,
 ) -> float:
-    """The held-out accuracy of the recipes: the fraction of problems whose greedy completion the task reward scores
-    correct (``eval_metrics.is_correct``); ``trl-ext eval``'s ``pass@1 (greedy)``."""
-    bar = tqdm(total=len(dataset), desc=progress, unit="problem", leave=False) if progress else None
-    try:
+    """The recipes' held-out accuracy, ``trl-ext eval``'s ``pass@1 (greedy)``: the fraction of problems whose greedy
+    completion the task reward scores correct (``eval_metrics.is_correct``)."""
+    with tqdm(total=len(dataset), desc=progress or None, unit="problem", leave=False, disable=not progress) as bar:
         scored = scored_completions(model, tokenizer, dataset, reward, max_new_tokens, GREEDY, prompts_per_call, bar)
-    finally:
-        if bar is not None:
-            bar.close()
     return sum(is_correct(group[0].reward, correct_at) for group in scored) / max(len(dataset), 1)
 
 
@@ -296,8 +285,7 @@ def scored_completions(
 
 
 def summarize(records: Sequence[dict[str, Any]], settings: EvalSettings) -> dict[str, float | None]:
-    """A model's figures from its per-problem records (what ``per_problem.jsonl`` holds, so that every figure can be
-    recomputed from the file)."""
+    """A model's figures from its per-problem records (what ``per_problem.jsonl`` holds)."""
     ks = settings.ks()
     has_answers = any(s["answer"] is not None for r in records for s in r["samples"])
     per_problem = [
@@ -340,21 +328,17 @@ def evaluate_model(
     settings.ks()  # bad k fails before any generation
     started = time.time()
     engine = vllm_engine(model_path or model.name_or_path, settings.seed) if settings.use_vllm else None
-    greedy = None
-    if settings.greedy:
-        with tqdm(total=len(dataset), desc=f"eval {name}: greedy", unit="problem", disable=not progress) as bar:
-            greedy = scored_completions(
-                model, tokenizer, dataset, reward, settings.max_new_tokens, GREEDY, settings.greedy_batch_size, bar,
-                engine, settings.seed,
+
+    def scored(phase: str, sampling: Sampling, per_call: int) -> list[list[Sample]]:
+        with tqdm(total=len(dataset), desc=f"eval {name}: {phase}", unit="problem", disable=not progress) as bar:
+            return scored_completions(
+                model, tokenizer, dataset, reward, settings.max_new_tokens, sampling, per_call, bar, engine, settings.seed
             )  # fmt: skip
+
+    greedy = scored("greedy", GREEDY, settings.greedy_batch_size) if settings.greedy else None
     set_seed(settings.seed)
     k = settings.num_samples
-    with tqdm(total=len(dataset), desc=f"eval {name}: {k} samples", unit="problem", disable=not progress) as bar:
-        per_call = max(1, settings.batch_size // k)
-        samples = scored_completions(
-            model, tokenizer, dataset, reward, settings.max_new_tokens, settings.sampling(), per_call, bar,
-            engine, settings.seed,
-        )  # fmt: skip
+    samples = scored(f"{k} samples", settings.sampling(), max(1, settings.batch_size // k))
     records = [
         {
             "model": name,

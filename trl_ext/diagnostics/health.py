@@ -1,26 +1,16 @@
 """Training-health monitor: plain-words warnings, with the suggested fix, while an RL run can still be saved.
 
-:class:`HealthMonitor` is a ``transformers.TrainerCallback``: it works with any TRL trainer and reads only the
-metrics the trainer logs. At every log it runs the checks of :mod:`trl_ext.diagnostics.health_checks` and turns their
-verdicts into warnings, metrics, a stop and checkpoint state.
-
-**Once per episode.** A condition warns when it becomes active and then stays quiet until it has cleared and comes
-back; the warning is logged (logger ``trl_ext.diagnostics.health``) on the main process only.
-
-**As metrics.** Every log gains ``health/<condition>`` = 1.0 (active) or 0.0 for each condition evaluated, plus
+:class:`HealthMonitor` is a ``TrainerCallback`` for any TRL trainer: at every log it runs the checks of
+:mod:`trl_ext.diagnostics.health_checks` on the logged metrics. A condition warns (logger
+``trl_ext.diagnostics.health``, main process only) once per episode: when it becomes active, then not until it has
+cleared and come back. Every log gains ``health/<condition>`` (1.0 active, 0.0 not) for each condition evaluated, plus
 ``health/kl_ratio`` and ``health/entropy_ratio``, in ``logs`` and in the matching ``state.log_history`` entry.
-``Trainer`` registers its reporting callbacks (TensorBoard, W&B) *before* those passed in ``callbacks=[...]``, so
-:meth:`HealthMonitor.attach` puts the monitor first; otherwise dashboards miss the ``health/*`` series.
 
-**Fatal condition.** ``transformers`` hides a non-finite ``loss`` from the logs by default
-(``logging_nan_inf_filter``), but ``grad_norm`` and TRL's metrics still show it. On a non-finite value the monitor
-stops training (``stop_on_non_finite``) and saves only with ``save_on_non_finite``: that checkpoint may already hold
-non-finite weights and would be the newest, which ``resume_from_checkpoint=True`` picks. Use ``logging_steps=1`` to
-stop at the first bad step.
-
-**Resume.** The running levels, active episodes and warnings given are saved in every checkpoint (an
-``ExportableState`` in ``trainer_state.json``) and restored by a resumed run, which then warns exactly as the
-uninterrupted one would.
+A non-finite metric stops training (``stop_on_non_finite``; ``transformers`` hides a non-finite ``loss`` by default,
+``grad_norm`` still shows it: use ``logging_steps=1`` to stop at the first bad step). It saves only with
+``save_on_non_finite``: that checkpoint may hold non-finite weights and would be the newest, which
+``resume_from_checkpoint=True`` picks. The running levels, episodes and warnings are saved in every checkpoint (an
+``ExportableState``), so that a resumed run warns exactly as the uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -50,13 +40,24 @@ class HealthEvent:
     fatal: bool = False
 
 
-class HealthMonitor(HealthChecks, TrainerCallback, ExportableState):
+class FirstCallback(TrainerCallback):
+    """A callback whose metrics the reporting callbacks (TensorBoard, W&B) must see in the same log."""
+
+    def attach(self, trainer: Any) -> Any:
+        """Register with ``trainer`` as its *first* callback (returns ``self``): ``Trainer`` registers its reporting
+        callbacks before those passed in ``callbacks=[...]``, which would otherwise miss these metrics."""
+        callbacks = trainer.callback_handler.callbacks
+        callbacks[:] = [cb for cb in callbacks if cb is not self]
+        callbacks.insert(0, self)
+        return self
+
+
+class HealthMonitor(HealthChecks, FirstCallback, ExportableState):
     """Watches logged metrics and warns, once per episode, with the suggested action (module docstring).
 
-    ``check(logs, step)`` is the whole logic and needs no trainer; ``on_log`` calls it. ``events`` holds every
-    warning given. ``summary_at_end=False`` leaves out the end-of-training list, for a caller that reports the
-    warnings itself. The checks are inherited from :class:`HealthChecks` so that the levels stay plain attributes
-    of the monitor, the layout pickles and checkpoints keep.
+    ``check(logs, step)`` is the whole logic and needs no trainer. ``events`` holds every warning given;
+    ``summary_at_end=False`` leaves out the end-of-training list. The levels are plain attributes inherited from
+    :class:`HealthChecks`, the layout pickles and checkpoints keep.
     """
 
     def __init__(self, thresholds: HealthThresholds | dict | None = None, summary_at_end: bool = True):
@@ -97,14 +98,6 @@ class HealthMonitor(HealthChecks, TrainerCallback, ExportableState):
         """Whether a fatal condition (non-finite metric) has been seen since the start of training."""
         return any(event.fatal for event in self.events)
 
-    def attach(self, trainer: Any) -> HealthMonitor:
-        """Register with ``trainer`` as its *first* callback, so that the reporting callbacks (TensorBoard, W&B),
-        which ``Trainer`` registers before user callbacks, see the ``health/*`` metrics of the same log."""
-        callbacks = trainer.callback_handler.callbacks
-        callbacks[:] = [cb for cb in callbacks if cb is not self]
-        callbacks.insert(0, self)
-        return self
-
     def check(self, logs: dict[str, Any], step: int = 0, args: Any = None, main_process: bool = True) -> dict:
         """Run every check on one log; returns the ``health/*`` metrics. New episodes are appended to ``events`` and
         logged."""
@@ -115,14 +108,12 @@ class HealthMonitor(HealthChecks, TrainerCallback, ExportableState):
             metrics[f"health/{name}"] = float(active)
             if not active:
                 self.active.discard(name)
-                continue
-            if name in self.active:
-                continue
-            self.active.add(name)
-            event = HealthEvent(step=step, condition=name, message=message, fatal=name == "non_finite")
-            self.events.append(event)
-            if self.thresholds.print_warnings and main_process:
-                logger.warning("[trl-ext health] step %d, %s: %s", step, name, message)
+            elif name not in self.active:
+                self.active.add(name)
+                event = HealthEvent(step=step, condition=name, message=message, fatal=name == "non_finite")
+                self.events.append(event)
+                if self.thresholds.print_warnings and main_process:
+                    logger.warning("[trl-ext health] step %d, %s: %s", step, name, message)
         return metrics
 
     def warnings_by_kind(self) -> list[dict[str, Any]]:

@@ -1,19 +1,9 @@
 """The training-health checks: what the metrics a trainer logs say about an RL run, and the fix to suggest.
 
 :class:`HealthChecks` keeps the running levels the relative checks compare against and evaluates every check on one
-log; it needs no trainer and reads only logged metrics. :class:`trl_ext.diagnostics.health.HealthMonitor` builds on
-it; the thresholds are :class:`trl_ext.diagnostics.health_thresholds.HealthThresholds`. Each ``_<condition>``
-method below says what its condition means; its message names the fix. A check whose metric is absent from a log
-(e.g. ``kl`` with ``beta=0``) is skipped for that log.
-
-``sampling_mismatch`` reads vLLM's importance-sampling metrics (TRL's ``sampling/*``, which nothing else reads).
-Causes: truncated sampling (top-p < 1, top-k, min-p: the correction is biased, TRL issue #6789), a precision
-mismatch between engine and trainer, ``--logprobs-mode`` other than ``processed_logprobs``, weights that did not
-reach the engine, or (``async_generation``) a policy that moves too far in one step.
-
-``reward_stall`` measures the trend over at least ``stall_window`` logs and, when ``logging_steps`` is known, at
-least ``stall_steps`` training steps: a per-step reward is noisy, and 20 single-step logs of a healthy run often
-show no least-squares rise.
+log (no trainer needed); :class:`trl_ext.diagnostics.health.HealthMonitor` builds on it. Each ``_<condition>`` method
+says what its condition means and its message names the fix; a check whose metric is absent from a log (e.g. ``kl``
+with ``beta=0``) is skipped for that log.
 """
 
 from __future__ import annotations
@@ -73,9 +63,8 @@ def _hint(args: Any, name: str) -> str:
 
 
 class HealthChecks:
-    """The running levels behind the relative checks, and every check over one log. :meth:`running_levels` and
-    :meth:`load_running_levels` save and restore the levels as JSON-able values (what a checkpoint keeps), so that a
-    resumed run judges as the uninterrupted one would."""
+    """The running levels behind the relative checks (saved and restored as JSON-able values, so that a resumed run
+    judges as the uninterrupted one would), and every check over one log."""
 
     _LEVELS = ("_streak", "_kl_level", "_kl_count", "_entropy_start", "_proxy", "_gold")
 
@@ -133,16 +122,14 @@ class HealthChecks:
         if not seen:
             return None, ""
         bad = {key: value for key, value in seen.items() if not math.isfinite(value)}
-        stop = (
-            (
+        stop = ""
+        if self.thresholds.stop_on_non_finite and self.thresholds.save_on_non_finite:
+            stop = (
                 "Stopping and saving a checkpoint for a post-mortem (it may hold non-finite weights: resume from the "
                 "one before). "
-                if self.thresholds.save_on_non_finite
-                else "Stopping without saving (the earlier checkpoints are kept; resume from the last of them). "
             )
-            if self.thresholds.stop_on_non_finite
-            else ""
-        )
+        elif self.thresholds.stop_on_non_finite:
+            stop = "Stopping without saving (the earlier checkpoints are kept; resume from the last of them). "
         listed = ", ".join(f"{key}={value}" for key, value in bad.items())
         return bool(bad), (
             f"non-finite {listed}: training diverged. {stop}Lower learning_rate{_hint(args, 'learning_rate')}, keep "
@@ -324,7 +311,9 @@ class HealthChecks:
     def _reward_stall(self, logs: dict[str, Any], args: Any) -> tuple[bool | None, str]:
         """The optimizer keeps changing the loss but the reward does not rise: updates are not paying off (a
         reward that misreads the answers, a too-hard or too-easy dataset, a learning rate too low to matter or so
-        high that it thrashes). The rise is the least-squares slope times the window, robust to noisy logs."""
+        high that it thrashes). The rise is the least-squares slope times the window, which spans at least
+        ``stall_window`` logs and, when ``logging_steps`` is known, ``stall_steps`` steps: 20 single-step logs of a
+        healthy run often show no least-squares rise."""
         reward, loss, th = _finite(logs, "reward"), _finite(logs, "loss"), self.thresholds
         if reward is None or loss is None:
             return None, ""
@@ -337,8 +326,7 @@ class HealthChecks:
             self._window.popleft()
         if len(self._window) < size:
             return None, ""
-        rewards = [r for r, _ in self._window]
-        losses = [x for _, x in self._window]
+        rewards, losses = zip(*self._window, strict=True)
         n = len(rewards)
         r_mean = sum(rewards) / n
         rise, loss_range = _rise(rewards), max(losses) - min(losses)

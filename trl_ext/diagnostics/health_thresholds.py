@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trl_ext.diagnostics import option
+
 
 @dataclass
 class HealthThresholds:
@@ -18,66 +20,49 @@ class HealthThresholds:
     demo's 1000-step DAPO run never triggers them, while 4 values and 0.02 fire five times on it.
     """
 
-    warmup_logs: int = field(default=3, metadata={"help": "Logs that set the running levels before checks fire."})
-    ema_decay: float = field(default=0.8, metadata={"help": "Decay of the KL running level (EMA)."})
-    kl_spike_ratio: float = field(default=3.0, metadata={"help": "KL spike: kl > this x its running level."})
-    kl_min: float = field(default=0.01, metadata={"help": "KL spike: the running level counts as at least this."})
-    entropy_collapse_ratio: float = field(
-        default=0.3, metadata={"help": "Entropy collapse: entropy < this x its starting level."}
+    warmup_logs: int = option(3, "Logs that set the running levels before checks fire.")
+    ema_decay: float = option(0.8, "Decay of the KL running level (EMA).")
+    kl_spike_ratio: float = option(3.0, "KL spike: kl > this x its running level.")
+    kl_min: float = option(0.01, "KL spike: the running level counts as at least this.")
+    entropy_collapse_ratio: float = option(0.3, "Entropy collapse: entropy < this x its starting level.")
+    entropy_floor: float | None = option(None, "Entropy collapse: or entropy below this (nats); None = off.")
+    clip_frac_max: float = option(0.2, "Clip fraction considered high.")
+    clip_patience: int = option(3, "Logs in a row the clip fraction must stay high.")
+    kept_frac_min: float = option(0.25, "Kept-group fraction considered low.")
+    kept_patience: int = option(2, "Logs in a row the kept fraction must stay low.")
+    truncated_frac_max: float = option(0.1, "Truncated fraction considered high.")
+    truncated_patience: int = option(2, "Logs in a row truncation must stay high.")
+    stall_window: int = option(20, "Logs over which the reward trend is measured.")
+    stall_steps: int = option(
+        200, "Training steps the reward-trend window spans at least (when logging_steps is known)."
     )
-    entropy_floor: float | None = field(
-        default=None, metadata={"help": "Entropy collapse: or entropy below this (nats); None = off."}
-    )
-    clip_frac_max: float = field(default=0.2, metadata={"help": "Clip fraction considered high."})
-    clip_patience: int = field(default=3, metadata={"help": "Logs in a row the clip fraction must stay high."})
-    kept_frac_min: float = field(default=0.25, metadata={"help": "Kept-group fraction considered low."})
-    kept_patience: int = field(default=2, metadata={"help": "Logs in a row the kept fraction must stay low."})
-    truncated_frac_max: float = field(default=0.1, metadata={"help": "Truncated fraction considered high."})
-    truncated_patience: int = field(default=2, metadata={"help": "Logs in a row truncation must stay high."})
-    stall_window: int = field(default=20, metadata={"help": "Logs over which the reward trend is measured."})
-    stall_steps: int = field(
-        default=200,
-        metadata={"help": "Training steps the reward-trend window spans at least (when logging_steps is known)."},
-    )
-    reward_stall_delta: float = field(default=0.01, metadata={"help": "Minimum reward rise over the window."})
-    loss_move_delta: float = field(
-        default=1e-3, metadata={"help": "Loss range over the window that counts as moving."}
-    )
-    reward_ceiling: float | None = field(
-        default=None, metadata={"help": "No stall warning when the mean reward is at or above this."}
-    )
-    is_ratio_tolerance: float = field(
-        default=0.1, metadata={"help": "Sampling mismatch: |mean importance ratio - 1| above this."}
-    )
-    logp_gap_max: float = field(
-        default=0.1, metadata={"help": "Sampling mismatch: mean per-token |log p_trainer - log p_vLLM| above this."}
-    )
-    sampling_patience: int = field(default=2, metadata={"help": "Logs in a row the mismatch must persist."})
-    proxy_metrics: list[str] | None = field(
-        default=None, metadata={"help": "Logged keys of learned rewards (over-optimization check); None = off."}
+    reward_stall_delta: float = option(0.01, "Minimum reward rise over the window.")
+    loss_move_delta: float = option(1e-3, "Loss range over the window that counts as moving.")
+    reward_ceiling: float | None = option(None, "No stall warning when the mean reward is at or above this.")
+    is_ratio_tolerance: float = option(0.1, "Sampling mismatch: |mean importance ratio - 1| above this.")
+    logp_gap_max: float = option(0.1, "Sampling mismatch: mean per-token |log p_trainer - log p_vLLM| above this.")
+    sampling_patience: int = option(2, "Logs in a row the mismatch must persist.")
+    proxy_metrics: list[str] | None = option(
+        None, "Logged keys of learned rewards (over-optimization check); None = off."
     )
     gold_metrics: list[str] = field(
         default_factory=lambda: ["held_out/accuracy"],
         metadata={"help": "Logged keys of the gold figure a learned reward stands in for."},
     )
-    overopt_window: int = field(default=6, metadata={"help": "Gold values over which the trends are measured."})
-    overopt_gold_drop: float = field(
-        default=0.05, metadata={"help": "Fall of the gold figure over the window that counts as falling."}
-    )
+    overopt_window: int = option(6, "Gold values over which the trends are measured.")
+    overopt_gold_drop: float = option(0.05, "Fall of the gold figure over the window that counts as falling.")
     non_finite_keys: list[str] = field(
         default_factory=lambda: ["loss", "grad_norm", "kl", "entropy", "reward"],
         metadata={"help": "Metrics that must stay finite."},
     )
-    stop_on_non_finite: bool = field(default=True, metadata={"help": "Stop training on a non-finite metric."})
-    save_on_non_finite: bool = field(
-        default=False,
-        metadata={
-            "help": "Also save a checkpoint when stopping on a non-finite metric (for post-mortems). Off by default: "
-            "that checkpoint may already hold non-finite weights and would become the newest one, which "
-            "resume_from_checkpoint=True picks; the checkpoints written before it are kept either way."
-        },
+    stop_on_non_finite: bool = option(True, "Stop training on a non-finite metric.")
+    save_on_non_finite: bool = option(
+        False,
+        "Also save a checkpoint when stopping on a non-finite metric (for post-mortems). Off by default: "
+        "that checkpoint may already hold non-finite weights and would become the newest one, which "
+        "resume_from_checkpoint=True picks; the checkpoints written before it are kept either way.",
     )
-    print_warnings: bool = field(default=True, metadata={"help": "Log the warnings (metrics are always added)."})
+    print_warnings: bool = option(True, "Log the warnings (metrics are always added).")
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, rule: str) -> None:

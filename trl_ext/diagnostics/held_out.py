@@ -1,13 +1,11 @@
 """Held-out greedy accuracy before, during and after training, and the callback that logs it as ``held_out/accuracy``.
 
-The metric: the fraction of held-out prompts whose greedy completion the run's task reward scores 1.0 (full marks: a
-code completion with partial credit is wrong; None is wrong): ``trl-ext eval``'s ``pass@1 (greedy)``, computed by the
-same function. On the demo task it is the ``arithmetic`` reward of the greedy completion of 4 tokens.
-
-:class:`HeldOutEvaluation` adds the value to the log of its step, so it reaches ``log_history``, ``metrics.jsonl``
-and every tracker (it registers first among the callbacks, as ``HealthMonitor`` does). With ``every=None`` the
-interval starts at ``logging_steps`` and, whenever evaluating has taken more than ``target_frac`` of the run so far,
-widens so that one evaluation costs ``target_frac`` of the steps between two.
+The metric is ``trl-ext eval``'s ``pass@1 (greedy)``, computed by the same function: the fraction of held-out prompts
+whose greedy completion the run's task reward scores 1.0 (partial credit and None are wrong); on the demo task, the
+``arithmetic`` reward of a 4-token greedy completion. :class:`HeldOutEvaluation` adds it to the log of its step (so to
+``log_history``, ``metrics.jsonl`` and every tracker). With ``every=None`` the interval starts at ``logging_steps`` and
+widens whenever evaluating has taken more than ``target_frac`` of the run, so that one evaluation costs ``target_frac``
+of the steps between two.
 """
 
 from __future__ import annotations
@@ -19,9 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from datasets import Dataset
-from transformers import TrainerCallback
 
 from trl_ext.diagnostics.evaluation import greedy_accuracy
+from trl_ext.diagnostics.health import FirstCallback
 from trl_ext.rewards.arithmetic import arithmetic_reward
 
 HELD_OUT_KEY = "held_out/accuracy"
@@ -38,11 +36,10 @@ def held_out_accuracy(
     """Greedy held-out accuracy (module docstring); None when there is nothing to evaluate on."""
     if eval_dataset is None or "prompt" not in eval_dataset.column_names or len(eval_dataset) == 0:
         return None
-    demo = reward_func is None or getattr(reward_func, "__name__", "") == "arithmetic_reward"
-    if demo and "answer" not in eval_dataset.column_names:
-        if reward_func is None:
-            return None
-        demo = False
+    has_answer = "answer" in eval_dataset.column_names
+    if reward_func is None and not has_answer:
+        return None
+    demo = has_answer and (reward_func is None or getattr(reward_func, "__name__", "") == "arithmetic_reward")
     from transformers.integrations import is_deepspeed_zero3_enabled
 
     # the demo's own check (trl_ext.demo.greedy_accuracy): the answer is the first integer in 4 tokens
@@ -57,9 +54,9 @@ def held_out_accuracy(
     return evaluate()
 
 
-class HeldOutEvaluation(TrainerCallback):
-    """Logs ``held_out/accuracy`` every ``every`` steps (rounded up to a multiple of ``logging_steps``, so that the
-    value lands in a regular log) and at the last step. ``points`` holds ``(step, accuracy)``, from ``start``."""
+class HeldOutEvaluation(FirstCallback):
+    """Logs ``held_out/accuracy`` every ``every`` steps (rounded up to a multiple of ``logging_steps``, to land in a
+    regular log) and at the last step (module docstring). ``points`` holds ``(step, accuracy)``, from ``start``."""
 
     def __init__(
         self,
@@ -79,15 +76,8 @@ class HeldOutEvaluation(TrainerCallback):
         self._train_started = 0.0
         self._first_step = 0
 
-    def attach(self, trainer: Any) -> HeldOutEvaluation:
-        """Register as the trainer's *first* callback, so that the reporting callbacks see the value."""
-        callbacks = trainer.callback_handler.callbacks
-        callbacks[:] = [cb for cb in callbacks if cb is not self]
-        callbacks.insert(0, self)
-        return self
-
     def on_train_begin(self, args, state, control, **kwargs):
-        logging_steps = max(int(state.logging_steps or 1), 1)
+        self._logging_steps = logging_steps = max(int(state.logging_steps or 1), 1)
         self.every = (
             logging_steps if self.requested is None else logging_steps * math.ceil(self.requested / logging_steps)
         )
@@ -109,17 +99,16 @@ class HeldOutEvaluation(TrainerCallback):
         self._pending = value
         control.should_log = True  # already set on a logging step; at the last step it flushes the window
         if self.requested is None:
-            self._adapt(seconds, step, state)
+            self._adapt(seconds, step)
 
-    def _adapt(self, seconds: float, step: int, state) -> None:
+    def _adapt(self, seconds: float, step: int) -> None:
         elapsed = time.time() - self._train_started
         steps_done = step - self._first_step
         if steps_done <= 0 or self.eval_seconds <= self.target_frac * elapsed:
             return
         step_seconds = max(elapsed - self.eval_seconds, 1e-9) / steps_done
-        logging_steps = max(int(state.logging_steps or 1), 1)
         needed = seconds / (self.target_frac * step_seconds)
-        self.every = max(self.every, logging_steps * math.ceil(needed / logging_steps))
+        self.every = max(self.every, self._logging_steps * math.ceil(needed / self._logging_steps))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self._pending is None or logs is None or "train_runtime" in logs:

@@ -1,15 +1,12 @@
 """Mixture-of-Experts under RL (``docs/MOE.md``): how much routing moves between the rollout policy and the trained
 one, and a guard that lets checkpoints with ``output_router_logits=True`` generate.
 
-GSPO (arXiv 2507.18071) makes its MoE case with expert-activation volatility: after an update about 10% of the experts
-a token routes to change, so the token ratio r_t = pi_theta(y_t|x, y_<t) / pi_old(y_t|x, y_<t) (GRPO, Eq. 3) compares
-two sub-networks, while the sequence ratio s_i = (pi_theta(y_i|x) / pi_old(y_i|x))^(1/|y_i|) (GSPO, Eq. 7) averages it.
-
-:class:`MoERoutingMonitor` logs per optimizer step, into TRL's metric table: ``moe/routing_change_frac``, the fraction
-of (completion token, MoE layer) routings whose top-k expert set differs between TRL's old-policy forward and its
-training forward (read by forward hooks on the routers: no second forward; not logged on-policy, where TRL runs no
-old-policy forward and the change is 0 by construction), and ``moe/max_expert_load``, the busiest expert's share of
-the training forward's top-k assignments (worst layer). :func:`attach_moe_monitor` adds both to a built trainer.
+GSPO (arXiv 2507.18071) argues from expert-activation volatility: after an update about 10% of a token's experts
+change, so the token ratio (GRPO, Eq. 3) compares two sub-networks while GSPO's sequence ratio (Eq. 7) averages it.
+:class:`MoERoutingMonitor` logs per optimizer step ``moe/routing_change_frac``, the fraction of (completion token, MoE
+layer) routings whose top-k expert set differs between TRL's old-policy and training forwards (router hooks, no second
+forward; not logged on-policy, where it is 0 by construction), and ``moe/max_expert_load``, the busiest expert's share
+of the training forward's top-k assignments (worst layer).
 """
 
 from __future__ import annotations
@@ -34,9 +31,8 @@ def router_modules(model: nn.Module) -> list[tuple[nn.Module, int]]:
 
 
 def _skip_aux_loss_on_cached_steps(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-    """``generate``'s cached steps feed one new token per row with the mask of the whole cache: router logits cover
-    B x 1 tokens, the mask B x L, and transformers' ``load_balancing_loss_func`` fails on the mismatch. The aux loss
-    of a generation step is never used, so it is not computed there (``output_router_logits=False``)."""
+    """``generate``'s cached steps feed one token per row with the whole cache's mask, on which transformers'
+    ``load_balancing_loss_func`` fails: their aux loss, never used, is not computed (``output_router_logits=False``)."""
     ids, mask = kwargs.get("input_ids", args[0] if args else None), kwargs.get("attention_mask")
     known = kwargs.get("output_router_logits") is not None or ids is None or mask is None
     if not known and mask.shape[-1] != ids.shape[-1]:
@@ -45,8 +41,8 @@ def _skip_aux_loss_on_cached_steps(module: nn.Module, args: tuple, kwargs: dict)
 
 
 def guard_router_logits(model: nn.Module) -> Any:
-    """Let a model whose config sets ``output_router_logits=True`` generate (see ``docs/MOE.md``); returns the hook's
-    handle. Every other forward is untouched: TRL's loss forward still asks for the aux loss itself."""
+    """Let a model whose config sets ``output_router_logits=True`` generate (``docs/MOE.md``); returns the hook's
+    handle. TRL's loss forward, which asks for the aux loss itself, is untouched."""
     return model.register_forward_pre_hook(_skip_aux_loss_on_cached_steps, with_kwargs=True)
 
 
@@ -138,9 +134,9 @@ class MoERoutingMonitor(TrainerCallback):
 
 
 def attach_moe_monitor(trainer: Any) -> MoERoutingMonitor | None:
-    """For an MoE policy: guard its router logits (:func:`guard_router_logits`) and add a :class:`MoERoutingMonitor`
-    logging into TRL's metric table; returns it. Nothing for a dense model. Call on a built TRL ``GRPOTrainer`` (or a
-    subclass), after its reference model exists, so that the hooks stay on the policy."""
+    """For an MoE policy: guard its router logits and add a :class:`MoERoutingMonitor` logging into TRL's metric table;
+    returns it (None for a dense model). Call on a built ``GRPOTrainer``, after its reference model exists, so that the
+    hooks stay on the policy."""
     model = trainer.accelerator.unwrap_model(trainer.model)
     if not router_modules(model):
         return None

@@ -1,30 +1,16 @@
 """Pre-flight probe: will RL learn anything on this model and data, and what will dynamic sampling cost?
 
-The probe samples ``num_generations`` completions for each of a sample of prompts (``transformers.generate``, or
-``vllm.LLM`` when vLLM is installed and a GPU is present), scores them with the run's reward functions and reports:
+It samples ``num_generations`` completions for each of a sample of prompts (``transformers.generate``, or vLLM when
+installed and a GPU is present), scores them with the run's reward functions and reports pass@k (Chen et al., arXiv
+2107.03374), the all-correct / all-wrong / mixed groups and those dynamic sampling keeps (DAPO Eq. 11), the expected
+generation rounds per step under the run's own refill policy (``probe_args.dynamic_sampling_policy``) and with other
+group sizes, reward and length distributions, and recommendations (``probe_stats.recommend``); printed, and saved as
+``report.json`` and ``histogram.png`` under ``output_dir``. ``trl-ext probe --config <training YAML>`` takes the run's
+model, data, rewards, sampling and config (``preset:``, default DAPO); flags override them.
 
-- **pass@k** for k = 1, 2, 4, ..., G (the unbiased estimator of Chen et al., arXiv 2107.03374);
-- the fractions of **all-correct, all-wrong and mixed groups**, and of groups dynamic sampling keeps (DAPO Eq. 11);
-- the **expected generation rounds per step** under the refill policy of the run's own config
-  (``probe_args.dynamic_sampling_policy``), and how the kept fraction would change with the group size;
-- reward and length distributions, and the fraction truncated (TRL's ``completions/clipped_ratio``);
-- **recommendations** with the numbers behind them (``probe_stats.recommend``).
-
-A completion *passes* when its weighted reward is ``>= success_threshold`` (default 1.0). The threshold is fixed
-rather than "the highest reward observed" because a cold model that never succeeds would then pass everywhere, which
-is exactly the case the probe must catch.
-
-The report is printed, saved as ``report.json`` and plotted as ``histogram.png`` under ``output_dir``::
-
-    python -m trl_ext.diagnostics.probe                       # demo, warm-started
-    python -m trl_ext.diagnostics.probe --no_warm_start       # demo, cold
-    trl-ext probe --config recipes/configs/qwen2.5-0.5b-instruct/dapo/config_gsm8k.yaml   # a run's own YAML
-
-``--config`` takes the run's training YAML: its model, data, rewards and sampling fill the probe's settings (flags
-override them) and its config (``preset:``, default DAPO) is the run whose dynamic sampling is projected.
-
-What it does not do: it does not train, and it samples with the model's plain ``generate``, so its numbers describe
-the first step of training, not later ones.
+A completion *passes* when its weighted reward is ``>= success_threshold`` (default 1.0), not "the highest reward
+observed": a cold model that never succeeds would then pass everywhere. Sampling is the model's plain ``generate``, so
+the numbers describe the first step of training, not later ones.
 """
 
 from __future__ import annotations
@@ -51,10 +37,10 @@ from trl_ext.diagnostics.probe_args import (
     DEFAULT_GROUPS_PER_BATCH,
     DEMO,
     DEMO_RANDOM,
-    SAMPLING_FIELDS,
     ProbeArguments,
     default_run_config,
     dynamic_sampling_policy,
+    sampling_values,
 )
 from trl_ext.diagnostics.probe_report import ProbeReport
 from trl_ext.diagnostics.probe_stats import recommend, reward_model_spread, summarize
@@ -85,8 +71,8 @@ RUN_ONLY_KEYS = {"use_vllm", "output_dir", "generation_batch_size"}
 def sample_transformers(
     model: Any, tokenizer: Any, prompts: Sequence[str], args: ProbeArguments, max_completion_length: int
 ) -> tuple[list[str], torch.Tensor, torch.Tensor]:
-    """G seeded samples per prompt with ``model.generate``; returns the completion texts (groups contiguous, TRL's
-    order), their lengths in tokens (up to and including the first EOS) and whether each was truncated."""
+    """G seeded samples per prompt with ``model.generate``: the texts (groups contiguous, TRL's order), their lengths
+    in tokens (up to and including the first EOS) and whether each was truncated."""
     ends = eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(ends)
     per_call = max(1, args.generation_batch_size // args.num_generations)
@@ -314,7 +300,7 @@ def _run_config(
     args: ProbeArguments, run: dict[str, Any], preset: str | None, renamed: dict[str, Any]
 ) -> GRPOFamilyConfig:
     """The run's config: the preset's class (``preset``, else the YAML's ``preset:``, else DAPO) over the YAML's keys,
-    with the probe's sampling and the deprecated flags' values; neither a YAML nor a preset: ``default_run_config``."""
+    the probe's sampling and the deprecated flags' values; ``default_run_config`` without a YAML or a preset."""
     if "generation_batch_size" in renamed:  # --groups_per_batch: prompts, not completions
         renamed["generation_batch_size"] *= args.num_generations
     if not run and preset is None:  # the default run is on-policy: its batch is one optimizer step's
@@ -325,7 +311,7 @@ def _run_config(
         row = lookup(preset or str(run.get("preset") or "dapo"))
     fields = {f.name for f in dataclasses.fields(row.config) if f.init}
     kwargs: dict[str, Any] = {**row.overrides, **{k: v for k, v in run.items() if k in fields}}
-    kwargs |= {key: getattr(args, key) for key in SAMPLING_FIELDS if getattr(args, key) is not None}
+    kwargs |= sampling_values(args)
     if not {"generation_batch_size", "steps_per_generation", "per_device_train_batch_size"} & set(run):
         kwargs["generation_batch_size"] = DEFAULT_GROUPS_PER_BATCH * args.num_generations  # no batch given
     if "generation_batch_size" in renamed:  # it sets the batch alone (TRL refuses it with steps_per_generation)

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from trl_ext.diagnostics import option
 from trl_ext.grpo.configs import GRPOFamilyConfig
 
 DEMO = "demo"
@@ -17,76 +18,58 @@ SAMPLING_FIELDS = ("num_generations", "max_completion_length", "temperature", "t
 DEFAULT_GROUPS_PER_BATCH = 16
 
 
+def sampling_values(config: Any) -> dict[str, Any]:
+    """The ``SAMPLING_FIELDS`` that ``config`` (probe settings or a ``GRPOConfig``) sets, not None."""
+    return {key: getattr(config, key) for key in SAMPLING_FIELDS if getattr(config, key, None) is not None}
+
+
 @dataclass
 class ProbeArguments:
-    """Settings of the pre-flight probe (also its command line: every field is a ``--flag``, documented by its help).
+    """Settings of the pre-flight probe, also its command line (every field is a ``--flag``).
 
-    What the probe projects for the run (the dynamic-sampling budget, refill margin, round size, carried surplus and
-    prompts per generation batch) is read from the run's own ``GRPOFamilyConfig`` (``dynamic_sampling_policy``),
-    never from copies of its fields here. The sampling fields are what the probe generates with: use the values you
-    will train with (``from_training_args`` copies them). ``generation_batch_size`` is a memory knob of the probe's
-    ``generate`` calls, not the run's.
+    The run's refill policy is read from its own ``GRPOFamilyConfig`` (``dynamic_sampling_policy``), never copied
+    here. The sampling fields are what the probe generates with: use the values you will train with
+    (``from_training_args``). ``generation_batch_size`` is a memory knob of the probe's ``generate`` calls, not the run's.
     """
 
-    model_name_or_path: str | None = field(
-        default=None,
-        metadata={"help": "Model path or Hub name; None/'demo' = warm-started demo, 'demo-random' = cold."},
+    model_name_or_path: str | None = option(
+        None, "Model path or Hub name; None/'demo' = warm-started demo, 'demo-random' = cold."
     )
-    no_warm_start: bool = field(default=False, metadata={"help": "Demo only: probe the cold, random model."})
-    dataset_name: str | None = field(
-        default=None, metadata={"help": "datasets.load_dataset name or a local data file; None = the demo task."}
+    no_warm_start: bool = option(False, "Demo only: probe the cold, random model.")
+    dataset_name: str | None = option(None, "datasets.load_dataset name or a local data file; None = the demo task.")
+    dataset_config: str | None = option(None, "Dataset configuration name.")
+    dataset_split: str = option("train", "Dataset split to sample prompts from.")
+    prompt_column: str = option(
+        "prompt", "Column holding the prompts; 'prompt' also lets a known layout (GSM8K, ...) map its own."
     )
-    dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
-    dataset_split: str = field(default="train", metadata={"help": "Dataset split to sample prompts from."})
-    prompt_column: str = field(
-        default="prompt",
-        metadata={"help": "Column holding the prompts; 'prompt' also lets a known layout (GSM8K, ...) map its own."},
+    dataset_answer_column: str | None = option(
+        None, "Column with the reference answer (a dotted path reaches a nested field); None: the layout's."
     )
-    dataset_answer_column: str | None = field(
-        default=None,
-        metadata={
-            "help": "Column with the reference answer (a dotted path reaches a nested field); None: the layout's."
-        },
+    system_prompt: str | None = option(None, "System message put before every prompt.")
+    reward_funcs: list[str] | None = option(
+        None, "Reward function names (rewards registry). None: the task reward that fits the data."
     )
-    system_prompt: str | None = field(default=None, metadata={"help": "System message put before every prompt."})
-    reward_funcs: list[str] | None = field(
-        default=None,
-        metadata={"help": "Reward function names (rewards registry). None: the task reward that fits the data."},
+    reward_options: dict | str | None = option(None, "Options per reward name: a mapping (YAML) or JSON text.")
+    reward_weights: list[float] | None = option(None, "One weight per reward function (default 1.0 each).")
+    num_generations: int = option(16, "Group size G: completions sampled per prompt.")
+    num_prompts: int = option(64, "Prompts sampled from the dataset (seeded).")
+    max_completion_length: int | None = option(
+        None, "Max new tokens per completion (None: 8 for the demo, 256 otherwise)."
     )
-    reward_options: dict | str | None = field(
-        default=None, metadata={"help": "Options per reward name: a mapping (YAML) or JSON text."}
+    temperature: float = option(1.0, "Sampling temperature (as in GRPOConfig).")
+    top_p: float = option(1.0, "Nucleus sampling (as in GRPOConfig).")
+    top_k: int = option(0, "Top-k sampling; 0 disables it (as in GRPOConfig).")
+    generation_batch_size: int = option(256, "Completions per generate call.")
+    use_vllm: bool | None = option(None, "Use vllm.LLM; None = when vLLM is installed and a GPU is present.")
+    seed: int = option(0, "Seed of the prompt sample and of the sampling.")
+    success_threshold: float = option(1.0, "A completion passes when its reward is >= this value.")
+    sft_pass_at_g: float = option(0.1, "Recommend SFT first when pass@G is below this.")
+    easy_group_frac: float = option(
+        0.25, "Recommend filtering solved prompts when this fraction of groups is all-correct."
     )
-    reward_weights: list[float] | None = field(
-        default=None, metadata={"help": "One weight per reward function (default 1.0 each)."}
-    )
-    num_generations: int = field(default=16, metadata={"help": "Group size G: completions sampled per prompt."})
-    num_prompts: int = field(default=64, metadata={"help": "Prompts sampled from the dataset (seeded)."})
-    max_completion_length: int | None = field(
-        default=None, metadata={"help": "Max new tokens per completion (None: 8 for the demo, 256 otherwise)."}
-    )
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (as in GRPOConfig)."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling (as in GRPOConfig)."})
-    top_k: int = field(default=0, metadata={"help": "Top-k sampling; 0 disables it (as in GRPOConfig)."})
-    generation_batch_size: int = field(default=256, metadata={"help": "Completions per generate call."})
-    use_vllm: bool | None = field(
-        default=None, metadata={"help": "Use vllm.LLM; None = when vLLM is installed and a GPU is present."}
-    )
-    seed: int = field(default=0, metadata={"help": "Seed of the prompt sample and of the sampling."})
-    success_threshold: float = field(
-        default=1.0, metadata={"help": "A completion passes when its reward is >= this value."}
-    )
-    sft_pass_at_g: float = field(default=0.1, metadata={"help": "Recommend SFT first when pass@G is below this."})
-    easy_group_frac: float = field(
-        default=0.25,
-        metadata={"help": "Recommend filtering solved prompts when this fraction of groups is all-correct."},
-    )
-    mixed_group_frac: float = field(
-        default=0.5, metadata={"help": "Recommend a larger group when fewer than this fraction of groups is mixed."}
-    )
-    truncated_frac: float = field(
-        default=0.05, metadata={"help": "Recommend a longer max_completion_length above this truncated fraction."}
-    )
-    output_dir: str | None = field(default=None, metadata={"help": "Output folder (None: outputs/probe/<model>)."})
+    mixed_group_frac: float = option(0.5, "Recommend a larger group when fewer than this fraction of groups is mixed.")
+    truncated_frac: float = option(0.05, "Recommend a longer max_completion_length above this truncated fraction.")
+    output_dir: str | None = option(None, "Output folder (None: outputs/probe/<model>).")
 
     def __post_init__(self) -> None:
         if self.num_generations < 2:
@@ -126,12 +109,7 @@ class ProbeArguments:
     def from_training_args(cls, training_args: Any, **overrides: Any) -> ProbeArguments:
         """Probe settings with the sampling of a ``GRPOConfig`` (``SAMPLING_FIELDS``), so that the probe sees what the
         first training step will; ``overrides`` set any other field."""
-        values = {
-            key: getattr(training_args, key)
-            for key in SAMPLING_FIELDS
-            if getattr(training_args, key, None) is not None
-        }
-        return cls(**{**values, **overrides})
+        return cls(**{**sampling_values(training_args), **overrides})
 
     @property
     def is_demo(self) -> bool:
@@ -141,7 +119,6 @@ class ProbeArguments:
 def default_run_config(args: ProbeArguments, **overrides: Any) -> GRPOFamilyConfig:
     """The run the probe projects for when given none: ``GRPOFamilyConfig``'s defaults with dynamic sampling on, the
     probe's sampling and ``DEFAULT_GROUPS_PER_BATCH`` prompts per generation batch, on-policy (no surplus carried)."""
-    sampling = {key: getattr(args, key) for key in SAMPLING_FIELDS if getattr(args, key) is not None}
     defaults = {
         "output_dir": "outputs/probe",
         "dynamic_sampling": True,
@@ -149,7 +126,7 @@ def default_run_config(args: ProbeArguments, **overrides: Any) -> GRPOFamilyConf
         "bf16": False,  # nothing is trained: no precision to check against the hardware
         "report_to": "none",
     }
-    return GRPOFamilyConfig(**{**defaults, **sampling, **overrides})
+    return GRPOFamilyConfig(**{**defaults, **sampling_values(args), **overrides})
 
 
 def dynamic_sampling_policy(training_args: GRPOFamilyConfig) -> dict[str, Any]:

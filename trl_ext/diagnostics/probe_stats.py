@@ -80,8 +80,8 @@ def _expected_cost(
     margin: float | None,
     max_round_size: float = 2.0,
 ) -> dict[str, float]:
-    """Expected rounds and generation batches per step under the trainer's refill policy (a budget of
-    ``max_generation_batches``, None: uncapped), and the whole-batch bound (rounds of whole generation batches)."""
+    """Expected rounds and generation batches per step under the trainer's refill policy (``max_generation_batches``
+    None: uncapped), and the bound of whole-batch rounds."""
     if p <= 0.0:  # nothing is ever informative: every step spends its whole budget
         cap = float(max_generation_batches) if max_generation_batches else float("inf")
         return {"expected_rounds": cap, "expected_generation_batches": cap, "expected_rounds_whole_batch": cap}
@@ -105,9 +105,8 @@ def summarize(
     refill_margin: float | None = None,
     max_round_size: float = 2.0,
 ) -> dict[str, Any]:
-    """The probe's JSON-ready sections from ``[num_prompts, G]`` tensors of rewards (NaN = unscorable), completion
-    lengths and truncation flags, and the per-prompt success counts. The dynamic-sampling cost follows the refill
-    policy of the last five arguments (``probe_args.dynamic_sampling_policy``)."""
+    """The probe's JSON-ready sections and per-prompt success counts from ``[num_prompts, G]`` tensors of rewards (NaN:
+    unscorable), lengths and truncation flags; the refill policy is ``probe_args.dynamic_sampling_policy``'s."""
     if rewards.dim() != 2 or rewards.shape != lengths.shape or rewards.shape != truncated.shape:
         raise ValueError(
             f"rewards, lengths and truncated must share one [num_prompts, num_generations] shape, got "
@@ -194,11 +193,9 @@ def summarize(
 
 
 def recommend(summary: dict[str, Any], args: ProbeArguments, max_completion_length: int) -> list[Recommendation]:
-    """Turn the numbers into advice; each rule states its trigger in its message. ``sft_first`` (pass@G below
-    ``sft_pass_at_g``: a group with no success has zero advantage, the cold-start rule of DeepSeek-R1 and DAPO) folds
-    the truncation advice in, since an untrained model's lengths say little; ``raise_group_size`` only fires when the
-    groups are too hard rather than too easy (that is ``filter_easy``'s case) and a larger group would mix more.
-    """
+    """The advice; each rule states its trigger in its message. ``sft_first`` (pass@G below ``sft_pass_at_g``: the
+    cold-start rule of DeepSeek-R1 and DAPO) folds the truncation advice in, since an untrained model's lengths say
+    little; ``raise_group_size`` fires only for groups too hard (too easy is ``filter_easy``'s case)."""
     group_size = args.num_generations
     pass_g = summary["pass_at"][group_size]
     groups, lengths = summary["groups"], summary["lengths"]
