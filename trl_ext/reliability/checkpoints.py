@@ -1,52 +1,25 @@
-"""Checkpoints that are complete or absent, and resumes that refuse another run's checkpoints.
+"""Checkpoints that are complete or absent, and resumes that refuse another run's checkpoints (docs/PREEMPTION.md).
 
-transformers 5.x's ``Trainer._save_checkpoint`` writes straight into ``output_dir/checkpoint-N`` (model, optimizer,
-scheduler, RNG states, then ``trainer_state.json``; TRL and trl-ext add their files after that), and
-``get_last_checkpoint`` returns the highest-numbered ``checkpoint-N`` folder whatever it holds. A process killed while
-saving therefore leaves a half-written folder that ``resume_from_checkpoint=True`` picks up next time (a missing
-optimizer state fails; a missing ``dynamic_sampling_state.json`` silently resumes inexactly).
+transformers' ``Trainer._save_checkpoint`` writes straight into ``output_dir/checkpoint-N`` and
+``get_last_checkpoint`` returns the highest-numbered folder whatever it holds: a process killed while saving leaves a
+half-written checkpoint that the next ``resume_from_checkpoint=True`` picks up. ``AtomicCheckpointMixin`` (first in
+the bases of any ``transformers.Trainer`` subclass) points ``_get_output_dir`` at ``output_dir/.incomplete/`` while the
+Trainer, TRL and the mixins save; once every process is done, the main process writes a completion marker
+(``trl_ext_checkpoint.json``), fsyncs, and renames the folder to ``output_dir/checkpoint-N`` (atomic on POSIX).
+Rotation (``save_total_limit``) and the replacement of a checkpoint of the same step also rename through the staging
+area, so a kill never leaves a half-written or half-deleted ``checkpoint-N`` (``recover_interrupted_publish`` repairs
+an interrupted replacement).
 
-``AtomicCheckpointMixin`` (for any ``transformers.Trainer`` subclass, first in the bases) closes that hole with the
-smallest wrapper: while ``super()._save_checkpoint`` runs, ``_get_output_dir`` points at ``output_dir/.incomplete/``,
-so every file of the checkpoint (the Trainer's, TRL's, the mixins', every process's RNG state) lands in
-``output_dir/.incomplete/checkpoint-N``. When all processes are done, the main process writes a completion marker
-(``trl_ext_checkpoint.json``), fsyncs the files, and renames the folder to ``output_dir/checkpoint-N`` (a rename is
-atomic on POSIX file systems) before rotating old checkpoints (``save_total_limit``). A ``checkpoint-N`` folder thus
-only ever exists complete, for ``get_last_checkpoint``, for ``resume_from_checkpoint=True`` and for any other tool.
-
-``train()`` also checks the resume:
-
-- ``resume_from_checkpoint=True`` resolves to the newest *complete* checkpoint (a folder without the marker and
-  without ``trainer_state.json`` is skipped with a warning); an explicit path to an incomplete one raises.
-- Each checkpoint holds ``trl_ext_run.json``, the run's identity (trainer, model shape, training-set size, columns
-  and first rows, seed, reward functions, group size, loss type). Resuming from a checkpoint of another run raises,
-  naming what differs; starting from scratch in an ``output_dir`` that already holds checkpoints raises too (it would
-  mix two runs' checkpoints, and a later ``resume_from_checkpoint=True`` would pick the wrong one).
-
-Faults while saving (``docs/PREEMPTION.md``):
-
-- A save that fails (no space left, permission denied, I/O error) raises ``CheckpointSaveError`` on every process,
-  naming the cause in words, the folder, the free space left, the bytes a checkpoint needs and the last complete
-  checkpoint (intact); the unfinished staging folder is removed at once. torch's zip writer reports a full disk
-  without an errno (``[enforce fail at inline_container.cc] . unexpected pos ...``, ``PytorchStreamWriter failed
-  writing file``): after such a failure the folder is asked for the bytes a checkpoint needs (the size of the last
-  complete one; before the first, the weights and the optimizer state), by allocating them in a probe file, and the
-  filesystem's own answer (``ENOSPC``, ``EDQUOT``, ``EFBIG`` from ``ulimit -f``) is the cause. Where it cannot answer
-  (no ``fallocate``), the failure is a full disk when the free space, once the staging folder is removed, is less
-  than a checkpoint needs, or when under 1 MiB was left.
-- ``save_total_limit`` rotation first renames an old checkpoint into the staging area, then deletes it: a kill
-  half-way through a deletion leaves no half-deleted ``checkpoint-N`` behind, and the newest checkpoint is never
-  touched.
-- Replacing a checkpoint of the same step sets the old copy aside, then renames the new one into place; a kill in
-  between leaves both in the staging area, and ``recover_interrupted_publish`` (run when ``train()`` starts, and by
-  the recipes before they read the record) puts the new one (complete: it holds the marker) or else the old one back.
-
-Subclasses add their own state to each checkpoint through ``_save_extra_state(folder)`` / ``_load_extra_state(
-checkpoint)`` (called on every process; ``folder`` is the staging folder).
+``train()`` resumes from the newest *complete* checkpoint and refuses a checkpoint (or a fresh start in an
+``output_dir``) of another run, by the run identity stored in ``trl_ext_run.json``. A failed save raises
+``CheckpointSaveError`` on every process, naming the cause (torch's zip writer reports a full disk without an errno:
+the filesystem is then asked for the bytes a checkpoint needs), the free space and the last complete checkpoint.
+Subclasses add state through ``_save_extra_state(folder)`` / ``_load_extra_state(checkpoint)`` (every process).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -110,16 +83,17 @@ def _fsync_tree(folder: str) -> None:
 def _fsync_path(path: str) -> None:
     """fsync one file or directory; a path that cannot be opened or synced (gone, or a filesystem without fsync) is
     skipped: durability is best effort, atomicity comes from the rename."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _remove_if_empty(folder: str) -> None:
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
@@ -166,17 +140,23 @@ class CheckpointSaveError(RuntimeError):
     and the last complete checkpoint, which is intact."""
 
 
-def _errno_of(error: BaseException) -> int | None:
-    """The errno of ``error`` or of an exception it was raised from (an ``OSError`` deep in torch or safetensors)."""
+def _chain(error: BaseException | None):
+    """``error`` and the exceptions it was raised from (``__cause__`` / ``__context__``), each once."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, OSError) and error.errno:
-            return error.errno
-        match = re.search(r"\bcode: (\d+)", str(error))  # safetensors: IoError(Os { code: 28, kind: StorageFull })
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _errno_of(error: BaseException) -> int | None:
+    """The errno of ``error`` or of an exception it was raised from (an ``OSError`` deep in torch or safetensors)."""
+    for cause in _chain(error):
+        if isinstance(cause, OSError) and cause.errno:
+            return cause.errno
+        match = re.search(r"\bcode: (\d+)", str(cause))  # safetensors: IoError(Os { code: 28, kind: StorageFull })
         if match:
             return int(match.group(1))
-        error = error.__cause__ or error.__context__
     return None
 
 
@@ -193,23 +173,18 @@ def _free_bytes(path: str) -> int | None:
 def _size(count: int | None) -> str:
     if count is None:
         return "unknown"
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+    if count < 1024:
+        return f"{count} bytes"
+    for unit in ("KiB", "MiB", "GiB"):
         count /= 1024
-    return str(count)
+        if count < 1024 or unit == "GiB":
+            return f"{count:.1f} {unit}"
 
 
 def is_torch_write_failure(error: BaseException | None) -> bool:
     """Whether ``error`` (or an error it was raised from) is torch's zip writer failing to write, which is how
     ``torch.save`` reports a full disk: no errno, only ``unexpected pos X vs Y`` or ``failed writing file``."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, RuntimeError) and _TORCH_WRITE_FAILURE.search(str(error)):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
+    return any(isinstance(e, RuntimeError) and _TORCH_WRITE_FAILURE.search(str(e)) for e in _chain(error))
 
 
 def checkpoint_bytes_needed(run_dir: str, model: Any = None, optimizer: Any = None) -> int | None:
@@ -358,13 +333,11 @@ class AtomicCheckpointMixin:
             if hasattr(dataset, "__len__"):
                 identity["dataset_rows"] = len(dataset)
                 identity["dataset_first_rows"] = _rows_digest(dataset)
-        for key in ("reward_func_names", "num_generations"):
-            value = getattr(self, key, None)
+        extra = {key: getattr(self, key, None) for key in ("reward_func_names", "num_generations")}
+        extra["loss_type"] = getattr(self.args, "loss_type", None)
+        for key, value in extra.items():
             if value is not None:
                 identity[key] = list(value) if isinstance(value, list | tuple) else value
-        loss_type = getattr(self.args, "loss_type", None)
-        if loss_type is not None:
-            identity["loss_type"] = list(loss_type) if isinstance(loss_type, list | tuple) else loss_type
         return identity
 
     # -- train: resolve and check the resume ---------------------------------------------------------------------
@@ -409,14 +382,15 @@ class AtomicCheckpointMixin:
             )
         if not is_complete_checkpoint(resume):
             last = last_complete_checkpoint(os.path.dirname(os.path.abspath(resume)))
-            raise ValueError(
+            incomplete = (
                 f"resume_from_checkpoint={resume!r} is incomplete (no {MARKER_FILE} and no {TRAINER_STATE_NAME}: the "
-                f"process was stopped while writing it). Resume from {last!r} (the newest complete one), or pass "
-                "resume_from_checkpoint=True."
+                "process was stopped while writing it)"
+            )
+            raise ValueError(
+                f"{incomplete}. Resume from {last!r} (the newest complete one), or pass resume_from_checkpoint=True."
                 if last
-                else f"resume_from_checkpoint={resume!r} is incomplete (no {MARKER_FILE} and no {TRAINER_STATE_NAME}: "
-                "the process was stopped while writing it) and there is no complete checkpoint next to it. Start the "
-                "run without resume_from_checkpoint."
+                else f"{incomplete} and there is no complete checkpoint next to it. Start the run without "
+                "resume_from_checkpoint."
             )
         return resume
 
@@ -487,10 +461,7 @@ class AtomicCheckpointMixin:
         free_before = _free_bytes(staging)
         if self.args.should_save:
             shutil.rmtree(staging, ignore_errors=True)
-            try:
-                os.rmdir(os.path.dirname(staging))  # only if empty
-            except OSError:
-                pass
+            _remove_if_empty(os.path.dirname(staging))
         free_after = _free_bytes(run_dir)
         needed = checkpoint_bytes_needed(run_dir, getattr(self, "model", None), getattr(self, "optimizer", None))
         probe = error is not None and _errno_of(error) is None and is_torch_write_failure(error) and needed
@@ -532,10 +503,7 @@ class AtomicCheckpointMixin:
                 shutil.rmtree(trash)
             except OSError as error:
                 logger.warning(f"save_total_limit: could not delete {checkpoint} ({error}); it stays.")
-        try:
-            os.rmdir(trash_dir)  # only if empty
-        except OSError:
-            pass
+        _remove_if_empty(trash_dir)
 
     @staticmethod
     def _publish(staging: str, final: str) -> None:
@@ -552,10 +520,7 @@ class AtomicCheckpointMixin:
         _fsync_path(parent)  # the rename is durable only once the parent directory's entry reaches the disk
         if replaced is not None:
             shutil.rmtree(replaced, ignore_errors=True)
-        try:
-            os.rmdir(os.path.dirname(staging))  # only if empty
-        except OSError:
-            pass
+        _remove_if_empty(os.path.dirname(staging))
 
     def _save_extra_state(self, folder: str) -> None:
         """Hook: write subclass state into the checkpoint being staged (called on every process). Here: the token

@@ -1,36 +1,18 @@
-"""What makes a GRPO-family run survive pre-emption and bad data: checks at construction, guarded rewards, a stop on
-a non-finite loss, atomic checkpoints and an exact resume.
+"""What makes a GRPO-family run survive pre-emption and bad data: ``GRPOReliabilityMixin``, a base of every trainer of
+``trl_ext.grpo.trainers``, combines construction checks (``checks``), guarded reward functions (``reward_guard``),
+the stop on a non-finite loss (``FiniteLossMixin``, here), graceful preemption (``preemption``), atomic checkpoints
+(``checkpoints``) and an exact resume (here).
 
-``GRPOReliabilityMixin`` is a base of every trainer of ``trl_ext.grpo.trainers``; each piece lives in its own module:
-
-- ``trl_ext.reliability.checks``: at construction, the ``prompt`` column (not needed when an ``environment_factory`` supplies
-  prompts from ``reset()``, as TRL allows), the columns the reward functions read, a pad or EOS
-  token, ``max_completion_length`` (and the longest prompt) against the model's context, ``use_vllm`` without vLLM.
-- ``trl_ext.reliability.reward_guard``: every callable reward is wrapped (``reward_errors``, ``reward_timeout``; read with
-  ``getattr`` so that configs without these fields keep the defaults ``"raise"`` / ``None``).
-- ``trl_ext.reliability.unscorable``: ``rewards/<name>/none_frac`` logged per function and round; a function that
-  scores no completion of the first rounds is named in a warning, and the run stops when no task reward scores any
-  (watched in the trainers' ``_calculate_rewards``, which sees every round).
-- ``FiniteLossMixin`` (here): a NaN or infinite loss stops the run before the optimizer step, with the step, the
-  batch's prompts, the inputs that are non-finite, the batch saved to ``output_dir`` and the last checkpoint kept.
-- ``trl_ext.reliability.checkpoints.AtomicCheckpointMixin``: checkpoints are complete or absent; resumes are checked;
-  a failed save says why, with the free space and the last complete checkpoint.
-- ``trl_ext.reliability.preemption.PreemptionMixin``: on SIGTERM / SIGUSR1 (``preemption_signals``) every process
-  finishes the optimizer step in progress, a checkpoint is written and the run exits with code 75.
-- Exact resume (here). TRL's ``GRPOTrainer`` generates once per ``steps_per_generation * num_iterations`` micro-steps
-  and keeps the split generation batch in ``_buffered_inputs``; a resumed trainer starts with ``_step = 0`` and no
-  buffer, so a checkpoint taken inside a generation block (GSPO's 4 minibatches per rollout) would regenerate with
-  updated weights and shift every later generation boundary. Each checkpoint therefore stores TRL's micro-step counter
-  (``grpo_state.json``) and, when it falls inside a block, every process's buffered batch
-  (``grpo_buffer_rank<k>.pt``, a few tensors of the size of one generation batch); both are restored on resume. The
-  train sampler (TRL's ``RepeatSampler``) draws one permutation per epoch from one seeded generator, which a resumed
-  trainer recreates at the first permutation: on resume it is advanced to the epoch being resumed. With the
-  Trainer's own RNG states, the dynamic-sampling refill stream (``dynamic_sampling_state.json``) and the optimizer,
-  a run resumed from any checkpoint reproduces the uninterrupted run's later steps and final weights on CPU.
-
-What is not restored: metrics accumulated since the last log (TRL's ``_metrics`` and the Trainer's running loss), so
-per-step logs are identical when ``save_steps`` is a multiple of ``logging_steps`` (otherwise the first log after
-the resume averages fewer steps); the completions table; a hung reward thread.
+Exact resume: TRL's ``GRPOTrainer`` generates once per ``steps_per_generation * num_iterations`` micro-steps and keeps
+the split generation batch in ``_buffered_inputs``; a resumed trainer starts with ``_step = 0`` and no buffer, so a
+checkpoint taken inside a generation block would regenerate with updated weights and shift every later generation
+boundary. Each checkpoint therefore stores TRL's micro-step counter (``grpo_state.json``) and, inside a block, every
+process's buffered batch (``grpo_buffer_rank<k>.pt``). TRL's ``RepeatSampler`` draws one permutation per epoch from
+one seeded generator, which a resumed trainer recreates at the first permutation: it is advanced to the epoch being
+resumed. With the Trainer's RNG states, the dynamic-sampling refill stream and the optimizer, a resumed run
+reproduces the uninterrupted run's later steps and final weights on CPU. Not restored: metrics accumulated since the
+last log (per-step logs match when ``save_steps`` is a multiple of ``logging_steps``), the completions table, a hung
+reward thread.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Unscorable completions made visible: per-function None/NaN fractions, one warning, and a stop when it lasts.
 
-TRL's convention stays: a reward function returns ``None`` (TRL stores NaN) for a completion it does not apply to;
-the weighted sum skips it (``nansum``), ``rewards/<name>/mean`` averages the others (``nanmean``), and a completion
-that no function scores is left out of its group's baseline with advantage 0. TRL then warns ("All reward functions
-returned None ...") and trains on. That is right for a function that scores part of the data (a code reward on a
-mixed math/code set), and silent when a function scores nothing: its mean reads like any other, and a run whose only
-task reward is NaN everywhere trains on zero advantages (or on the shaping terms alone) and exits 0.
-
-:class:`UnscorableWatch` reads the per-function rewards of every generation round (``_calculate_rewards``, already
-gathered across processes, so every process decides alike) and
-
-- returns ``rewards/<name>/none_frac``, the fraction of the round's completions the function scored None/NaN, for
-  every function on every round (the trainers log it beside ``rewards/<name>/mean``);
-- warns once, at the first training round where a function scores none of the completions or a completion is scored
-  by no function, naming each function that returned None/NaN with its fraction, and trains on, as TRL does;
-- stops the run (``RewardFunctionError``) when no task reward (all reward functions but the shaping ones,
-  ``trl_ext.rewards.shaping``, which say nothing about the task) scores any completion for ``rounds`` consecutive
-  training rounds (dynamic-sampling refills count: each is a round). Then every advantage is 0, or comes from length
-  shaping alone, and nothing about the task can be learned. ``rounds`` is the config's ``max_unscorable_rounds``
-  (trl-ext's configs: 3); ``None`` or 0 never stops, which is what a config without the field (TRL's own
-  ``GRPOConfig``) gets: the drop-in trainer then behaves as ``trl.GRPOTrainer``.
+A reward function returns ``None`` (TRL stores NaN) for a completion it does not apply to; TRL skips it in the
+weighted sum and the mean, leaves a completion no function scores out of its group's baseline (advantage 0), warns
+and trains on. That is right for a function that scores part of the data, and silent when a function scores nothing:
+a run whose only task reward is NaN everywhere trains on zero advantages and exits 0. :class:`UnscorableWatch` reads
+every round's per-function rewards (``_calculate_rewards``, gathered across processes, so every process decides
+alike), returns ``rewards/<name>/none_frac``, warns once at the first training round where a function scores nothing
+or a completion is scored by no function, and stops the run (``RewardFunctionError``) when no task reward (shaping
+rewards, ``trl_ext.rewards.shaping``, aside) scores any completion for ``max_unscorable_rounds`` consecutive training
+rounds (each dynamic-sampling refill is a round; ``None`` or 0, what TRL's own ``GRPOConfig`` gets: never).
 """
 
 from __future__ import annotations
