@@ -48,8 +48,7 @@ _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 
 def is_complete_checkpoint(path: str) -> bool:
-    """True for a folder written completely: trl-ext's marker, or (checkpoints written by a plain Trainer) the
-    ``trainer_state.json`` that the Trainer writes after the weights, optimizer and RNG states."""
+    """trl-ext's marker, or (a plain Trainer's checkpoint) ``trainer_state.json``, which the Trainer writes last."""
     return os.path.isfile(os.path.join(path, MARKER_FILE)) or os.path.isfile(os.path.join(path, TRAINER_STATE_NAME))
 
 
@@ -115,15 +114,14 @@ def any_process(accelerator: Any, flag: bool) -> bool:
 
 
 def recover_interrupted_publish(output_dir: str) -> list[str]:
-    """Put back a checkpoint that a kill left in the staging area while it replaced one of the same step (see
-    ``AtomicCheckpointMixin._publish``): when ``checkpoint-N`` is missing, the staged ``checkpoint-N`` if complete
-    (the new copy), else ``replaced-checkpoint-N`` (the old one). Main process only; returns the folders restored."""
+    """When a kill interrupted ``AtomicCheckpointMixin._publish`` and ``checkpoint-N`` is missing, put back the staged
+    new copy if complete, else ``replaced-checkpoint-N``. Main process only; returns the folders restored."""
     staging_parent = os.path.join(output_dir, STAGING_DIR)
     if not os.path.isdir(staging_parent):
         return []
     restored = []
     for name in sorted(os.listdir(staging_parent)):
-        base = name[len(REPLACED_PREFIX) :] if name.startswith(REPLACED_PREFIX) else name
+        base = name.removeprefix(REPLACED_PREFIX)
         if not _CHECKPOINT_RE.match(base) or os.path.exists(os.path.join(output_dir, base)):
             continue
         new, old = os.path.join(staging_parent, base), os.path.join(staging_parent, REPLACED_PREFIX + base)
@@ -149,7 +147,7 @@ def _chain(error: BaseException | None):
         error = error.__cause__ or error.__context__
 
 
-def _errno_of(error: BaseException) -> int | None:
+def _errno_of(error: BaseException | None) -> int | None:
     """The errno of ``error`` or of an exception it was raised from (an ``OSError`` deep in torch or safetensors)."""
     for cause in _chain(error):
         if isinstance(cause, OSError) and cause.errno:
@@ -188,8 +186,8 @@ def is_torch_write_failure(error: BaseException | None) -> bool:
 
 
 def checkpoint_bytes_needed(run_dir: str, model: Any = None, optimizer: Any = None) -> int | None:
-    """About what one checkpoint of this run takes on disk: the size of its last complete checkpoint (the next one
-    holds the same files), else the bytes of the model's weights and of the optimizer's state tensors."""
+    """About what one checkpoint of this run takes on disk: the size of its last complete one, else the bytes of the
+    model's weights and of the optimizer's state tensors."""
     last = last_complete_checkpoint(run_dir)
     if last is not None:
         return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(last) for name in names)
@@ -228,11 +226,10 @@ def save_failure_cause(
     bytes_needed: int | None = None,
     probed: int | None = None,
 ) -> tuple[str, str]:
-    """``(cause in words, what to do)`` for an error raised while writing a checkpoint. An error without errno
-    takes the filesystem's answer to the space probe (``probed``, ``space_errno``); else it is a full disk when under
-    ``LOW_SPACE_BYTES`` were left, or when it is torch's writer failing and the free space once the unfinished
-    checkpoint is removed (``free_after_cleanup``) is below what a checkpoint needs."""
-    code = _errno_of(error) if error is not None else None
+    """``(cause in words, what to do)`` for an error raised while writing a checkpoint. Without an errno, it is a full
+    disk when under ``LOW_SPACE_BYTES`` were left, or when torch's writer failed and less than ``bytes_needed`` is free
+    once the unfinished checkpoint is removed; else the filesystem's answer to the space probe (``probed``)."""
+    code = _errno_of(error)
     low = free_before_cleanup is not None and free_before_cleanup < LOW_SPACE_BYTES
     too_small = free_after_cleanup is not None and bytes_needed is not None and free_after_cleanup < bytes_needed
     if code is None and (low or (too_small and is_torch_write_failure(error))):
@@ -257,8 +254,8 @@ def save_failure_cause(
 
 
 def _rows_digest(dataset: Any, count: int = 8) -> str | None:
-    """A content hash of the first rows (cheap, deterministic across processes, unlike ``Dataset._fingerprint`` of
-    a processed dataset, which hashes the processing functions)."""
+    """A content hash of the first rows (deterministic across processes, unlike a processed ``Dataset``'s
+    fingerprint)."""
     try:
         rows = [dataset[i] for i in range(min(count, len(dataset)))]
     except Exception:  # noqa: BLE001 - iterable datasets, exotic rows: no digest
@@ -286,8 +283,8 @@ def saved_identity(checkpoint: str) -> dict[str, Any] | None:
 
 
 def check_fresh_output_dir(output_dir: str, identity: dict[str, Any] | None = None) -> None:
-    """Raise if a run that does not resume would start in an ``output_dir`` that holds complete checkpoints. Recipes
-    call it before writing anything; the trainers call it in ``train()`` with their identity, to say whose they are."""
+    """Raise if a run that does not resume would start in an ``output_dir`` that holds complete checkpoints (recipes:
+    before writing anything; trainers: in ``train()``, with their identity to say whose they are)."""
     existing = [path for _, path, ok in list_checkpoints(output_dir) if ok]
     if not existing:
         return
@@ -304,8 +301,7 @@ def check_fresh_output_dir(output_dir: str, identity: dict[str, Any] | None = No
 
 
 class AtomicCheckpointMixin:
-    """Atomic checkpoints and checked resumes for any ``transformers.Trainer`` subclass (module docstring). Put it
-    before the Trainer class in the bases: ``class MyTrainer(AtomicCheckpointMixin, trl.DPOTrainer)``."""
+    """Atomic checkpoints and checked resumes (module docstring): ``class T(AtomicCheckpointMixin, trl.DPOTrainer)``."""
 
     _staging_parent: str | None = None
     _identity: dict[str, Any] | None = None
@@ -319,10 +315,6 @@ class AtomicCheckpointMixin:
         identity: dict[str, Any] = {"trainer": type(self).__name__, "seed": self.args.seed}
         if config is not None:
             identity["model_type"] = getattr(config, "model_type", None)
-            for key in ("vocab_size", "hidden_size", "num_hidden_layers"):
-                value = getattr(config, key, None)
-                if value is not None:
-                    identity[f"model_{key}"] = value
         if model is not None:
             # ds_numel: the full size of a DeepSpeed ZeRO-3 parameter, whose local tensor is a shard
             identity["model_parameters"] = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
@@ -333,7 +325,10 @@ class AtomicCheckpointMixin:
             if hasattr(dataset, "__len__"):
                 identity["dataset_rows"] = len(dataset)
                 identity["dataset_first_rows"] = _rows_digest(dataset)
-        extra = {key: getattr(self, key, None) for key in ("reward_func_names", "num_generations")}
+        extra = {
+            f"model_{key}": getattr(config, key, None) for key in ("vocab_size", "hidden_size", "num_hidden_layers")
+        }
+        extra |= {key: getattr(self, key, None) for key in ("reward_func_names", "num_generations")}
         extra["loss_type"] = getattr(self.args, "loss_type", None)
         for key, value in extra.items():
             if value is not None:
@@ -395,18 +390,16 @@ class AtomicCheckpointMixin:
         return resume
 
     def _check_run_identity(self, resume: str | None, output_dir: str) -> None:
-        current = self._identity
-        if resume is not None:
-            saved = saved_identity(resume)
-            diff = describe_run_difference(saved, current) if saved else []
-            if diff:
-                raise ValueError(
-                    f"resume_from_checkpoint={resume!r} was written by another run ({'; '.join(diff)}). Resume from "
-                    "a checkpoint of this run, or start this run without resume_from_checkpoint in a new output_dir. "
-                    f"If the change is intended, delete {os.path.join(resume, RUN_FILE)} to resume anyway."
-                )
-            return
-        check_fresh_output_dir(output_dir, current)
+        if resume is None:
+            return check_fresh_output_dir(output_dir, self._identity)
+        saved = saved_identity(resume)
+        diff = describe_run_difference(saved, self._identity) if saved else []
+        if diff:
+            raise ValueError(
+                f"resume_from_checkpoint={resume!r} was written by another run ({'; '.join(diff)}). Resume from a "
+                "checkpoint of this run, or start this run without resume_from_checkpoint in a new output_dir. If the "
+                f"change is intended, delete {os.path.join(resume, RUN_FILE)} to resume anyway."
+            )
 
     # -- saving --------------------------------------------------------------------------------------------------
 
@@ -464,7 +457,7 @@ class AtomicCheckpointMixin:
             _remove_if_empty(os.path.dirname(staging))
         free_after = _free_bytes(run_dir)
         needed = checkpoint_bytes_needed(run_dir, getattr(self, "model", None), getattr(self, "optimizer", None))
-        probe = error is not None and _errno_of(error) is None and is_torch_write_failure(error) and needed
+        probe = _errno_of(error) is None and is_torch_write_failure(error) and needed
         probed = space_errno(run_dir, needed) if probe else None  # torch's writer lost the errno: ask the disk
         cause, fix = save_failure_cause(error, free_before, free_after, needed, probed)
         last = last_complete_checkpoint(run_dir)
@@ -483,9 +476,8 @@ class AtomicCheckpointMixin:
         raise CheckpointSaveError(message) from error
 
     def _rotate(self, run_dir: str) -> None:
-        """``save_total_limit`` as the Trainer applies it (the newest and the best checkpoint kept; oldest deleted
-        first), each folder renamed into the staging area before it is deleted (module docstring). Best effort: a
-        folder that cannot be removed stays, with a warning."""
+        """``save_total_limit`` as the Trainer applies it (newest and best kept, oldest deleted first), each folder
+        renamed into the staging area before it is deleted; one that cannot be removed stays, with a warning."""
         limit = self.args.save_total_limit
         if limit is None or limit <= 0:
             return
@@ -507,9 +499,8 @@ class AtomicCheckpointMixin:
 
     @staticmethod
     def _publish(staging: str, final: str) -> None:
-        """Move the finished checkpoint into place; an older folder of the same step (a run resumed from an earlier
-        checkpoint) is replaced. A kill in between leaves both copies in the staging area, complete, and
-        ``recover_interrupted_publish`` puts the new one in place at the next start: never a partial one."""
+        """Move the finished checkpoint into place, replacing an older folder of the same step (a run resumed from an
+        earlier checkpoint); a kill in between leaves both in the staging area (``recover_interrupted_publish``)."""
         parent = os.path.dirname(final)
         replaced = None
         if os.path.exists(final):
@@ -523,14 +514,11 @@ class AtomicCheckpointMixin:
         _remove_if_empty(os.path.dirname(staging))
 
     def _save_extra_state(self, folder: str) -> None:
-        """Hook: write subclass state into the checkpoint being staged (called on every process). Here: the token
-        counter TRL's DPO / SFT / reward trainers keep outside ``TrainerState`` (``_total_train_tokens``, logged as
-        ``num_tokens``), which a resumed TRL trainer would otherwise restart from 0."""
+        """Hook: write subclass state into the staged checkpoint (every process). Here: TRL's DPO / SFT / reward
+        trainers' token counter (``_total_train_tokens``, logged as ``num_tokens``), outside ``TrainerState``."""
         if hasattr(self, "_total_train_tokens") and self.args.should_save:
             with open(os.path.join(folder, COUNTERS_FILE), "w") as f:
                 json.dump({"total_train_tokens": self._total_train_tokens}, f)
-
-    # -- loading -------------------------------------------------------------------------------------------------
 
     def _load_extra_state(self, checkpoint: str) -> None:
         """Hook: restore what ``_save_extra_state`` wrote (called on every process, before the Trainer resumes)."""
