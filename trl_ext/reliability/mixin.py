@@ -44,7 +44,6 @@ class NonFiniteLossError(RuntimeError):
 
 def _prompt_texts(trainer: Any, inputs: dict[str, Any], limit: int = 3) -> list[str]:
     tokenizer = checks.tokenizer_of(getattr(trainer, "processing_class", None))
-    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
     for key, mask_key in (("prompt_ids", "prompt_mask"), ("prompt_input_ids", None), ("input_ids", "attention_mask")):
         ids = inputs.get(key)
         if isinstance(ids, torch.Tensor) and tokenizer is not None:
@@ -58,8 +57,8 @@ def _prompt_texts(trainer: Any, inputs: dict[str, Any], limit: int = 3) -> list[
 
 
 class FiniteLossMixin:
-    """Stops training on a NaN or infinite loss, before the backward pass and the optimizer step (the Trainer would
-    otherwise average it away in the logs, ``logging_nan_inf_filter``, while the weights turn to NaN)."""
+    """Stops training on a NaN or infinite loss before the backward pass (the Trainer's ``logging_nan_inf_filter``
+    would hide it in the logs while the weights turn to NaN)."""
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         result = super().compute_loss(
@@ -100,8 +99,7 @@ class FiniteLossMixin:
 
 
 def find_seeded_sampler(dataloader: Any, depth: int = 4) -> Any:
-    """The seeded sampler under a (possibly accelerate-prepared) dataloader: TRL's ``RepeatSampler``, found through
-    the public ``sampler`` / ``batch_sampler`` / ``base_dataloader`` attributes; ``None`` if there is none."""
+    """TRL's seeded ``RepeatSampler`` under a (possibly accelerate-prepared) dataloader, or ``None``."""
     level = [dataloader]
     for _ in range(depth):
         found = [
@@ -118,9 +116,8 @@ def find_seeded_sampler(dataloader: Any, depth: int = 4) -> Any:
 
 
 class SamplerSeekOnResume(TrainerCallback):
-    """On a resume, put TRL's ``RepeatSampler`` where the uninterrupted run had it at the start of the epoch being
-    resumed: it draws one permutation per epoch from a generator seeded once, which a resumed trainer recreates at the
-    first permutation. Runs at ``on_train_begin``, when the Trainer has loaded its state and built the dataloader."""
+    """On a resume, advance TRL's ``RepeatSampler`` to the epoch being resumed (module docstring); at
+    ``on_train_begin`` the Trainer has loaded its state and built the dataloader."""
 
     def on_train_begin(self, args, state, control, train_dataloader: Any = None, **kwargs: Any):
         if state.global_step == 0 or train_dataloader is None:
@@ -146,17 +143,13 @@ class SamplerSeekOnResume(TrainerCallback):
 
 
 class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMixin):
-    """Construction checks, guarded rewards, non-finite loss stop, graceful preemption, atomic checkpoints and exact
-    resume for TRL's ``GRPOTrainer`` (module docstring). Takes exactly ``trl.GRPOTrainer``'s arguments."""
+    """The reliability layer over TRL's ``GRPOTrainer`` (module docstring); takes exactly its arguments."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # Bind against TRL's own signature: every argument, positional or keyword, is found by name (and a call TRL
-        # would reject fails here the same way); the possibly rewritten arguments go on to TRL unchanged in form.
+        # Bound against TRL's own signature: every argument is found by name, and a call TRL rejects fails alike.
         bound = inspect.signature(trl.GRPOTrainer.__init__).bind(self, *args, **kwargs)
         params = bound.arguments
         config = params.get("args")
-        errors = getattr(config, "reward_errors", "raise")
-        timeout = getattr(config, "reward_timeout", None)
         dataset = params.get("train_dataset")
         funcs = params.get("reward_funcs")  # optional, as in TRL (an environment may own the reward)
         funcs_list = list(funcs) if isinstance(funcs, list | tuple) else [] if funcs is None else [funcs]
@@ -172,7 +165,9 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
                 getattr(model, "config", None), config, params.get("processing_class"), dataset
             )
         # validates reward_errors / reward_timeout (once per trainer) even when there are no functions to wrap
-        guarded = guard_reward_funcs(funcs, errors=errors, timeout=timeout)
+        guarded = guard_reward_funcs(
+            funcs, errors=getattr(config, "reward_errors", "raise"), timeout=getattr(config, "reward_timeout", None)
+        )
         if funcs is not None:
             params["reward_funcs"] = guarded
         super().__init__(*bound.args[1:], **bound.kwargs)
@@ -219,8 +214,7 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
             self._buffered_inputs = torch.load(buffer, map_location=self.accelerator.device, weights_only=True)
         else:
             logger.warning(
-                f"{checkpoint} was saved inside a generation block but holds no {os.path.basename(buffer)} (was it "
-                "written by another number of processes?): the resumed run regenerates at its first step and will "
-                "not reproduce the original run exactly."
+                f"{checkpoint} was saved inside a generation block but holds no {os.path.basename(buffer)} (another "
+                "number of processes?): the resumed run regenerates at its first step, not reproducing the original."
             )
             self._step = 0
