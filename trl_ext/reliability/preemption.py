@@ -63,8 +63,7 @@ def parse_signals(names: Any) -> list[signal.Signals]:
 
 
 class Preempted(SystemExit):
-    """The run stopped on a preemption signal after writing a complete checkpoint; exit code ``PREEMPTED_EXIT_CODE``.
-    ``step``, ``checkpoint`` and ``signal_name`` say where it stopped and why."""
+    """Stopped on a preemption signal after a complete checkpoint (``step``, ``checkpoint``, ``signal_name``)."""
 
     def __init__(self, message: str, step: int, checkpoint: str | None, signal_name: str) -> None:
         super().__init__(PREEMPTED_EXIT_CODE)
@@ -76,8 +75,7 @@ class Preempted(SystemExit):
 
 class SignalLatch:
     """Turns the first of ``signals`` into a flag (``received``, the signal's name) and a second into the default
-    action at once. ``install`` / ``restore`` bracket the region where it applies (main thread only: Python delivers
-    signals there)."""
+    action at once, between ``install`` and ``restore`` (main thread only: Python delivers signals there)."""
 
     def __init__(self, signals: list[signal.Signals]) -> None:
         self.signals = signals
@@ -117,8 +115,8 @@ class SignalLatch:
 
 
 class PreemptionCallback(TrainerCallback):
-    """Agrees across processes, at each step end and after each checkpoint, on whether a preemption signal arrived
-    (module docstring); stops the run right after the checkpoint of that step."""
+    """Agrees across processes, at each step end and after each checkpoint, on whether a signal arrived; stops the run
+    right after the checkpoint of that step."""
 
     def __init__(self, latch: SignalLatch, accelerator: Any) -> None:
         self.latch = latch
@@ -161,8 +159,7 @@ class PreemptionCallback(TrainerCallback):
 
 
 class PreemptionMixin:
-    """Graceful preemption for a ``transformers.Trainer`` subclass with ``AtomicCheckpointMixin`` (module docstring);
-    put it before that mixin in the bases. Reads ``args.preemption_signals`` (default SIGTERM, SIGUSR1)."""
+    """Graceful preemption (module docstring), before ``AtomicCheckpointMixin`` in the bases."""
 
     def train(self, *args: Any, **kwargs: Any):
         signals = parse_signals(getattr(self.args, "preemption_signals", DEFAULT_PREEMPTION_SIGNALS))
