@@ -41,9 +41,8 @@ TRL_REWARD_KWARGS = frozenset(
 
 
 def reward_columns(func: Callable) -> list[str] | None:
-    """The dataset columns a reward function needs: its ``required_columns`` attribute if it declares one, else the
-    parameters of its signature without a default, minus those TRL passes itself (``prompts``, ``completions``,
-    ``completion_ids``, ``trainer_state``, ``log_extra``, ``log_metric``, ``environments``). ``None``: unknown."""
+    """The dataset columns a reward function needs: its ``required_columns`` if declared, else its parameters without
+    a default, minus ``TRL_REWARD_KWARGS``. ``None``: unknown."""
     declared = getattr(func, "required_columns", None)
     if declared is not None:
         return list(declared)
@@ -107,8 +106,8 @@ def validate_reward_settings(errors: str, timeout: float | None) -> None:
 
 
 class GuardedReward:
-    """A reward function with checked outputs, opt-in skipping of failing completions and a hang timeout (module
-    docstring). ``GuardedReward(func, errors="raise", timeout=None)`` is called exactly like ``func``."""
+    """``func`` with checked outputs, opt-in skipping of failures and a hang timeout (module docstring); called like
+    ``func``."""
 
     def __init__(
         self,
@@ -328,8 +327,8 @@ class GuardedReward:
 
 
 def guard_reward_funcs(reward_funcs: Any, errors: str = "raise", timeout: float | None = None) -> Any:
-    """Wrap every plain callable of ``reward_funcs`` (a callable or a list) in ``GuardedReward``; reward models
-    (``nn.Module``), model names (``str``), async functions and already guarded functions are returned as they are."""
+    """Wrap every plain callable of ``reward_funcs`` (a callable or a list) in ``GuardedReward``; reward models, model
+    names, async functions and already guarded functions are returned as they are."""
     import torch
 
     validate_reward_settings(errors, timeout)  # once per trainer (the mixin calls this once)
