@@ -1,52 +1,25 @@
-"""Checkpoints that are complete or absent, and resumes that refuse another run's checkpoints.
+"""Checkpoints that are complete or absent, and resumes that refuse another run's checkpoints (docs/PREEMPTION.md).
 
-transformers 5.x's ``Trainer._save_checkpoint`` writes straight into ``output_dir/checkpoint-N`` (model, optimizer,
-scheduler, RNG states, then ``trainer_state.json``; TRL and trl-ext add their files after that), and
-``get_last_checkpoint`` returns the highest-numbered ``checkpoint-N`` folder whatever it holds. A process killed while
-saving therefore leaves a half-written folder that ``resume_from_checkpoint=True`` picks up next time (a missing
-optimizer state fails; a missing ``dynamic_sampling_state.json`` silently resumes inexactly).
+transformers' ``Trainer._save_checkpoint`` writes straight into ``output_dir/checkpoint-N`` and
+``get_last_checkpoint`` returns the highest-numbered folder whatever it holds: a process killed while saving leaves a
+half-written checkpoint that the next ``resume_from_checkpoint=True`` picks up. ``AtomicCheckpointMixin`` (first in
+the bases of any ``transformers.Trainer`` subclass) points ``_get_output_dir`` at ``output_dir/.incomplete/`` while the
+Trainer, TRL and the mixins save; once every process is done, the main process writes a completion marker
+(``trl_ext_checkpoint.json``), fsyncs, and renames the folder to ``output_dir/checkpoint-N`` (atomic on POSIX).
+Rotation (``save_total_limit``) and the replacement of a checkpoint of the same step also rename through the staging
+area, so a kill never leaves a half-written or half-deleted ``checkpoint-N`` (``recover_interrupted_publish`` repairs
+an interrupted replacement).
 
-``AtomicCheckpointMixin`` (for any ``transformers.Trainer`` subclass, first in the bases) closes that hole with the
-smallest wrapper: while ``super()._save_checkpoint`` runs, ``_get_output_dir`` points at ``output_dir/.incomplete/``,
-so every file of the checkpoint (the Trainer's, TRL's, the mixins', every process's RNG state) lands in
-``output_dir/.incomplete/checkpoint-N``. When all processes are done, the main process writes a completion marker
-(``trl_ext_checkpoint.json``), fsyncs the files, and renames the folder to ``output_dir/checkpoint-N`` (a rename is
-atomic on POSIX file systems) before rotating old checkpoints (``save_total_limit``). A ``checkpoint-N`` folder thus
-only ever exists complete, for ``get_last_checkpoint``, for ``resume_from_checkpoint=True`` and for any other tool.
-
-``train()`` also checks the resume:
-
-- ``resume_from_checkpoint=True`` resolves to the newest *complete* checkpoint (a folder without the marker and
-  without ``trainer_state.json`` is skipped with a warning); an explicit path to an incomplete one raises.
-- Each checkpoint holds ``trl_ext_run.json``, the run's identity (trainer, model shape, training-set size, columns
-  and first rows, seed, reward functions, group size, loss type). Resuming from a checkpoint of another run raises,
-  naming what differs; starting from scratch in an ``output_dir`` that already holds checkpoints raises too (it would
-  mix two runs' checkpoints, and a later ``resume_from_checkpoint=True`` would pick the wrong one).
-
-Faults while saving (``docs/PREEMPTION.md``):
-
-- A save that fails (no space left, permission denied, I/O error) raises ``CheckpointSaveError`` on every process,
-  naming the cause in words, the folder, the free space left, the bytes a checkpoint needs and the last complete
-  checkpoint (intact); the unfinished staging folder is removed at once. torch's zip writer reports a full disk
-  without an errno (``[enforce fail at inline_container.cc] . unexpected pos ...``, ``PytorchStreamWriter failed
-  writing file``): after such a failure the folder is asked for the bytes a checkpoint needs (the size of the last
-  complete one; before the first, the weights and the optimizer state), by allocating them in a probe file, and the
-  filesystem's own answer (``ENOSPC``, ``EDQUOT``, ``EFBIG`` from ``ulimit -f``) is the cause. Where it cannot answer
-  (no ``fallocate``), the failure is a full disk when the free space, once the staging folder is removed, is less
-  than a checkpoint needs, or when under 1 MiB was left.
-- ``save_total_limit`` rotation first renames an old checkpoint into the staging area, then deletes it: a kill
-  half-way through a deletion leaves no half-deleted ``checkpoint-N`` behind, and the newest checkpoint is never
-  touched.
-- Replacing a checkpoint of the same step sets the old copy aside, then renames the new one into place; a kill in
-  between leaves both in the staging area, and ``recover_interrupted_publish`` (run when ``train()`` starts, and by
-  the recipes before they read the record) puts the new one (complete: it holds the marker) or else the old one back.
-
-Subclasses add their own state to each checkpoint through ``_save_extra_state(folder)`` / ``_load_extra_state(
-checkpoint)`` (called on every process; ``folder`` is the staging folder).
+``train()`` resumes from the newest *complete* checkpoint and refuses a checkpoint (or a fresh start in an
+``output_dir``) of another run, by the run identity stored in ``trl_ext_run.json``. A failed save raises
+``CheckpointSaveError`` on every process, naming the cause (torch's zip writer reports a full disk without an errno:
+the filesystem is then asked for the bytes a checkpoint needs), the free space and the last complete checkpoint.
+Subclasses add state through ``_save_extra_state(folder)`` / ``_load_extra_state(checkpoint)`` (every process).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -75,8 +48,7 @@ _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 
 def is_complete_checkpoint(path: str) -> bool:
-    """True for a folder written completely: trl-ext's marker, or (checkpoints written by a plain Trainer) the
-    ``trainer_state.json`` that the Trainer writes after the weights, optimizer and RNG states."""
+    """trl-ext's marker, or (a plain Trainer's checkpoint) ``trainer_state.json``, which the Trainer writes last."""
     return os.path.isfile(os.path.join(path, MARKER_FILE)) or os.path.isfile(os.path.join(path, TRAINER_STATE_NAME))
 
 
@@ -110,16 +82,17 @@ def _fsync_tree(folder: str) -> None:
 def _fsync_path(path: str) -> None:
     """fsync one file or directory; a path that cannot be opened or synced (gone, or a filesystem without fsync) is
     skipped: durability is best effort, atomicity comes from the rename."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _remove_if_empty(folder: str) -> None:
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
@@ -141,15 +114,14 @@ def any_process(accelerator: Any, flag: bool) -> bool:
 
 
 def recover_interrupted_publish(output_dir: str) -> list[str]:
-    """Put back a checkpoint that a kill left in the staging area while it replaced one of the same step (see
-    ``AtomicCheckpointMixin._publish``): when ``checkpoint-N`` is missing, the staged ``checkpoint-N`` if complete
-    (the new copy), else ``replaced-checkpoint-N`` (the old one). Main process only; returns the folders restored."""
+    """When a kill interrupted ``AtomicCheckpointMixin._publish`` and ``checkpoint-N`` is missing, put back the staged
+    new copy if complete, else ``replaced-checkpoint-N``. Main process only; returns the folders restored."""
     staging_parent = os.path.join(output_dir, STAGING_DIR)
     if not os.path.isdir(staging_parent):
         return []
     restored = []
     for name in sorted(os.listdir(staging_parent)):
-        base = name[len(REPLACED_PREFIX) :] if name.startswith(REPLACED_PREFIX) else name
+        base = name.removeprefix(REPLACED_PREFIX)
         if not _CHECKPOINT_RE.match(base) or os.path.exists(os.path.join(output_dir, base)):
             continue
         new, old = os.path.join(staging_parent, base), os.path.join(staging_parent, REPLACED_PREFIX + base)
@@ -166,17 +138,23 @@ class CheckpointSaveError(RuntimeError):
     and the last complete checkpoint, which is intact."""
 
 
-def _errno_of(error: BaseException) -> int | None:
-    """The errno of ``error`` or of an exception it was raised from (an ``OSError`` deep in torch or safetensors)."""
+def _chain(error: BaseException | None):
+    """``error`` and the exceptions it was raised from (``__cause__`` / ``__context__``), each once."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, OSError) and error.errno:
-            return error.errno
-        match = re.search(r"\bcode: (\d+)", str(error))  # safetensors: IoError(Os { code: 28, kind: StorageFull })
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _errno_of(error: BaseException | None) -> int | None:
+    """The errno of ``error`` or of an exception it was raised from (an ``OSError`` deep in torch or safetensors)."""
+    for cause in _chain(error):
+        if isinstance(cause, OSError) and cause.errno:
+            return cause.errno
+        match = re.search(r"\bcode: (\d+)", str(cause))  # safetensors: IoError(Os { code: 28, kind: StorageFull })
         if match:
             return int(match.group(1))
-        error = error.__cause__ or error.__context__
     return None
 
 
@@ -193,28 +171,23 @@ def _free_bytes(path: str) -> int | None:
 def _size(count: int | None) -> str:
     if count is None:
         return "unknown"
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+    if count < 1024:
+        return f"{count} bytes"
+    for unit in ("KiB", "MiB", "GiB"):
         count /= 1024
-    return str(count)
+        if count < 1024 or unit == "GiB":
+            return f"{count:.1f} {unit}"
 
 
 def is_torch_write_failure(error: BaseException | None) -> bool:
     """Whether ``error`` (or an error it was raised from) is torch's zip writer failing to write, which is how
     ``torch.save`` reports a full disk: no errno, only ``unexpected pos X vs Y`` or ``failed writing file``."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, RuntimeError) and _TORCH_WRITE_FAILURE.search(str(error)):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
+    return any(isinstance(e, RuntimeError) and _TORCH_WRITE_FAILURE.search(str(e)) for e in _chain(error))
 
 
 def checkpoint_bytes_needed(run_dir: str, model: Any = None, optimizer: Any = None) -> int | None:
-    """About what one checkpoint of this run takes on disk: the size of its last complete checkpoint (the next one
-    holds the same files), else the bytes of the model's weights and of the optimizer's state tensors."""
+    """About what one checkpoint of this run takes on disk: the size of its last complete one, else the bytes of the
+    model's weights and of the optimizer's state tensors."""
     last = last_complete_checkpoint(run_dir)
     if last is not None:
         return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(last) for name in names)
@@ -253,11 +226,10 @@ def save_failure_cause(
     bytes_needed: int | None = None,
     probed: int | None = None,
 ) -> tuple[str, str]:
-    """``(cause in words, what to do)`` for an error raised while writing a checkpoint. An error without errno
-    takes the filesystem's answer to the space probe (``probed``, ``space_errno``); else it is a full disk when under
-    ``LOW_SPACE_BYTES`` were left, or when it is torch's writer failing and the free space once the unfinished
-    checkpoint is removed (``free_after_cleanup``) is below what a checkpoint needs."""
-    code = _errno_of(error) if error is not None else None
+    """``(cause in words, what to do)`` for an error raised while writing a checkpoint. Without an errno, it is a full
+    disk when under ``LOW_SPACE_BYTES`` were left, or when torch's writer failed and less than ``bytes_needed`` is free
+    once the unfinished checkpoint is removed; else the filesystem's answer to the space probe (``probed``)."""
+    code = _errno_of(error)
     low = free_before_cleanup is not None and free_before_cleanup < LOW_SPACE_BYTES
     too_small = free_after_cleanup is not None and bytes_needed is not None and free_after_cleanup < bytes_needed
     if code is None and (low or (too_small and is_torch_write_failure(error))):
@@ -282,8 +254,8 @@ def save_failure_cause(
 
 
 def _rows_digest(dataset: Any, count: int = 8) -> str | None:
-    """A content hash of the first rows (cheap, deterministic across processes, unlike ``Dataset._fingerprint`` of
-    a processed dataset, which hashes the processing functions)."""
+    """A content hash of the first rows (deterministic across processes, unlike a processed ``Dataset``'s
+    fingerprint)."""
     try:
         rows = [dataset[i] for i in range(min(count, len(dataset)))]
     except Exception:  # noqa: BLE001 - iterable datasets, exotic rows: no digest
@@ -311,8 +283,8 @@ def saved_identity(checkpoint: str) -> dict[str, Any] | None:
 
 
 def check_fresh_output_dir(output_dir: str, identity: dict[str, Any] | None = None) -> None:
-    """Raise if a run that does not resume would start in an ``output_dir`` that holds complete checkpoints. Recipes
-    call it before writing anything; the trainers call it in ``train()`` with their identity, to say whose they are."""
+    """Raise if a run that does not resume would start in an ``output_dir`` that holds complete checkpoints (recipes:
+    before writing anything; trainers: in ``train()``, with their identity to say whose they are)."""
     existing = [path for _, path, ok in list_checkpoints(output_dir) if ok]
     if not existing:
         return
@@ -329,8 +301,7 @@ def check_fresh_output_dir(output_dir: str, identity: dict[str, Any] | None = No
 
 
 class AtomicCheckpointMixin:
-    """Atomic checkpoints and checked resumes for any ``transformers.Trainer`` subclass (module docstring). Put it
-    before the Trainer class in the bases: ``class MyTrainer(AtomicCheckpointMixin, trl.DPOTrainer)``."""
+    """Atomic checkpoints and checked resumes (module docstring): ``class T(AtomicCheckpointMixin, trl.DPOTrainer)``."""
 
     _staging_parent: str | None = None
     _identity: dict[str, Any] | None = None
@@ -344,10 +315,6 @@ class AtomicCheckpointMixin:
         identity: dict[str, Any] = {"trainer": type(self).__name__, "seed": self.args.seed}
         if config is not None:
             identity["model_type"] = getattr(config, "model_type", None)
-            for key in ("vocab_size", "hidden_size", "num_hidden_layers"):
-                value = getattr(config, key, None)
-                if value is not None:
-                    identity[f"model_{key}"] = value
         if model is not None:
             # ds_numel: the full size of a DeepSpeed ZeRO-3 parameter, whose local tensor is a shard
             identity["model_parameters"] = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
@@ -358,13 +325,14 @@ class AtomicCheckpointMixin:
             if hasattr(dataset, "__len__"):
                 identity["dataset_rows"] = len(dataset)
                 identity["dataset_first_rows"] = _rows_digest(dataset)
-        for key in ("reward_func_names", "num_generations"):
-            value = getattr(self, key, None)
+        extra = {
+            f"model_{key}": getattr(config, key, None) for key in ("vocab_size", "hidden_size", "num_hidden_layers")
+        }
+        extra |= {key: getattr(self, key, None) for key in ("reward_func_names", "num_generations")}
+        extra["loss_type"] = getattr(self.args, "loss_type", None)
+        for key, value in extra.items():
             if value is not None:
                 identity[key] = list(value) if isinstance(value, list | tuple) else value
-        loss_type = getattr(self.args, "loss_type", None)
-        if loss_type is not None:
-            identity["loss_type"] = list(loss_type) if isinstance(loss_type, list | tuple) else loss_type
         return identity
 
     # -- train: resolve and check the resume ---------------------------------------------------------------------
@@ -409,30 +377,29 @@ class AtomicCheckpointMixin:
             )
         if not is_complete_checkpoint(resume):
             last = last_complete_checkpoint(os.path.dirname(os.path.abspath(resume)))
-            raise ValueError(
+            incomplete = (
                 f"resume_from_checkpoint={resume!r} is incomplete (no {MARKER_FILE} and no {TRAINER_STATE_NAME}: the "
-                f"process was stopped while writing it). Resume from {last!r} (the newest complete one), or pass "
-                "resume_from_checkpoint=True."
+                "process was stopped while writing it)"
+            )
+            raise ValueError(
+                f"{incomplete}. Resume from {last!r} (the newest complete one), or pass resume_from_checkpoint=True."
                 if last
-                else f"resume_from_checkpoint={resume!r} is incomplete (no {MARKER_FILE} and no {TRAINER_STATE_NAME}: "
-                "the process was stopped while writing it) and there is no complete checkpoint next to it. Start the "
-                "run without resume_from_checkpoint."
+                else f"{incomplete} and there is no complete checkpoint next to it. Start the run without "
+                "resume_from_checkpoint."
             )
         return resume
 
     def _check_run_identity(self, resume: str | None, output_dir: str) -> None:
-        current = self._identity
-        if resume is not None:
-            saved = saved_identity(resume)
-            diff = describe_run_difference(saved, current) if saved else []
-            if diff:
-                raise ValueError(
-                    f"resume_from_checkpoint={resume!r} was written by another run ({'; '.join(diff)}). Resume from "
-                    "a checkpoint of this run, or start this run without resume_from_checkpoint in a new output_dir. "
-                    f"If the change is intended, delete {os.path.join(resume, RUN_FILE)} to resume anyway."
-                )
-            return
-        check_fresh_output_dir(output_dir, current)
+        if resume is None:
+            return check_fresh_output_dir(output_dir, self._identity)
+        saved = saved_identity(resume)
+        diff = describe_run_difference(saved, self._identity) if saved else []
+        if diff:
+            raise ValueError(
+                f"resume_from_checkpoint={resume!r} was written by another run ({'; '.join(diff)}). Resume from a "
+                "checkpoint of this run, or start this run without resume_from_checkpoint in a new output_dir. If the "
+                f"change is intended, delete {os.path.join(resume, RUN_FILE)} to resume anyway."
+            )
 
     # -- saving --------------------------------------------------------------------------------------------------
 
@@ -487,13 +454,10 @@ class AtomicCheckpointMixin:
         free_before = _free_bytes(staging)
         if self.args.should_save:
             shutil.rmtree(staging, ignore_errors=True)
-            try:
-                os.rmdir(os.path.dirname(staging))  # only if empty
-            except OSError:
-                pass
+            _remove_if_empty(os.path.dirname(staging))
         free_after = _free_bytes(run_dir)
         needed = checkpoint_bytes_needed(run_dir, getattr(self, "model", None), getattr(self, "optimizer", None))
-        probe = error is not None and _errno_of(error) is None and is_torch_write_failure(error) and needed
+        probe = _errno_of(error) is None and is_torch_write_failure(error) and needed
         probed = space_errno(run_dir, needed) if probe else None  # torch's writer lost the errno: ask the disk
         cause, fix = save_failure_cause(error, free_before, free_after, needed, probed)
         last = last_complete_checkpoint(run_dir)
@@ -512,9 +476,8 @@ class AtomicCheckpointMixin:
         raise CheckpointSaveError(message) from error
 
     def _rotate(self, run_dir: str) -> None:
-        """``save_total_limit`` as the Trainer applies it (the newest and the best checkpoint kept; oldest deleted
-        first), each folder renamed into the staging area before it is deleted (module docstring). Best effort: a
-        folder that cannot be removed stays, with a warning."""
+        """``save_total_limit`` as the Trainer applies it (newest and best kept, oldest deleted first), each folder
+        renamed into the staging area before it is deleted; one that cannot be removed stays, with a warning."""
         limit = self.args.save_total_limit
         if limit is None or limit <= 0:
             return
@@ -532,16 +495,12 @@ class AtomicCheckpointMixin:
                 shutil.rmtree(trash)
             except OSError as error:
                 logger.warning(f"save_total_limit: could not delete {checkpoint} ({error}); it stays.")
-        try:
-            os.rmdir(trash_dir)  # only if empty
-        except OSError:
-            pass
+        _remove_if_empty(trash_dir)
 
     @staticmethod
     def _publish(staging: str, final: str) -> None:
-        """Move the finished checkpoint into place; an older folder of the same step (a run resumed from an earlier
-        checkpoint) is replaced. A kill in between leaves both copies in the staging area, complete, and
-        ``recover_interrupted_publish`` puts the new one in place at the next start: never a partial one."""
+        """Move the finished checkpoint into place, replacing an older folder of the same step (a run resumed from an
+        earlier checkpoint); a kill in between leaves both in the staging area (``recover_interrupted_publish``)."""
         parent = os.path.dirname(final)
         replaced = None
         if os.path.exists(final):
@@ -552,20 +511,14 @@ class AtomicCheckpointMixin:
         _fsync_path(parent)  # the rename is durable only once the parent directory's entry reaches the disk
         if replaced is not None:
             shutil.rmtree(replaced, ignore_errors=True)
-        try:
-            os.rmdir(os.path.dirname(staging))  # only if empty
-        except OSError:
-            pass
+        _remove_if_empty(os.path.dirname(staging))
 
     def _save_extra_state(self, folder: str) -> None:
-        """Hook: write subclass state into the checkpoint being staged (called on every process). Here: the token
-        counter TRL's DPO / SFT / reward trainers keep outside ``TrainerState`` (``_total_train_tokens``, logged as
-        ``num_tokens``), which a resumed TRL trainer would otherwise restart from 0."""
+        """Hook: write subclass state into the staged checkpoint (every process). Here: TRL's DPO / SFT / reward
+        trainers' token counter (``_total_train_tokens``, logged as ``num_tokens``), outside ``TrainerState``."""
         if hasattr(self, "_total_train_tokens") and self.args.should_save:
             with open(os.path.join(folder, COUNTERS_FILE), "w") as f:
                 json.dump({"total_train_tokens": self._total_train_tokens}, f)
-
-    # -- loading -------------------------------------------------------------------------------------------------
 
     def _load_extra_state(self, checkpoint: str) -> None:
         """Hook: restore what ``_save_extra_state`` wrote (called on every process, before the Trainer resumes)."""

@@ -1,9 +1,7 @@
 """Checks that run before training starts, so that a misconfigured run fails in seconds, not at step 5,000.
 
-Each function raises with a message that names the field, column or function, the value, and the fix
-(docs/ARCHITECTURE.md, "Conventions"). The GRPO-family trainers call the dataset, reward, tokenizer, context and vLLM checks at construction
-(``trl_ext.reliability``); recipes can call ``check_config_keys`` before parsing a YAML file and ``require_ppo``
-before importing TRL's PPO.
+Each raises with a message naming the field, column or function, the value and the fix (docs/ARCHITECTURE.md,
+"Conventions"). The GRPO-family trainers run them at construction (``mixin``); the recipes call the rest.
 """
 
 from __future__ import annotations
@@ -32,9 +30,7 @@ def check_prompt_column(dataset: Any, name: str = "train_dataset", environment_f
     accepted when an ``environment_factory`` is given: each environment's ``reset()`` supplies the prompt (e.g. a
     dataset that only routes rows to environments by an ``environment`` column)."""
     columns = _columns(dataset)
-    if environment_factory is not None:
-        return
-    if columns is not None and "prompt" not in columns:
+    if environment_factory is None and columns is not None and "prompt" not in columns:
         raise ValueError(
             f"{name} has no 'prompt' column (columns: {columns}). GRPO-family trainers generate from the 'prompt' "
             f"column: rename the column that holds the prompts, e.g. dataset.rename_column({_guess_prompt(columns)!r}, "
@@ -75,11 +71,8 @@ def _guess_prompt(columns: Sequence[str]) -> str:
 def check_reward_columns(
     reward_funcs: Sequence[Any], dataset: Any, name: str = "train_dataset", rollout_func: Any = None
 ) -> None:
-    """Every column a reward function reads must be in the training set. TRL passes a reward function, as keywords,
-    the dataset's columns, the extra fields a ``rollout_func`` returns, and its own (``reward_guard.TRL_REWARD_KWARGS``:
-    prompts, completions, trainer state, logging callbacks, an ``environment_factory``'s environments). The extra
-    fields are known only at run time: with a ``rollout_func`` the check is left to the first call
-    (``GuardedReward``), which names what the batch carried."""
+    """Every column a reward function reads must be in the training set. A ``rollout_func``'s extra fields are known
+    only at run time: with one, the check is left to the first call (``GuardedReward``)."""
     columns = _columns(dataset)
     if columns is None or rollout_func is not None:
         return
@@ -111,9 +104,8 @@ def tokenizer_of(processing_class: Any) -> Any:
 
 
 def check_tokenizer(tokenizer: Any) -> None:
-    """TRL pads prompt and completion batches; with no pad token it falls back to the EOS token, and with neither
-    every batch fails at the first step."""
-    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # processors wrap a tokenizer
+    """TRL pads with the pad token, else the EOS token; with neither every batch fails at the first step."""
+    tokenizer = tokenizer_of(tokenizer)
     if tokenizer is None:
         return
     if getattr(tokenizer, "pad_token", None) is None and getattr(tokenizer, "eos_token", None) is None:
@@ -126,8 +118,8 @@ def check_tokenizer(tokenizer: Any) -> None:
 
 
 def check_tools(tools: Any, environment_factory: Any, processing_class: Any) -> None:
-    """``tools=`` (or an ``environment_factory``) needs a chat template that renders a tool conversation, which TRL
-    checks (``supports_tool_calling``) with a message that names no fix."""
+    """``tools=`` (or an ``environment_factory``) needs a chat template that renders a tool conversation; TRL's own
+    check (``supports_tool_calling``) names no fix."""
     if not (tools or environment_factory) or processing_class is None:
         return
     from trl.chat_template_utils import supports_tool_calling
@@ -195,17 +187,15 @@ def check_context_length(model_config: Any, args: Any, tokenizer: Any = None, da
             f"(max_position_embeddings={context}). Set max_completion_length <= {context} minus the prompt length, "
             "or use a model with a longer context."
         )
-    longest = longest_prompt(dataset, tokenizer)
-    if longest is not None and longest[0] >= context:
-        tokens, row = longest
+    tokens, row = longest_prompt(dataset, tokenizer) or (0, None)
+    if tokens >= context:
         raise ValueError(
             f"prompt {row} of train_dataset is {tokens} tokens long, as long as the model's whole context or longer "
             f"(max_position_embeddings={context}): no completion fits after it. Drop such prompts from the dataset "
             f"(dataset.filter: keep prompts of at most {max(context - max_completion_length, 1)} tokens), shorten "
             "the system prompt, or use a model with a longer context."
         )
-    if longest is not None and longest[0] + max_completion_length > context:
-        tokens, row = longest
+    if tokens + max_completion_length > context:
         raise ValueError(
             f"prompt {row} of train_dataset is {tokens} tokens long; with max_completion_length={max_completion_length} "
             f"a sequence reaches {tokens + max_completion_length} tokens, past the model's context "

@@ -1,36 +1,18 @@
-"""What makes a GRPO-family run survive pre-emption and bad data: checks at construction, guarded rewards, a stop on
-a non-finite loss, atomic checkpoints and an exact resume.
+"""What makes a GRPO-family run survive pre-emption and bad data: ``GRPOReliabilityMixin``, a base of every trainer of
+``trl_ext.grpo.trainers``, combines construction checks (``checks``), guarded reward functions (``reward_guard``),
+the stop on a non-finite loss (``FiniteLossMixin``, here), graceful preemption (``preemption``), atomic checkpoints
+(``checkpoints``) and an exact resume (here).
 
-``GRPOReliabilityMixin`` is a base of every trainer of ``trl_ext.grpo.trainers``; each piece lives in its own module:
-
-- ``trl_ext.reliability.checks``: at construction, the ``prompt`` column (not needed when an ``environment_factory`` supplies
-  prompts from ``reset()``, as TRL allows), the columns the reward functions read, a pad or EOS
-  token, ``max_completion_length`` (and the longest prompt) against the model's context, ``use_vllm`` without vLLM.
-- ``trl_ext.reliability.reward_guard``: every callable reward is wrapped (``reward_errors``, ``reward_timeout``; read with
-  ``getattr`` so that configs without these fields keep the defaults ``"raise"`` / ``None``).
-- ``trl_ext.reliability.unscorable``: ``rewards/<name>/none_frac`` logged per function and round; a function that
-  scores no completion of the first rounds is named in a warning, and the run stops when no task reward scores any
-  (watched in the trainers' ``_calculate_rewards``, which sees every round).
-- ``FiniteLossMixin`` (here): a NaN or infinite loss stops the run before the optimizer step, with the step, the
-  batch's prompts, the inputs that are non-finite, the batch saved to ``output_dir`` and the last checkpoint kept.
-- ``trl_ext.reliability.checkpoints.AtomicCheckpointMixin``: checkpoints are complete or absent; resumes are checked;
-  a failed save says why, with the free space and the last complete checkpoint.
-- ``trl_ext.reliability.preemption.PreemptionMixin``: on SIGTERM / SIGUSR1 (``preemption_signals``) every process
-  finishes the optimizer step in progress, a checkpoint is written and the run exits with code 75.
-- Exact resume (here). TRL's ``GRPOTrainer`` generates once per ``steps_per_generation * num_iterations`` micro-steps
-  and keeps the split generation batch in ``_buffered_inputs``; a resumed trainer starts with ``_step = 0`` and no
-  buffer, so a checkpoint taken inside a generation block (GSPO's 4 minibatches per rollout) would regenerate with
-  updated weights and shift every later generation boundary. Each checkpoint therefore stores TRL's micro-step counter
-  (``grpo_state.json``) and, when it falls inside a block, every process's buffered batch
-  (``grpo_buffer_rank<k>.pt``, a few tensors of the size of one generation batch); both are restored on resume. The
-  train sampler (TRL's ``RepeatSampler``) draws one permutation per epoch from one seeded generator, which a resumed
-  trainer recreates at the first permutation: on resume it is advanced to the epoch being resumed. With the
-  Trainer's own RNG states, the dynamic-sampling refill stream (``dynamic_sampling_state.json``) and the optimizer,
-  a run resumed from any checkpoint reproduces the uninterrupted run's later steps and final weights on CPU.
-
-What is not restored: metrics accumulated since the last log (TRL's ``_metrics`` and the Trainer's running loss), so
-per-step logs are identical when ``save_steps`` is a multiple of ``logging_steps`` (otherwise the first log after
-the resume averages fewer steps); the completions table; a hung reward thread.
+Exact resume: TRL's ``GRPOTrainer`` generates once per ``steps_per_generation * num_iterations`` micro-steps and keeps
+the split generation batch in ``_buffered_inputs``; a resumed trainer starts with ``_step = 0`` and no buffer, so a
+checkpoint taken inside a generation block would regenerate with updated weights and shift every later generation
+boundary. Each checkpoint therefore stores TRL's micro-step counter (``grpo_state.json``) and, inside a block, every
+process's buffered batch (``grpo_buffer_rank<k>.pt``). TRL's ``RepeatSampler`` draws one permutation per epoch from
+one seeded generator, which a resumed trainer recreates at the first permutation: it is advanced to the epoch being
+resumed. With the Trainer's RNG states, the dynamic-sampling refill stream and the optimizer, a resumed run
+reproduces the uninterrupted run's later steps and final weights on CPU. Not restored: metrics accumulated since the
+last log (per-step logs match when ``save_steps`` is a multiple of ``logging_steps``), the completions table, a hung
+reward thread.
 """
 
 from __future__ import annotations
@@ -62,7 +44,6 @@ class NonFiniteLossError(RuntimeError):
 
 def _prompt_texts(trainer: Any, inputs: dict[str, Any], limit: int = 3) -> list[str]:
     tokenizer = checks.tokenizer_of(getattr(trainer, "processing_class", None))
-    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
     for key, mask_key in (("prompt_ids", "prompt_mask"), ("prompt_input_ids", None), ("input_ids", "attention_mask")):
         ids = inputs.get(key)
         if isinstance(ids, torch.Tensor) and tokenizer is not None:
@@ -76,8 +57,8 @@ def _prompt_texts(trainer: Any, inputs: dict[str, Any], limit: int = 3) -> list[
 
 
 class FiniteLossMixin:
-    """Stops training on a NaN or infinite loss, before the backward pass and the optimizer step (the Trainer would
-    otherwise average it away in the logs, ``logging_nan_inf_filter``, while the weights turn to NaN)."""
+    """Stops training on a NaN or infinite loss before the backward pass (the Trainer's ``logging_nan_inf_filter``
+    would hide it in the logs while the weights turn to NaN)."""
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         result = super().compute_loss(
@@ -118,8 +99,7 @@ class FiniteLossMixin:
 
 
 def find_seeded_sampler(dataloader: Any, depth: int = 4) -> Any:
-    """The seeded sampler under a (possibly accelerate-prepared) dataloader: TRL's ``RepeatSampler``, found through
-    the public ``sampler`` / ``batch_sampler`` / ``base_dataloader`` attributes; ``None`` if there is none."""
+    """TRL's seeded ``RepeatSampler`` under a (possibly accelerate-prepared) dataloader, or ``None``."""
     level = [dataloader]
     for _ in range(depth):
         found = [
@@ -136,9 +116,8 @@ def find_seeded_sampler(dataloader: Any, depth: int = 4) -> Any:
 
 
 class SamplerSeekOnResume(TrainerCallback):
-    """On a resume, put TRL's ``RepeatSampler`` where the uninterrupted run had it at the start of the epoch being
-    resumed: it draws one permutation per epoch from a generator seeded once, which a resumed trainer recreates at the
-    first permutation. Runs at ``on_train_begin``, when the Trainer has loaded its state and built the dataloader."""
+    """On a resume, advance TRL's ``RepeatSampler`` to the epoch being resumed (module docstring); at
+    ``on_train_begin`` the Trainer has loaded its state and built the dataloader."""
 
     def on_train_begin(self, args, state, control, train_dataloader: Any = None, **kwargs: Any):
         if state.global_step == 0 or train_dataloader is None:
@@ -164,17 +143,13 @@ class SamplerSeekOnResume(TrainerCallback):
 
 
 class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMixin):
-    """Construction checks, guarded rewards, non-finite loss stop, graceful preemption, atomic checkpoints and exact
-    resume for TRL's ``GRPOTrainer`` (module docstring). Takes exactly ``trl.GRPOTrainer``'s arguments."""
+    """The reliability layer over TRL's ``GRPOTrainer`` (module docstring); takes exactly its arguments."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # Bind against TRL's own signature: every argument, positional or keyword, is found by name (and a call TRL
-        # would reject fails here the same way); the possibly rewritten arguments go on to TRL unchanged in form.
+        # Bound against TRL's own signature: every argument is found by name, and a call TRL rejects fails alike.
         bound = inspect.signature(trl.GRPOTrainer.__init__).bind(self, *args, **kwargs)
         params = bound.arguments
         config = params.get("args")
-        errors = getattr(config, "reward_errors", "raise")
-        timeout = getattr(config, "reward_timeout", None)
         dataset = params.get("train_dataset")
         funcs = params.get("reward_funcs")  # optional, as in TRL (an environment may own the reward)
         funcs_list = list(funcs) if isinstance(funcs, list | tuple) else [] if funcs is None else [funcs]
@@ -190,7 +165,9 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
                 getattr(model, "config", None), config, params.get("processing_class"), dataset
             )
         # validates reward_errors / reward_timeout (once per trainer) even when there are no functions to wrap
-        guarded = guard_reward_funcs(funcs, errors=errors, timeout=timeout)
+        guarded = guard_reward_funcs(
+            funcs, errors=getattr(config, "reward_errors", "raise"), timeout=getattr(config, "reward_timeout", None)
+        )
         if funcs is not None:
             params["reward_funcs"] = guarded
         super().__init__(*bound.args[1:], **bound.kwargs)
@@ -237,8 +214,7 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
             self._buffered_inputs = torch.load(buffer, map_location=self.accelerator.device, weights_only=True)
         else:
             logger.warning(
-                f"{checkpoint} was saved inside a generation block but holds no {os.path.basename(buffer)} (was it "
-                "written by another number of processes?): the resumed run regenerates at its first step and will "
-                "not reproduce the original run exactly."
+                f"{checkpoint} was saved inside a generation block but holds no {os.path.basename(buffer)} (another "
+                "number of processes?): the resumed run regenerates at its first step, not reproducing the original."
             )
             self._step = 0

@@ -1,32 +1,15 @@
 """Graceful preemption: on SIGTERM or SIGUSR1 the run finishes the optimizer step in progress, writes a checkpoint
-through the atomic path (``trl_ext.reliability.checkpoints``), says so and exits with ``PREEMPTED_EXIT_CODE`` (75).
+through the atomic path (``trl_ext.reliability.checkpoints``), says so and exits with ``PREEMPTED_EXIT_CODE`` (75,
+``EX_TEMPFAIL``: "temporary failure, retry"). Schedulers send such a signal and allow a grace period before SIGKILL
+(Kubernetes, spot VMs, Slurm's ``--signal=USR1@120``); ``docs/PREEMPTION.md`` has the Slurm and torchrun recipes.
 
-Schedulers send a signal and allow a grace period before SIGKILL: Kubernetes and spot / preemptible VMs send SIGTERM
-(30 s by default on Kubernetes), Slurm sends SIGTERM on preemption or cancellation and, with ``--signal=USR1@120``,
-SIGUSR1 120 s before the time limit. ``docs/PREEMPTION.md`` has the Slurm and torchrun recipes.
-
-How it works (``PreemptionMixin``, a base of every GRPO-family trainer; it composes with any ``transformers.Trainer``
-subclass that has ``AtomicCheckpointMixin``):
-
-- For the duration of ``train()`` the signals of ``args.preemption_signals`` (default ``["SIGTERM", "SIGUSR1"]``;
-  ``[]`` or ``["none"]`` turns the feature off) only set a flag (``SignalLatch``); the previous handlers come back when
-  ``train()`` ends. A second signal restores the default action and re-delivers itself: the process stops at once,
-  as it would have without trl-ext (exit status ``-signal``), a checkpoint being written then is never picked up.
-- At every step end (``TrainerCallback.on_step_end``, after the optimizer step) every process adds its flag through
-  one all-reduce, so that all ranks agree on the step at which they stop, even when only one rank was signalled. A
-  stop asks the Trainer for a checkpoint at that step (``control.should_save``); once it is complete (``on_save``, on
-  every process), the run raises ``Preempted``. A signal that arrives while a scheduled checkpoint is being written
-  stops the run right after it (the same agreement at ``on_save``), without another step.
-- ``Preempted`` is a ``SystemExit`` with code 75 (``EX_TEMPFAIL`` of ``sysexits.h``: "temporary failure, retry"): a
-  script that does not catch it exits with 75, without a traceback, after the main process logged the step, the
-  checkpoint and how to resume, and wrote ``output_dir/preempted.json`` (``{"step", "checkpoint", "signal",
-  "exit_code"}``; removed when a later ``train()`` starts) for launchers that do not pass the exit code on
-  (``torchrun`` exits 1 when a worker exits 75).
-- A signal that arrives after the last step's check (training has finished) is logged and otherwise ignored: the run
-  goes on to its end.
-
-Resuming from the preemption checkpoint (``resume_from_checkpoint=True``) reproduces the uninterrupted run exactly,
-as from any other checkpoint (``trl_ext.reliability.mixin``).
+``PreemptionMixin`` (before ``AtomicCheckpointMixin`` in the bases): during ``train()`` the signals of
+``args.preemption_signals`` only set a flag (``SignalLatch``); a second signal restores the default action and
+re-delivers itself (the process stops at once). At every step end and after every checkpoint, one all-reduce makes
+all ranks agree on whether a signal arrived (``PreemptionCallback``), so they stop at the same step even when one
+rank was signalled: the Trainer writes that step's checkpoint, then ``Preempted`` (a ``SystemExit``, code 75) is
+raised after the main process logged how to resume and wrote ``output_dir/preempted.json`` for launchers that do not
+pass the exit code on (``torchrun`` exits 1). A signal after the last step's check is logged and otherwise ignored.
 """
 
 from __future__ import annotations
@@ -80,8 +63,7 @@ def parse_signals(names: Any) -> list[signal.Signals]:
 
 
 class Preempted(SystemExit):
-    """The run stopped on a preemption signal after writing a complete checkpoint; exit code ``PREEMPTED_EXIT_CODE``.
-    ``step``, ``checkpoint`` and ``signal_name`` say where it stopped and why."""
+    """Stopped on a preemption signal after a complete checkpoint (``step``, ``checkpoint``, ``signal_name``)."""
 
     def __init__(self, message: str, step: int, checkpoint: str | None, signal_name: str) -> None:
         super().__init__(PREEMPTED_EXIT_CODE)
@@ -93,8 +75,7 @@ class Preempted(SystemExit):
 
 class SignalLatch:
     """Turns the first of ``signals`` into a flag (``received``, the signal's name) and a second into the default
-    action at once. ``install`` / ``restore`` bracket the region where it applies (main thread only: Python delivers
-    signals there)."""
+    action at once, between ``install`` and ``restore`` (main thread only: Python delivers signals there)."""
 
     def __init__(self, signals: list[signal.Signals]) -> None:
         self.signals = signals
@@ -134,8 +115,8 @@ class SignalLatch:
 
 
 class PreemptionCallback(TrainerCallback):
-    """Agrees across processes, at each step end and after each checkpoint, on whether a preemption signal arrived
-    (module docstring); stops the run right after the checkpoint of that step."""
+    """Agrees across processes, at each step end and after each checkpoint, on whether a signal arrived; stops the run
+    right after the checkpoint of that step."""
 
     def __init__(self, latch: SignalLatch, accelerator: Any) -> None:
         self.latch = latch
@@ -178,8 +159,7 @@ class PreemptionCallback(TrainerCallback):
 
 
 class PreemptionMixin:
-    """Graceful preemption for a ``transformers.Trainer`` subclass with ``AtomicCheckpointMixin`` (module docstring);
-    put it before that mixin in the bases. Reads ``args.preemption_signals`` (default SIGTERM, SIGUSR1)."""
+    """Graceful preemption (module docstring), before ``AtomicCheckpointMixin`` in the bases."""
 
     def train(self, *args: Any, **kwargs: Any):
         signals = parse_signals(getattr(self.args, "preemption_signals", DEFAULT_PREEMPTION_SIGNALS))

@@ -1,34 +1,22 @@
 """Reward functions that cannot silently poison a run: checked outputs, opt-in skipping of failures, a hang timeout.
 
-TRL calls each reward function once per generation batch and trusts what comes back. A function that raises stops
-the run with a traceback that does not say which completion caused it; one that returns strings or the wrong number
-of values fails inside ``torch.tensor`` with a message that names neither; one that hangs (a sandbox, a remote
-verifier) stalls training for good. ``GuardedReward`` wraps one function (the trainers wrap every callable reward at
-construction) and fixes them:
+TRL trusts what a reward function returns: an exception does not say which completion caused it, strings or a wrong
+count fail inside ``torch.tensor``, a hang stalls training for good. ``GuardedReward`` wraps one function (the
+trainers wrap every callable reward at construction):
 
-- **Outputs are checked**: exactly one value per completion, each a real number or ``None`` (``None`` and NaN mean
-  "cannot score this completion": TRL excludes it from the group baseline and zeroes its advantage). Anything else
-  (a string, ``inf``, a list) stops the run with a ``RewardFunctionError`` naming the function, the value, the
-  completion and the fix.
-- **Exceptions** (``reward_errors``): ``"raise"`` (default) re-runs the batch one completion at a time (only after
-  a failure: up to one call per completion) to find the offending completion and stops with the function's name, the
-  exception and that completion. ``"skip"`` keeps the values of the completions that score and makes the failing
-  ones ``None``; the count is logged per reward call as ``rewards/<name>/errors`` (TRL averages it over the logging
-  window and the processes; ``GuardedReward.total_errors`` keeps the running total) and a warning is printed the
-  first time, with the exception and the completion. Invalid values (a string, ``inf``) count as errors the same
-  way; a wrong number of values always stops the run (it cannot be attributed to a completion).
-- **Missing keywords**: a parameter without a default that the call does not carry (a column of neither the
-  dataset nor a ``rollout_func``'s extra fields) stops the run at the first call, naming it and what was passed.
-- **Hangs** (``reward_timeout``, seconds, ``None`` = no bound): the call runs in a worker thread and the trainer
-  waits at most that long. A call that overruns scores all its completions ``None``, is counted in
-  ``rewards/<name>/timeouts`` and warned about; ``max_consecutive_timeouts`` (3) overruns in a row stop the run (a
-  dead verifier would otherwise train on nothing, and every hung call keeps a thread). A Python thread cannot be
-  killed: the overrunning call keeps running in the background until it returns, its result discarded. Reward
-  functions that time themselves out with ``signal.alarm`` only do so on the main thread; with ``reward_timeout`` set
-  they run on a worker thread (``rewards.MathAccuracy``'s ``"auto"`` backend switches to helper processes there).
+- Outputs: exactly one value per completion, a real number or ``None`` / NaN ("cannot score", as in TRL); anything
+  else stops the run with a ``RewardFunctionError`` naming the function, the value, the completion and the fix.
+- Exceptions (``reward_errors``): ``"raise"`` re-runs a failed batch one completion at a time and stops naming the
+  failing completion; ``"skip"`` scores failing (or invalid) completions ``None``, logs their count per call as
+  ``rewards/<name>/errors`` and warns once. A wrong number of values always stops the run.
+- Missing keywords: a parameter without a default that TRL's call does not carry stops the run at the first call.
+- Hangs (``reward_timeout`` seconds): the call runs in a worker thread; an overrun scores the batch ``None``, counts
+  in ``rewards/<name>/timeouts`` and warns; ``max_consecutive_timeouts`` in a row stop the run. A Python thread cannot
+  be killed: the call runs on in the background, its result discarded (``signal.alarm`` timeouts inside the function
+  only work on the main thread).
 
-The wrapper keeps the wrapped function's ``__name__`` (TRL logs ``rewards/<name>/mean`` under it) and pickles like
-the function it wraps (no thread or lock is stored). Async reward functions are left to TRL unwrapped.
+The wrapper keeps the function's ``__name__`` (TRL logs ``rewards/<name>/mean`` under it) and pickles like it.
+Async reward functions are left to TRL unwrapped.
 """
 
 from __future__ import annotations
@@ -53,9 +41,8 @@ TRL_REWARD_KWARGS = frozenset(
 
 
 def reward_columns(func: Callable) -> list[str] | None:
-    """The dataset columns a reward function needs: its ``required_columns`` attribute if it declares one, else the
-    parameters of its signature without a default, minus those TRL passes itself (``prompts``, ``completions``,
-    ``completion_ids``, ``trainer_state``, ``log_extra``, ``log_metric``, ``environments``). ``None``: unknown."""
+    """The dataset columns a reward function needs: its ``required_columns`` if declared, else its parameters without
+    a default, minus ``TRL_REWARD_KWARGS``. ``None``: unknown."""
     declared = getattr(func, "required_columns", None)
     if declared is not None:
         return list(declared)
@@ -97,14 +84,11 @@ def _short(value: Any, limit: int = 200) -> str:
 
 
 def _is_real(value: Any) -> bool:
-    if isinstance(value, bool):
-        return True
+    """A real number (bools included), or a 0-d numpy / torch scalar holding one."""
     if isinstance(value, numbers.Real):
         return True
-    item = getattr(value, "item", None)  # numpy / torch scalars
-    if callable(item) and getattr(value, "ndim", None) == 0:
-        return isinstance(item(), numbers.Real)
-    return False
+    item = getattr(value, "item", None)
+    return callable(item) and getattr(value, "ndim", None) == 0 and isinstance(item(), numbers.Real)
 
 
 def validate_reward_settings(errors: str, timeout: float | None) -> None:
@@ -122,8 +106,8 @@ def validate_reward_settings(errors: str, timeout: float | None) -> None:
 
 
 class GuardedReward:
-    """A reward function with checked outputs, opt-in skipping of failing completions and a hang timeout (module
-    docstring). ``GuardedReward(func, errors="raise", timeout=None)`` is called exactly like ``func``."""
+    """``func`` with checked outputs, opt-in skipping of failures and a hang timeout (module docstring); called like
+    ``func``."""
 
     def __init__(
         self,
@@ -183,11 +167,9 @@ class GuardedReward:
         given = sorted(key for key in call if key not in TRL_REWARD_KWARGS)
         return (
             f"reward function {self.__name__!r} reads {name!r}, but TRL's call carries no such keyword (besides its "
-            f"own, it passed {given}). TRL passes a reward function the dataset's columns and the extra fields a "
-            "rollout_func returns (its output dict beyond prompt_ids, completion_ids and logprobs), besides prompts, "
-            f"completions, completion_ids, trainer_state, log_extra, log_metric and environments. Return {name!r} "
-            f"from the rollout_func (or add the column to every dataset the trainer scores, eval_dataset included), or "
-            "give the parameter a default value."
+            f"own, it passed {given}: the dataset's columns and the extra fields a rollout_func returns). Return "
+            f"{name!r} from the rollout_func (or add the column to every dataset the trainer scores, eval_dataset "
+            "included), or give the parameter a default value."
         )
 
     def _call(self, call: dict[str, Any]) -> Any:
@@ -223,9 +205,8 @@ class GuardedReward:
         self._warn_once(
             "timeout",
             f"reward function {self.__name__!r} overran reward_timeout={self.timeout}s: its {n} completions of this "
-            f"batch are scored None (unscorable) and counted in rewards/{self.__name__}/timeouts. The call keeps "
-            "running in a background thread until it returns (threads cannot be killed). Raise reward_timeout if "
-            "the function is just slow.",
+            f"batch are scored None (unscorable) and counted in rewards/{self.__name__}/timeouts; the call runs on in "
+            "a background thread (threads cannot be killed). Raise reward_timeout if the function is just slow.",
         )
         return [None] * n
 
@@ -248,9 +229,7 @@ class GuardedReward:
     def _describe(self, call: dict[str, Any], i: int) -> str:
         """``completion 3 of 8 (prompt '1+2=' -> '3', step 5)``."""
         prompts, completions = call.get("prompts"), call.get("completions")
-        details = []
-        if prompts is not None:
-            details.append(f"prompt {_short(prompts[i])}")
+        details = [f"prompt {_short(prompts[i])}"] if prompts is not None else []
         if completions is not None:
             details.append(f"-> {_short(completions[i])}" if details else f"completion {_short(completions[i])}")
         text = " ".join(details)
@@ -269,14 +248,17 @@ class GuardedReward:
                 value = self._call(self._row(call, i))
             except _Timeout:
                 self.total_timeouts += 1
-                values.append(None)
-                continue
+                value = None
             except Exception as error:  # noqa: BLE001
                 if self.errors == "raise":
-                    self._raise_for(call, i, error)
+                    raise RewardFunctionError(
+                        f"reward function {self.__name__!r} raised {type(error).__name__}: {error} on "
+                        f"{self._describe(call, i)}. Fix the function (a reward should return None for a completion "
+                        "it cannot score), or set reward_errors='skip' to score such completions None (excluded from "
+                        f"the group baseline, counted in rewards/{self.__name__}/errors)."
+                    ) from error
                 failures.append((i, error))
-                values.append(None)
-                continue
+                value = None
             value = value.tolist() if hasattr(value, "tolist") else value
             values.append(value[0] if isinstance(value, list | tuple) and len(value) == 1 else value)
         if not failures:  # no completion fails alone: the failure depends on the whole batch
@@ -297,14 +279,6 @@ class GuardedReward:
             f"(excluded from the group baseline) and counted in rewards/{self.__name__}/errors.",
         )
         return values
-
-    def _raise_for(self, call: dict[str, Any], i: int, error: BaseException) -> None:
-        raise RewardFunctionError(
-            f"reward function {self.__name__!r} raised {type(error).__name__}: {error} on "
-            f"{self._describe(call, i)}. Fix the function (a reward should return None for a completion it cannot "
-            "score), or set reward_errors='skip' to score such completions None (excluded from the group baseline, "
-            f"counted in rewards/{self.__name__}/errors)."
-        ) from error
 
     def _checked(self, values: Any, n: int, call: dict[str, Any]) -> list:
         """One real number or None per completion; anything else raises, or with "skip" becomes None (counted)."""
@@ -353,8 +327,8 @@ class GuardedReward:
 
 
 def guard_reward_funcs(reward_funcs: Any, errors: str = "raise", timeout: float | None = None) -> Any:
-    """Wrap every plain callable of ``reward_funcs`` (a callable or a list) in ``GuardedReward``; reward models
-    (``nn.Module``), model names (``str``), async functions and already guarded functions are returned as they are."""
+    """Wrap every plain callable of ``reward_funcs`` (a callable or a list) in ``GuardedReward``; reward models, model
+    names, async functions and already guarded functions are returned as they are."""
     import torch
 
     validate_reward_settings(errors, timeout)  # once per trainer (the mixin calls this once)

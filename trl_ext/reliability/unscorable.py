@@ -1,25 +1,14 @@
 """Unscorable completions made visible: per-function None/NaN fractions, one warning, and a stop when it lasts.
 
-TRL's convention stays: a reward function returns ``None`` (TRL stores NaN) for a completion it does not apply to;
-the weighted sum skips it (``nansum``), ``rewards/<name>/mean`` averages the others (``nanmean``), and a completion
-that no function scores is left out of its group's baseline with advantage 0. TRL then warns ("All reward functions
-returned None ...") and trains on. That is right for a function that scores part of the data (a code reward on a
-mixed math/code set), and silent when a function scores nothing: its mean reads like any other, and a run whose only
-task reward is NaN everywhere trains on zero advantages (or on the shaping terms alone) and exits 0.
-
-:class:`UnscorableWatch` reads the per-function rewards of every generation round (``_calculate_rewards``, already
-gathered across processes, so every process decides alike) and
-
-- returns ``rewards/<name>/none_frac``, the fraction of the round's completions the function scored None/NaN, for
-  every function on every round (the trainers log it beside ``rewards/<name>/mean``);
-- warns once, at the first training round where a function scores none of the completions or a completion is scored
-  by no function, naming each function that returned None/NaN with its fraction, and trains on, as TRL does;
-- stops the run (``RewardFunctionError``) when no task reward (all reward functions but the shaping ones,
-  ``trl_ext.rewards.shaping``, which say nothing about the task) scores any completion for ``rounds`` consecutive
-  training rounds (dynamic-sampling refills count: each is a round). Then every advantage is 0, or comes from length
-  shaping alone, and nothing about the task can be learned. ``rounds`` is the config's ``max_unscorable_rounds``
-  (trl-ext's configs: 3); ``None`` or 0 never stops, which is what a config without the field (TRL's own
-  ``GRPOConfig``) gets: the drop-in trainer then behaves as ``trl.GRPOTrainer``.
+A reward function returns ``None`` (TRL stores NaN) for a completion it does not apply to; TRL skips it in the
+weighted sum and the mean, leaves a completion no function scores out of its group's baseline (advantage 0), warns
+and trains on. That is right for a function that scores part of the data, and silent when a function scores nothing:
+a run whose only task reward is NaN everywhere trains on zero advantages and exits 0. :class:`UnscorableWatch` reads
+every round's per-function rewards (``_calculate_rewards``, gathered across processes, so every process decides
+alike), returns ``rewards/<name>/none_frac``, warns once at the first training round where a function scores nothing
+or a completion is scored by no function, and stops the run (``RewardFunctionError``) when no task reward (shaping
+rewards, ``trl_ext.rewards.shaping``, aside) scores any completion for ``max_unscorable_rounds`` consecutive training
+rounds (each dynamic-sampling refill is a round; ``None`` or 0, what TRL's own ``GRPOConfig`` gets: never).
 """
 
 from __future__ import annotations
@@ -35,10 +24,7 @@ logger = logging.getLogger(__name__)
 
 class UnscorableWatch:
     """Per-function None/NaN fractions, one warning, and the stop after ``rounds`` unscored rounds (module docstring).
-
-    ``names``: the reward functions' logged names, in column order; ``shaping``: which of them are shaping rewards;
-    ``rounds``: consecutive training rounds in which no task reward scores any completion before the run stops
-    (``None`` or 0: never; the trainers pass ``getattr(args, "max_unscorable_rounds", None)``)."""
+    ``names``: the reward functions' logged names, in column order; ``shaping``: which of them are shaping rewards."""
 
     def __init__(self, names: list[str], shaping: list[bool], rounds: int | None = None):
         self.names = list(names)
@@ -74,23 +60,20 @@ class UnscorableWatch:
         task = [i for i, is_shaping in enumerate(self.shaping) if not is_shaping]
         return task or list(range(len(self.names)))
 
-    def _stop_rule(self) -> str:
-        if self.rounds:
-            return (
-                f"the run stops if no task reward scores any completion for max_unscorable_rounds={self.rounds} "
-                "consecutive rounds"
-            )
-        return "this config sets no max_unscorable_rounds (trl-ext's configs: 3), so the run never stops for this"
-
     def _warning(self, fractions: list[float], unscored: int, total: int) -> str:
         which = ", ".join(f"{name!r} on {frac:.0%}" for name, frac in zip(self.names, fractions, strict=True) if frac)
+        rule = (
+            f"the run stops if no task reward scores any completion for max_unscorable_rounds={self.rounds} "
+            "consecutive rounds"
+            if self.rounds
+            else "this config sets no max_unscorable_rounds (trl-ext's configs: 3), so the run never stops for this"
+        )
         return (
             f'reward functions returned None/NaN ("does not apply") on a training round of {total} completions: '
             f"{which}; {unscored} of them are scored by no function (left out of their group's baseline, "
-            f"advantage 0). Training goes on, as in TRL; {self._stop_rule()}. A function that should score these "
-            "completions is broken (a column it cannot read, a format it cannot parse: call it on a few rows by "
-            "hand); one that does not apply to this data can go from reward_funcs. rewards/<name>/none_frac logs "
-            "the fractions every round. (Shown once.)"
+            f"advantage 0). Training goes on, as in TRL; {rule}. A function that should score these completions is "
+            "broken (call it on a few rows by hand); one that does not apply to this data can go from reward_funcs. "
+            "rewards/<name>/none_frac logs the fractions every round. (Shown once.)"
         )
 
     def _stop_message(self) -> str:
@@ -101,10 +84,8 @@ class UnscorableWatch:
         return (
             f'reward function(s) {names} returned None/NaN ("does not apply") for all {self.unscored_completions} '
             f"completions of {self.unscored_rounds} consecutive generation rounds (max_unscorable_rounds="
-            f"{self.rounds}): no completion can be scored for the task, so {left} and training cannot learn the "
-            "task. Either the function(s) do not apply to this data (a reward for another task or another answer "
-            "format: pass the reward that fits, reward_funcs / --reward_funcs), or they are broken (a reference "
-            "column they cannot read, a completion format they cannot parse: call one on a few dataset rows by hand "
-            "and see why it returns None). If they legitimately score nothing for a while, raise "
-            "max_unscorable_rounds (None: never stop, as TRL)."
+            f"{self.rounds}): {left} and training cannot learn the task. Either the function(s) do not apply to this "
+            "data (pass the reward that fits, reward_funcs / --reward_funcs), or they are broken (a column they "
+            "cannot read, a format they cannot parse: call one on a few dataset rows by hand). If they legitimately "
+            "score nothing for a while, raise max_unscorable_rounds (None: never stop, as TRL)."
         )

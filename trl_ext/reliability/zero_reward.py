@@ -25,11 +25,8 @@ REFERENCE_COLUMNS = ("answer", "solution", "tests")  # where the package's rewar
 
 
 class ZeroRewardWatch:
-    """``func`` with the first-steps zero-reward warning (module docstring); called exactly like ``func``.
-
-    ``column`` is the dataset column the reward reads its reference from (named in the warning); None: the first of
-    ``answer``, ``solution``, ``tests`` that the call carries (the rule of the package's math and code rewards).
-    ``calls`` is the number of training calls watched."""
+    """``func`` with the first-steps zero-reward warning (module docstring); called exactly like ``func``. ``column``:
+    the reference column named in the warning (None: the first of ``REFERENCE_COLUMNS`` the call carries)."""
 
     def __init__(self, func: Callable, column: str | None, calls: int = 3):
         self.func = func
