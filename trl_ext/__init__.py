@@ -4,9 +4,8 @@ Public API: presets (configs), drop-in trainers, group-mined DPO, diagnostics.
 ``from trl_ext import DAPOTrainer, DAPOConfig``. PPO's rule-reward adapter lives in ``trl_ext.ppo`` (imported on
 demand, since only trl 1.12 ships ``PPOTrainer``); the reward functions in ``trl_ext.rewards``.
 
-The names below load their module on first use (PEP 562), so ``import trl_ext.rewards`` -- which the math reward's
-helper processes do -- does not pay for torch, transformers and TRL. Where each name lives is the tree's layout:
-``grpo/`` (presets, trainers, dynamic sampling), ``dpo/``, ``diagnostics/``.
+The names below load their module on first use (PEP 562), so ``import trl_ext.rewards`` (the math reward's helper
+processes) does not pay for torch, transformers and TRL.
 """
 
 from __future__ import annotations

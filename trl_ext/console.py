@@ -1,20 +1,12 @@
 """What a recipe prints: one opening line, one tqdm progress bar per phase, one compact line per log, a summary table.
 
-- :func:`quiet_libraries` (called by the recipe entry points, never on import) hides what the libraries print that a
-  user cannot act on: transformers' ``FutureWarning``s about renamed ``gradient_checkpointing*`` arguments and
-  methods (TRL's config default and TRL's generation helper use the old names), its "``past_key_values`` is
-  deprecated" notice (TRL's SFT loss), TRL's notice on importing ``trl.experimental`` (the PPO recipe), DeepSpeed's "Setting accelerator to CPU" line (DeepSpeed would pick the CPU
-  anyway) and the loading / writing progress bars of transformers and datasets. Warnings that ask the user to act
-  (``trl_ext.grpo.dynamic_sampling``'s round limit, ``trl_ext.diagnostics.health``) are always shown. ``TRL_EXT_LIBRARY_WARNINGS=1``
-  turns all of this off and shows everything as the libraries print it.
-- :class:`ConsoleCallback` replaces transformers' ``ProgressCallback`` / ``PrinterCallback`` (which print the raw
-  metrics dict of every log): a tqdm bar for the phase whose postfix carries the figures that matter, and one short
-  line per log (``tqdm.write``, so it does not break the bar), in fixed columns (:func:`columns`, ``-`` where a log
-  lacks a figure). It only prints; every metric still reaches ``state.log_history``, ``metrics.jsonl`` and each
-  tracker of ``report_to``. :func:`use_console` installs it.
-- :func:`opening_line` and :func:`summary_table` are the first and last things a recipe prints.
-- :func:`library_lines_dropped` drops whole lines a library prints with ``print`` (TRL's PPOTrainer announces each
-  phase with ``===training policy===``), passing everything else through.
+- :func:`quiet_libraries` hides library output a user cannot act on (renamed-argument ``FutureWarning``s, notices,
+  DeepSpeed's accelerator guess, loading progress bars); trl-ext's own warnings are always shown.
+  ``TRL_EXT_LIBRARY_WARNINGS=1`` shows everything as the libraries print it.
+- :class:`ConsoleCallback` replaces transformers' ``ProgressCallback`` / ``PrinterCallback`` (raw metrics dicts): a
+  bar whose postfix carries the figures that matter, and one line per log in fixed columns (:func:`columns`). It only
+  prints: every metric still reaches ``state.log_history``, ``metrics.jsonl`` and ``report_to``.
+- :func:`library_lines_dropped` drops whole lines a library prints (TRL's PPOTrainer's ``===training policy===``).
 """
 
 from __future__ import annotations
@@ -54,27 +46,25 @@ FIGURES: tuple[tuple[str, str, str], ...] = (
 _RL_KEYS = {"reward", "objective/scores"}  # with these, "loss" is a surrogate whose value means little: not shown
 
 
-class _DropMessages(logging.Filter):
-    def __init__(self, *fragments: str):
-        super().__init__()
-        self.fragments = fragments
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not any(fragment in record.getMessage() for fragment in self.fragments)
+def _show_library_output() -> bool:
+    return os.environ.get(LIBRARY_WARNINGS_ENV, "").lower() in ("1", "true", "yes")
 
 
 def quiet_libraries() -> None:
     """Hide library output a user cannot act on (see the module docstring); ``TRL_EXT_LIBRARY_WARNINGS=1`` shows it.
     Idempotent; call it at a recipe's entry point, before the configs are parsed."""
     _our_warnings_through_tqdm()
-    if os.environ.get(LIBRARY_WARNINGS_ENV, "").lower() in ("1", "true", "yes"):
+    if _show_library_output():
         return
     # transformers 5 renamed gradient_checkpointing* to activation_checkpointing*: TRL 1.12's configs default the old
     # field to True and its generation context manager calls the old methods.
     warnings.filterwarnings(
         "ignore", message=r"`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning
     )
-    logging.getLogger("transformers.utils.generic").addFilter(_DropMessages("`past_key_values`/`cache_params`"))
+    # TRL's SFT loss passes past_key_values
+    logging.getLogger("transformers.utils.generic").addFilter(
+        lambda record: "`past_key_values`/`cache_params`" not in record.getMessage()
+    )
     # recipes/ppo.py uses TRL's PPOTrainer, which only trl.experimental still ships: our choice, TRL's notice.
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     # DeepSpeed (installed by the dev / deepspeed extras) logs its accelerator guess on import; on a machine without
@@ -115,7 +105,7 @@ class _DropLines:
 def library_lines_dropped(*lines: str):
     """Within the block, whole stdout lines equal to one of ``lines`` are not printed (``TRL_EXT_LIBRARY_WARNINGS=1``
     prints them); everything else is, in order."""
-    if os.environ.get(LIBRARY_WARNINGS_ENV, "").lower() in ("1", "true", "yes"):
+    if _show_library_output():
         yield
         return
     stream = _DropLines(sys.stdout, lines)
@@ -152,11 +142,9 @@ class _TqdmHandler(logging.Handler):
 def columns(
     logs: dict[str, Any], held_out: bool = False, shown: Sequence[tuple[str, str, str]] = ()
 ) -> list[tuple[str, str, str]]:
-    """The ``FIGURES`` entries a phase shows: ``shown`` (the columns so far, kept in place) followed by those of
-    ``logs`` not yet among them, in ``FIGURES`` order (of two figures with one label, the first; with a reward,
-    ``loss`` is never a column: see ``_RL_KEYS``), and the held-out column when ``held_out`` says the phase measures
-    it, before any log carries it. A phase's first log thus sets its columns; a figure a later log brings for the
-    first time joins at the end, and no column ever moves or goes."""
+    """The ``FIGURES`` entries a phase shows: ``shown`` (the columns so far, kept in place), then those of ``logs``
+    not yet among them in ``FIGURES`` order (of two with one label, the first; no ``loss`` with a reward), and the
+    held-out column from the start when ``held_out``. No column ever moves or goes."""
     keys = {key for key, _, _ in shown}
     rl = any(key in logs or key in keys for key in _RL_KEYS)
     chosen, labels = list(shown), {label for _, label, _ in shown}
@@ -171,10 +159,8 @@ def columns(
 
 def figures(logs: dict[str, Any], shown: Sequence[tuple[str, str, str]] | None = None) -> list[str]:
     """``["reward 0.412", "kept 0.78", "held-out -    ", ...]``: one entry per column of ``shown`` (default:
-    ``columns(logs)``), in that order, ``-`` padded to the figure's width where ``logs`` has no number for it. A
-    fixed set of columns keeps every line of a phase in one format: with several optimizer steps per rollout only
-    the steps that generated carry the reward figures, and held-out accuracy is only on the step it was measured at
-    (never repeated from an older step as if new)."""
+    ``columns(logs)``), ``-`` padded to the figure's width where ``logs`` has no number for it (a step that did not
+    generate, or did not measure held-out accuracy)."""
     shown = columns(logs) if shown is None else shown
     out = []
     for key, label, fmt in shown:
@@ -187,13 +173,9 @@ def figures(logs: dict[str, Any], shown: Sequence[tuple[str, str, str]] | None =
 
 
 class ConsoleCallback(TrainerCallback):
-    """A tqdm bar named after the phase, its postfix the latest figures, and one compact line per log.
-
-    Every line of a phase has the same columns in the same order (``columns``: those of its first log with figures,
-    ``held_out=True`` adding the held-out column from the start), a figure that a log does not carry shown as ``-``.
-    Install with :func:`use_console` (it also removes transformers' printing callbacks). Prints on the local main
-    process only; changes nothing in ``logs``.
-    """
+    """A tqdm bar named after the phase, its postfix the latest figures, and one compact line per log in the phase's
+    columns (``columns``). Install with :func:`use_console`. Prints on the local main process only; changes nothing
+    in ``logs``."""
 
     def __init__(self, phase: str, leave: bool = True, bar: bool | None = None, held_out: bool = False):
         self.phase = phase

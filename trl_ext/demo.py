@@ -1,12 +1,9 @@
 """The built-in demo task: arithmetic with a tiny model built in code, so that RL runs on a laptop CPU.
 
-Nothing is downloaded. The tokenizer is character-level and built from a vocabulary in code; the model is a small
-Qwen2-style causal LM built from a config with random weights; the data are seeded two-number additions
-(``"17+25="`` → ``"42"``) split into disjoint train and held-out sets.
-
-RL cannot start from a 0% pass rate (a group whose completions all fail has zero advantage), so the demo first runs
-a short supervised warm start with TRL's ``SFTTrainer`` (the same code path as ``recipes/sft.py``), stopped early so
-that the policy is right some of the time but far from always. That is the cold-start rule of DeepSeek-R1 and DAPO.
+Nothing is downloaded: a character-level tokenizer, a small random Qwen2-style causal LM, and seeded two-number
+additions (``"17+25="`` → ``"42"``) split into disjoint train and held-out sets. RL cannot start from a 0% pass rate
+(an all-failing group has zero advantage), so the demo first runs a short SFT warm start (TRL's ``SFTTrainer``, as
+``recipes/sft.py``), stopped while the policy is right only some of the time: DeepSeek-R1's and DAPO's cold start.
 """
 
 from __future__ import annotations
@@ -63,10 +60,9 @@ class DemoModelConfig:
 
 
 class CharTokenizer(PreTrainedTokenizerFast):
-    """The demo's character tokenizer: one token per character of ``CHARS``; any other character becomes ``<unk>``,
-    so the model cannot tell it apart from another and decoding drops it. Encoding text that holds such characters
-    logs a warning naming them (once per character, not once per batch), because a run on text data would otherwise
-    train on digits and spaces alone without a word said. Saved, it loads back as a plain fast tokenizer."""
+    """The demo's character tokenizer: one token per character of ``CHARS``; any other becomes ``<unk>`` (decoding
+    drops it), and encoding it logs a warning naming it once, so that a run on text data does not silently train on
+    digits and spaces alone. Saved, it loads back as a plain fast tokenizer."""
 
     def __call__(self, text: Any = None, *args: Any, **kwargs: Any) -> Any:
         self.warn_dropped(text, kwargs.get("text_target"))
@@ -77,8 +73,8 @@ class CharTokenizer(PreTrainedTokenizerFast):
         return super().encode(text, *args, **kwargs)
 
     def warn_dropped(self, *texts: Any) -> set[str]:
-        """Warn about characters of ``texts`` (strings or lists of them) outside ``CHARS`` and the special tokens
-        that no earlier warning named; returns the characters dropped."""
+        """Warn about characters of ``texts`` (strings or nested lists) outside ``CHARS`` and the special tokens not
+        named before; returns the characters dropped."""
         strings = [t for t in _strings(texts) if not set(t) <= _KNOWN]
         dropped = {c for t in strings for c in _without_special(t, self.all_special_tokens) if c not in _KNOWN}
         new = dropped - self.__dict__.setdefault("_warned_chars", set())
@@ -89,8 +85,8 @@ class CharTokenizer(PreTrainedTokenizerFast):
         return dropped
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> tuple[str, ...]:
-        """Save as ``PreTrainedTokenizerFast`` would: ``tokenizer_config.json`` names that class, which any
-        transformers release can load (this subclass's name it cannot)."""
+        """Save with ``tokenizer_config.json`` naming ``PreTrainedTokenizerFast``, which any transformers release can
+        load (this subclass it cannot)."""
         files = super().save_pretrained(save_directory, *args, **kwargs)
         config_path = os.path.join(save_directory, "tokenizer_config.json")
         with open(config_path) as f:
@@ -105,7 +101,7 @@ _KNOWN = set(CHARS)
 
 
 def _strings(values: Any) -> list[str]:
-    """Every string in ``values`` (a string, or nested lists and tuples of them; anything else is skipped)."""
+    """Every string in ``values`` (nested lists and tuples; anything else is skipped)."""
     if isinstance(values, str):
         return [values]
     if isinstance(values, list | tuple):
@@ -241,8 +237,7 @@ def warm_start_sft_kwargs(output_dir: str, sft: WarmStartConfig | None = None) -
     )
 
 
-#: The environment variable that moves trl-ext's cache folder (default: ``$XDG_CACHE_HOME/trl-ext``, else
-#: ``~/.cache/trl-ext``).
+#: The environment variable that moves trl-ext's cache folder (``cache_dir``).
 CACHE_ENV = "TRL_EXT_CACHE"
 
 
@@ -259,12 +254,10 @@ def warm_start_key(
     task: DemoTaskConfig | None = None, model_config: DemoModelConfig | None = None, sft: WarmStartConfig | None = None
 ) -> dict[str, Any]:
     """Everything that changes the warm start's weights, and so names its cache folder: the task, model and SFT
-    settings (the SFT seed among them), the vocabulary, the source of the functions that build and train it, and the
-    releases of the three libraries that compute it: torch (kernels), transformers (the model's code and the
-    training loop) and TRL (``SFTTrainer``'s batching and loss; 1.12 and 1.16 train different weights from the same
-    settings). Nothing else: not accelerate, datasets or other packages, nor the thread count (the SFT runs on one
-    thread), so the recipes, a notebook and the tests share one cached warm start. ``warm_start.json`` also records
-    the machine and every release (a CPU with other instructions may round differently under the same key)."""
+    settings, the vocabulary, the source of the functions that build and train it, and the torch, transformers and
+    TRL releases (TRL 1.12 and 1.16 train different weights). Not accelerate, datasets or the thread count (the SFT
+    runs on one thread), so recipes, notebooks and tests share one cached warm start. ``warm_start.json`` also records
+    the machine and every release (another CPU may round differently under the same key)."""
     import transformers
     import trl
 
@@ -301,14 +294,12 @@ def warm_start_dir(
     model_config: DemoModelConfig | None = None,
     sft: WarmStartConfig | None = None,
 ) -> str:
-    """Where ``warm_start`` keeps the warm start of these settings: ``output_dir/<hash of warm_start_key>``
-    (``output_dir`` None: ``cache_dir("demo-warm-start")``)."""
+    """``output_dir/<hash of warm_start_key>`` (``output_dir`` None: ``cache_dir("demo-warm-start")``)."""
     return os.path.join(output_dir or cache_dir("demo-warm-start"), key_hash(warm_start_key(task, model_config, sft)))
 
 
 def warm_start_record(path: str) -> dict[str, Any]:
-    """What ``warm_start.json`` of a cached warm start says: its key (``key``, ``key_hash``), the machine and the
-    package releases that trained it, its final SFT loss (``final_loss``)."""
+    """A cached warm start's ``warm_start.json``: ``key``, ``key_hash``, ``machine``, ``releases``, ``final_loss``."""
     with open(os.path.join(path, "warm_start.json")) as f:
         return json.load(f)
 
@@ -325,14 +316,9 @@ def warm_start(
     sft: WarmStartConfig | None = None,
     use_cache: bool = True,
 ) -> str:
-    """The demo model after its SFT warm start (TRL's ``SFTTrainer``): trained on first use, then cached; returns
-    its folder, ``output_dir/<hash of warm_start_key>``.
-
-    ``output_dir`` None: the user's cache folder (``cache_dir``: ``~/.cache/trl-ext/demo-warm-start``, moved by
-    ``$TRL_EXT_CACHE`` or ``$XDG_CACHE_HOME``), so every run, folder and notebook finds it. ``use_cache=False``
-    trains anew. The warm start is written to a temporary folder and renamed into place when complete, so an
-    interrupted run or two processes training at once never leave a half-written entry. The same code path backs
-    ``recipes/sft.py`` with no arguments."""
+    """The folder of the demo model after its SFT warm start (``warm_start_dir``): trained on first use, then cached
+    (``use_cache=False`` trains anew). Written to a temporary folder and renamed into place when complete, so an
+    interrupted run or two processes at once never leave a half-written entry."""
     task, model_config, sft = task or DemoTaskConfig(), model_config or DemoModelConfig(), sft or WarmStartConfig()
     run_dir = warm_start_dir(output_dir, task, model_config, sft)
     if use_cache and os.path.exists(os.path.join(run_dir, "warm_start.json")):

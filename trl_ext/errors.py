@@ -1,7 +1,6 @@
-"""User errors: a mistake in what the user gave (a flag, a file, the data's columns, a config value), as opposed to a
-bug. A recipe run from the command line (``trl-ext <recipe>``, ``python recipes/<recipe>.py``) prints a user error's
-message alone and exits with code 2 (``reported_user_errors``); ``TRL_EXT_DEBUG=1`` shows the traceback. Any other
-exception keeps its traceback. Importing this module costs nothing (no torch), so the console script can use it.
+"""User errors (a mistake in a flag, a file, the data's columns, a config value), as opposed to bugs: a recipe run
+from the command line prints one's message alone and exits with code 2 (``reported_user_errors``;
+``TRL_EXT_DEBUG=1`` shows the traceback). Imports no torch, so the console script can use it.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """PPO with TRL's own trainer (``trl.experimental.ppo.PPOTrainer``, trl 1.12) and the rule-based rewards of ``rewards/``.
 
-PPO for language models (Schulman et al., arXiv 1707.06347; RLHF usage: Ziegler et al., arXiv 1909.08593) needs a
-reward model, which TRL's trainer expects to be a sequence-classification transformer: ``get_reward`` runs
-``getattr(model, model.base_model_prefix)(...)``, applies ``model.score`` to ``hidden_states[-1]`` and reads the
-result at each sequence's last non-pad token.
-
-``RuleRewardModel`` is the smallest module with that shape: its "backbone" is itself; its forward decodes each
-query+response, finds the dataset row of the query (its token ids are the key, so columns such as ``answer`` reach
-the reward functions exactly as in GRPO), and returns the combined reward at every position; ``score`` is the
-identity. TRL is not modified and none of its methods is copied. It has no parameters and is never trained; under
-DeepSpeed TRL would try to wrap it (use a trained reward model there, or DDP). PPO needs trl 1.12 (TRL removed it in
-1.13), checked at construction.
+PPO (Schulman et al., arXiv 1707.06347; Ziegler et al., arXiv 1909.08593) in TRL reads its reward model as a
+sequence classifier: ``get_reward`` runs ``getattr(model, model.base_model_prefix)(...)``, applies ``model.score`` to
+``hidden_states[-1]`` and reads each sequence's last non-pad token. ``RuleRewardModel`` is the smallest module of that
+shape: its backbone is itself, its forward finds the dataset row of each query by its token ids (so columns such as
+``answer`` reach the reward functions as in GRPO) and returns the combined reward at every position, and ``score`` is
+the identity. It has no parameters (under DeepSpeed, use a trained reward model or DDP). PPO needs trl 1.12.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Learned rewards: a reward model (RM) as a reward function of the RL recipes, and the preference data it learns from.
 
-RLHF's second stage (Ouyang et al. 2022, arXiv 2203.02155, section 3.5): a model with a scalar head trained on ranked
-pairs with the Bradley-Terry loss ``-log sigmoid(r(x, y_chosen) - r(x, y_rejected))``, which TRL's ``RewardTrainer``
-implements (``recipes/reward.py`` runs it). This module loads one as TRL's trainers use a model reward, names it as
-TRL logs it, splits preference pairs for held-out accuracy, and calls it like a rule reward for the package's own
-scoring.
+RLHF's second stage (Ouyang et al. 2022, arXiv 2203.02155, section 3.5): a scalar head trained with the Bradley-Terry
+loss by TRL's ``RewardTrainer`` (``recipes/reward.py``). Here: loaded and named as TRL's trainers use it, preference
+pairs split for held-out accuracy, and called like a rule reward for the package's own scoring.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The single copy of what several parts of the package need to turn prompts and completions into rewards: a prompt
-as the text the model sees (``prompt_text``), sampled groups (``generate_groups``), and reward functions called and
-combined as TRL's GRPO does (``score_completions``, ``combine_rewards``). Used by group-mined DPO, the PPO reward
-adapter, the probe and held-out evaluation.
-"""
+"""Prompts and completions to rewards, as TRL's GRPO does, for group-mined DPO, the PPO reward adapter, the probe
+and held-out evaluation."""
 
 from __future__ import annotations
 

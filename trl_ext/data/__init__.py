@@ -1,12 +1,5 @@
-"""Dataset layouts -> ``prompt`` and a reference column, and prompts formatted for the model: the one place that
-maps columns, used by every recipe, the probe and held-out evaluation.
-
-- ``layouts``: the recognized layouts (GSM8K, MATH, DAPO-Math-17k, DeepScaleR, MBPP, HumanEval, ...), the flags'
-  mapping (``dataset_prompt_column``, ``dataset_answer_column``) and the reference as a final answer;
-- ``prompts``: text -> conversation when the tokenizer has a chat template (``system_prompt`` first);
-- ``loading``: the demo, a file, a folder or a Hub dataset, mapped by its layout (``load_task_data``), with a
-  held-out split carved from data that has none (``carve_held_out``).
-"""
+"""Dataset layouts -> ``prompt`` and a reference column (``layouts``), loading (``loading``) and prompts formatted
+for the model (``prompts``): the one place that maps columns, for every recipe, the probe and held-out evaluation."""
 
 from trl_ext.data.layouts import Layout, apply_layout, detect_layout, reference_answer
 from trl_ext.data.loading import (

@@ -1,15 +1,10 @@
 """Dataset layouts -> the columns the trainers read: ``prompt`` and the reference (``answer`` or ``tests``).
 
-The one place that maps columns (``trl_ext.data``): every recipe, the probe and held-out evaluation go through
-:func:`apply_layout`. A layout is recognized from the column names (the first of ``_KNOWN`` whose columns the dataset
-has; the table for users is in ``docs/YOUR_DATA.md``); any other maps with ``dataset_prompt_column`` /
-``dataset_answer_column`` (a dotted path such as ``reward_model.ground_truth`` reaches a nested field). In the
-problem + answer layouts (MATH-500, DeepScaleR, OpenR1-Math) the final answer wins over a worked ``solution``.
-
-Input/output tests are written to ``tests`` as JSON text in the dataset's own layout, which the ``code`` reward
-recognizes and judges by that dataset's checker rule. LiveCodeBench's ``private_test_cases`` (pickled, compressed)
-are not read: the public cases are the tests. A reference that cannot be read (a dict, a list, empty, not JSON)
-becomes ``None``, which the rewards score as unscorable, never 0.0.
+A layout is recognized from the column names (the first of ``_KNOWN`` whose columns the dataset has;
+``docs/YOUR_DATA.md``), or mapped with ``dataset_prompt_column`` / ``dataset_answer_column`` (a dotted path reaches
+a nested field). Input/output tests are written to ``tests`` as JSON text in the dataset's own layout, judged by the
+``code`` reward with that dataset's checker rule (LiveCodeBench's pickled ``private_test_cases`` are not read). A
+reference that cannot be read becomes ``None``, which the rewards score as unscorable, never 0.0.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
-"""Loading the recipes' data: the demo, a local file or folder, or a Hub dataset; then its layout
-(``trl_ext.data.layouts``) applied to the training and the held-out split alike.
+"""Loading the recipes' data: the demo, a local file or folder, or a Hub dataset, then its layout
+(``trl_ext.data.layouts``) applied to the training and the held-out split alike (:func:`load_task_data`).
 
-:func:`load_task_data` is what every recipe, the probe and held-out evaluation call: ``TaskData(train, held_out,
-layout)``, with ``prompt`` and the reference column in place, the held-out split cut to ``held_out_max_problems``.
-Prompts are formatted for the tokenizer afterwards (``trl_ext.data.prompts.format_prompts``).
-
-The held-out split: ``dataset_test_split`` (a split name, default ``test``, or a file of held-out problems). Data
-with no such split (a lone file, a folder or Hub dataset without ``test``) that a reward can score (a reference
-column) gets one carved from its rows for the training recipes (``hold_out=True``): ``held_out_size`` rows (10%, at
-most 100, at least one row left to train on) chosen with seed 0 whatever the training seed, removed from training,
-and said on the opening line (``held_out_label``). ``--dataset_test_split none`` trains on every row, with no
-held-out figure.
+The held-out split is ``dataset_test_split`` (a split name, default ``test``, or a file). Scorable data without one
+gets one carved for the training recipes (:func:`carve_held_out`), said on the opening line (``held_out_label``);
+``--dataset_test_split none`` trains on every row, with no held-out figure.
 """
 
 from __future__ import annotations
@@ -95,12 +88,10 @@ def load_data(
     train_split: str = "train",
     test_split: str | None = DEFAULT_TEST_SPLIT,
 ) -> tuple[Dataset, Dataset | None]:
-    """``(train, eval)`` as stored: the demo problems when ``dataset_name`` is None; a local
-    ``.json/.jsonl/.csv/.parquet`` file (all of it); or a dataset loadable by ``datasets.load_dataset`` (Hub name, or
-    a local folder such as one holding ``train.jsonl`` and ``test.jsonl``), whose ``test_split`` is the eval set when
-    it exists. ``test_split`` may also be a local file of held-out problems, or ``none`` (no eval set). A split named
-    by the user (not the default ``test``) that does not exist, or a missing local path, is a ``UserError``. Nothing
-    is carved here (``load_task_data`` does)."""
+    """``(train, eval)`` as stored: the demo problems (``dataset_name`` None), a local data file (all of it), or a
+    ``datasets.load_dataset`` name or folder, whose ``test_split`` is the eval set when it exists. ``test_split`` may
+    also be a file of held-out problems, or ``none``. A missing path, or a split the user named (not the default
+    ``test``) that does not exist, is a ``UserError``. Nothing is carved here."""
     if dataset_name is None:
         return make_problems(DemoTaskConfig())
     test_file = is_data_file(test_split)
@@ -128,8 +119,7 @@ def load_data(
 def hub_unreachable(
     what: str, error: BaseException, local: str = "a folder or a .jsonl/.json/.csv/.parquet file"
 ) -> str:
-    """The one line for a Hub name that could not be fetched and is not cached (``what``: the field and its value;
-    ``local``: what a local copy is)."""
+    """The message for a Hub name that could not be fetched and is not cached (``what``: the field and its value)."""
     cause = " ".join(str(error).split())  # transformers' message spans two lines
     return (
         f"{what}: the Hugging Face Hub could not be reached and no cached copy is here ({cause}). Give a local copy "
@@ -147,10 +137,9 @@ def held_out_size(rows: int) -> int:
 
 
 def carve_held_out(train: Dataset) -> tuple[Dataset, Dataset | None]:
-    """``(train without the held-out rows, held-out rows)``: ``held_out_size`` rows drawn with seed
-    ``HELD_OUT_SEED`` (Python's ``random``, stable across versions), both parts in the file's order. The held-out
-    part's ``info.description`` says where it came from (``held_out_label`` prints it); ``(train, None)`` when there
-    are too few rows."""
+    """``(train without the held-out rows, held-out rows)``: ``held_out_size`` rows drawn with Python's ``random``
+    (stable across versions) and seed ``HELD_OUT_SEED``, both in the file's order, the held-out part's
+    ``info.description`` saying so; ``(train, None)`` when there are too few rows."""
     size = held_out_size(len(train))
     if size == 0:
         return train, None
@@ -173,9 +162,8 @@ def held_out_label(held_out: Dataset | None) -> str:
 
 
 def cap_held_out(held_out: Dataset | None, max_problems: int | None, seed: int = 0) -> Dataset | None:
-    """At most ``max_problems`` held-out problems: a seeded random subset (the same on every run and process) when
-    the split is larger, said in a warning; ``None`` or 0: all of them. Greedy evaluation of a large split before,
-    during and after training would otherwise cost more than the training itself."""
+    """At most ``max_problems`` held-out problems (``None`` or 0: all): a seeded random subset, with a warning, so
+    that evaluating a large split does not cost more than the training itself."""
     if held_out is None or not max_problems or len(held_out) <= max_problems:
         return held_out
     logger.warning(
@@ -188,12 +176,10 @@ def cap_held_out(held_out: Dataset | None, max_problems: int | None, seed: int =
 def load_task_data(
     script_args: Any, strict: bool = True, with_completion: bool = False, hold_out: bool = False
 ) -> TaskData:
-    """The recipe's data (``load_data``) mapped by its layout: recognized from the columns, or named by
-    ``dataset_prompt_column`` / ``dataset_answer_column``; the held-out split mapped the same way and cut to
-    ``held_out_max_problems``. ``strict=False`` keeps an unrecognized layout as it is (``detect_layout``);
-    ``with_completion`` (SFT) adds the layout's worked solution as ``completion`` (``apply_layout``). ``hold_out``
-    (the training recipes): data with no held-out split but a reference column gets one carved from its rows
-    (``carve_held_out``) unless ``dataset_test_split`` is ``none``."""
+    """The recipe's data (``load_data``), both splits mapped by their layout (``detect_layout``, ``apply_layout``:
+    ``strict``, ``with_completion``), the held-out one cut to ``held_out_max_problems``. ``hold_out`` (the training
+    recipes): data with a reference column but no held-out split gets one carved (``carve_held_out``) unless
+    ``dataset_test_split`` is ``none``."""
     name = getattr(script_args, "dataset_name", None)
     test_split = getattr(script_args, "dataset_test_split", DEFAULT_TEST_SPLIT)
     config = getattr(script_args, "dataset_config", None)

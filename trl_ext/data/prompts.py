@@ -1,8 +1,5 @@
-"""Prompts as the model expects them: a conversation when the tokenizer has a chat template, text otherwise.
-
-open-r1's GRPO script builds ``[{"role": "system", "content": system_prompt}, {"role": "user", "content": row[...]}]``
-for every row; TRL renders a conversational prompt with the tokenizer's chat template (``maybe_apply_chat_template``).
-:func:`format_prompts` does the same, once, for every recipe:
+"""Prompts as the model expects them (as open-r1's GRPO script builds them; TRL renders conversations with the chat
+template), by :func:`format_prompts`, for every recipe:
 
 - text prompt, tokenizer **with** a chat template: ``[system?, user]`` messages (an instruct model is trained on its
   template; raw text would be off its distribution);

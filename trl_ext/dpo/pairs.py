@@ -1,13 +1,11 @@
 """Preference pairs mined from groups of scored rollouts: the data side of group-mined / iterative DPO.
 
-Iterative RPO (Pang et al., arXiv 2404.19733, section 2) samples N completions per prompt from the current model,
-scores them with a verifiable reward and pairs correct with incorrect. ``mine_pairs`` does the same with any GRPO-family
-reward functions: ``sample_groups``, then ``score_completions``, then ``build_pairs``, which drops uninformative groups
-(``informative_groups``, DAPO's dynamic-sampling filter, Eq. 11) and pairs the best-reward tier with the worst,
-taking the pair whose lengths are closest. Pairing by reward alone would let a length difference ride along with the
-preference and teach it (Park et al., arXiv 2403.19159). A truncated completion is never chosen: TRL's
-``DPOTrainer`` appends EOS to every completion, so it would teach the model to stop at an arbitrary cut; nor does a
-completion whose text does not re-tokenize to its sampled ids (``round_trips``) enter a pair.
+Iterative RPO (Pang et al., arXiv 2404.19733, section 2) pairs correct with incorrect samples of the current model.
+``mine_pairs`` samples groups, scores them with any GRPO-family reward functions and pairs the best-reward tier with
+the worst in each informative group (DAPO Eq. 11), the pair of closest lengths, so that no length difference rides
+along with the preference (Park et al., arXiv 2403.19159). A truncated completion is never chosen (TRL's
+``DPOTrainer`` appends EOS: it would teach stopping at a cut), and one whose text does not re-tokenize to its sampled
+ids (``round_trips``) enters no pair.
 """
 
 from __future__ import annotations

@@ -10,19 +10,12 @@ margin comes from length, an exact split of each pair's margin:
                at the pair's mean rate           token for token
 
 Logged: ``length_bias/chosen_len``, ``rejected_len``, ``gap`` (L_w - L_l), ``margin_from_length`` (the length part)
-and ``length_share`` (sum |length part| / (sum |length part| + sum |per-token part|): 0 = length explains none of
-the margin). They use the unweighted sequence log-ratios (DPO's implicit reward, Eq. 5) read from TRL's own policy
-and reference forwards through forward hooks: no extra forward pass, no change to the loss.
+and ``length_share`` (sum |length part| / (sum |length part| + sum |per-token part|)), from the unweighted sequence
+log-ratios (DPO's implicit reward, Eq. 5) of TRL's own forwards, read through forward hooks: no extra forward pass.
 
-TRL settings that counter length bias: ``loss_type="sigmoid_norm"`` (length-normalized log-ratios), ``ld_alpha``
-(LD-DPO, arXiv 2409.06411), ``loss_type=["sigmoid", "sft"]`` (RPO's NLL term, arXiv 2404.19733, Eq. 1), and on the
-data side ``trl_ext.dpo.pairs``' length-matched pairs.
-
-Group-mined, iterative DPO (Iterative RPO, arXiv 2404.19733, section 2): ``DPOTrainer.from_groups`` trains on pairs
-mined from the current policy (``trl_ext.dpo.pairs``); ``train_iterative_dpo`` repeats that for ``mining_rounds``
-rounds, each re-sampling from the improved model and using it as the new reference (M_t -> M_{t+1} with reference
-M_t). What it does not do: the paper's gold-answer check on the chosen chain of thought is whatever your reward
-function checks, and hyper-parameters are not re-tuned per round.
+Iterative RPO (arXiv 2404.19733, section 2): ``DPOTrainer.from_groups`` trains on pairs mined from the current
+policy (``trl_ext.dpo.pairs``); ``train_iterative_dpo`` repeats that for ``mining_rounds`` rounds, each model the
+next one's reference. The paper's gold-answer check is whatever your reward function checks.
 """
 
 from __future__ import annotations
@@ -54,13 +47,8 @@ except ImportError:  # pragma: no cover
 
 @dataclass
 class DPOConfig(trl.DPOConfig):
-    r"""``trl.DPOConfig`` plus group mining and the length-bias diagnostics. A drop-in superset: every TRL field keeps
-    its TRL default, so ``trl_ext.DPOTrainer`` with this config trains exactly like TRL on preference data.
-
-    Its own fields (help in their metadata): ``length_diagnostics`` (no effect on the loss), and the mining settings:
-    Iterative RPO samples ``num_generations`` N = 30 on GSM8K (8 is enough on the demo task) at temperature 0.8, and
-    runs 4 ``mining_rounds``.
-    """
+    r"""``trl.DPOConfig`` (every TRL default kept) plus group mining and the length-bias diagnostics. Iterative RPO
+    samples N = 30 on GSM8K (8 is enough on the demo task) at temperature 0.8, and runs 4 ``mining_rounds``."""
 
     length_diagnostics: bool = field(
         default=True, metadata={"help": "Log length_bias/* (length gap, share of the margin explained by length)."}

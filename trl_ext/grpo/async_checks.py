@@ -1,7 +1,5 @@
-"""What overlapped generation (``async_generation``, ``trl_ext.grpo.async_rollout``) needs, checked where it can be:
-the config's rules at construction of the config, the trainer's once it is built, and the bias of vLLM's
-importance-sampling correction under truncated sampling (TRL issue #6789).
-"""
+"""What overlapped generation (``trl_ext.grpo.async_rollout``) needs: the config's rules, the trainer's, and the bias
+of vLLM's importance-sampling correction under truncated sampling (TRL issue #6789)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """Algorithm presets: TRL ``GRPOConfig`` subclasses whose defaults are the papers' settings.
 
-An algorithm is a config first. Clip-higher, token-level loss, sequence-level ratios and loss aggregation are all
-fields of TRL's ``GRPOConfig``; the classes here only change defaults (each commented with its source), add the
-fields TRL lacks (dynamic sampling, overlong shaping switch, GSPO minibatches, GSPO-token switch) and reject
-contradictory settings at construction with a message that names the field and the fix.
-
-- ``GRPOFamilyConfig``: TRL's ``GRPOConfig`` plus dynamic sampling (off). The base of every preset.
-- ``GRPOPaperConfig``: GRPO (DeepSeekMath, arXiv 2402.03300): per-sequence mean loss, KL beta 0.04.
-- ``DrGRPOConfig``: Dr. GRPO (arXiv 2503.20783): constant normalizer, no std scaling.
-- ``DAPOConfig``: DAPO (arXiv 2503.14476): clip-higher, token-level loss, no KL, dynamic sampling, soft overlong
-  punishment.
-- ``GSPOConfig``: GSPO (arXiv 2507.18071): sequence-level ratio, eps 3e-4/4e-4, sequence-mean aggregation,
-  4 minibatches per rollout; ``gspo_token=True`` selects GSPO-token.
-
-Which trainer runs which config, and the names the command line, Python and YAML use, are decided in one table:
-``trl_ext.grpo.presets.PRESETS``.
+Clip-higher, token-level loss, sequence-level ratios and loss aggregation are already fields of TRL's ``GRPOConfig``;
+the classes here change defaults (each naming its source), add the fields TRL lacks (dynamic sampling, overlong
+shaping, GSPO minibatches, GSPO-token) and reject contradictory settings at construction, naming the field and the
+fix. ``GRPOFamilyConfig`` is the base of every preset; ``GRPOPaperConfig`` (arXiv 2402.03300), ``DrGRPOConfig``
+(arXiv 2503.20783), ``DAPOConfig`` (arXiv 2503.14476) and ``GSPOConfig`` (arXiv 2507.18071) are the papers'. Which
+trainer runs which config, and the preset names, are one table: ``trl_ext.grpo.presets.PRESETS``.
 """
 
 from __future__ import annotations
@@ -48,13 +39,11 @@ MIN_RAMP_TOKENS = 4
 def warn_step_like_overlong_buffer(max_completion_length: int, buffer_len: int, factor: float) -> bool:
     """Warn at construction when the default overlong buffer is too short for Eq. 13's ramp; True if it warned.
 
-    DAPO's soft overlong punishment (arXiv 2503.14476, Eq. 13) is 0 up to ``L_max - L_cache`` tokens, then falls
-    linearly to -1 at ``L_max``, one step of ``1/L_cache`` per token, so that a completion a little into the buffer
-    loses a little. Under ``MIN_RAMP_TOKENS`` (4) tokens the first penalized token already costs a third or more of
-    the full penalty and a completion cut at ``max_completion_length`` (TRL truncates there, so its length is
-    ``L_max``) gets all of it: the "soft" penalty is a step on truncation. With the 20% default this happens below
-    ``max_completion_length=20``, where a model that does not yet stop early has most completions truncated and the
-    logged ``reward`` turns negative while its accuracy is positive.
+    DAPO's soft overlong punishment (arXiv 2503.14476, Eq. 13) falls linearly from 0 at ``L_max - L_cache`` to -1 at
+    ``L_max``. Under ``MIN_RAMP_TOKENS`` tokens the first penalized token already costs a third or more of it and a
+    completion TRL truncates at ``max_completion_length`` gets all of it: a step, not a ramp. With the 20% default
+    that is ``max_completion_length < 20``, where most completions are truncated and the logged ``reward`` turns
+    negative while the accuracy is positive.
     """
     if buffer_len >= MIN_RAMP_TOKENS:
         return False
@@ -77,92 +66,42 @@ def warn_step_like_overlong_buffer(max_completion_length: int, buffer_len: int, 
 class GRPOFamilyConfig(GRPOConfig):
     r"""TRL's ``GRPOConfig`` plus DAPO's dynamic sampling, which any preset of the family can switch on.
 
-    Parameters (in addition to ``trl.GRPOConfig``'s):
-        dynamic_sampling (`bool`, defaults to `False`):
-            DAPO section 3.2 / Eq. 11: drop groups whose rewards are all equal (zero advantage) and generate
-            completions for fresh training prompts until the generation batch holds as many informative groups as
-            it was meant to, or ``dynamic_sampling_max_generation_batches`` is spent.
-        dynamic_sampling_max_generation_batches (`int`, defaults to `4`):
-            The generation budget of one generation batch, in whole generation batches (the first round included):
-            refill rounds are right-sized (``dynamic_sampling_refill_margin``), so there may be more rounds than
-            this, but never more groups than this many generation batches hold. When the budget is spent, the
-            missing groups are filled with uninformative ones whose loss mask is zeroed (they change nothing in the
-            gradient), a warning is printed once and ``dynamic_sampling/limit_hit`` is logged.
-        dynamic_sampling_max_rounds (`int` or `None`, defaults to `None`):
-            Deprecated name of ``dynamic_sampling_max_generation_batches`` (the budget counts generation batches, not
-            rounds). Given without the new name, it sets the new field with a ``FutureWarning`` (given with it, the
-            new name wins); after construction it reads the new field's value, so code still reading it works.
-        dynamic_sampling_atol (`float`, defaults to `1e-6`):
-            A group is uninformative when ``max(r) - min(r) <= atol`` over its scorable rewards.
-        dynamic_sampling_metric (`list[str]` or `None`, defaults to `None`):
-            Names of the reward functions (as logged under ``rewards/<name>/mean``) whose weighted sum decides whether
-            a group is informative: DAPO Eq. 11 filters on the task's accuracy, and verl's recipe on ``acc``, not on
-            shaping terms. ``None``: every reward function except the shaping ones, known by their mark
-            (``trl_ext.rewards.shaping``: DAPO's trainer-added soft overlong punishment, the registry's
-            ``soft_overlong``, ``repetition``, ``length_budget`` and ``len_reward``, or a function of yours marked
-            with ``mark_shaping``). Unknown names fail when the trainer is built, listing the known ones. Advantages
-            still use every reward function.
-        dynamic_sampling_reward_range (`list[float]` or `None`, defaults to `None`):
-            ``[min, max]`` of the reward scale, used only to label uninformative groups as all-min ("too hard") or
-            all-max ("too easy") in the logs. ``None``: the extremes seen so far in training.
-        dynamic_sampling_carry_over (`float`, defaults to `0.0`):
-            Removed: every trained group is generated by the policy being trained (surplus informative groups are
-            dropped; refills are sized so that few are). Only 0 is accepted, so that an old config fails loudly.
-        dynamic_sampling_skip_predicted (`bool`, defaults to `False`):
-            Beyond the paper (GRESO, arXiv 2506.02177): skip a prompt before its rollout with probability
+    Fields (in addition to ``trl.GRPOConfig``'s; each one's help says what it does), and what the help leaves out:
+        dynamic_sampling: DAPO section 3.2 / Eq. 11 (``trl_ext.grpo.dynamic_sampling``). When
+            ``dynamic_sampling_max_generation_batches`` is spent, the missing groups are filled with uninformative
+            ones whose loss mask is zeroed, a warning is printed once and ``dynamic_sampling/limit_hit`` is logged.
+        dynamic_sampling_max_rounds: deprecated; given without the new name it sets it with a ``FutureWarning`` (with
+            it, the new name wins); after construction it reads the new field's value.
+        dynamic_sampling_metric: DAPO Eq. 11 filters on the task's accuracy (verl's recipe on ``acc``). ``None``:
+            every reward function not marked as shaping (``trl_ext.rewards.shaping``: DAPO's soft overlong
+            punishment, ``soft_overlong``, ``repetition``, ``length_budget``, ``len_reward``, or ``mark_shaping``).
+            Unknown names fail when the trainer is built; advantages still use every reward function.
+        dynamic_sampling_carry_over: removed; only 0 is accepted, so that an old config fails loudly.
+        dynamic_sampling_skip_predicted: GRESO (arXiv 2506.02177), beyond the paper: skip a prompt with probability
             ``1 - p**z`` after ``z`` consecutive zero-variance visits, ``p`` adapting toward
-            ``dynamic_sampling_skip_target``. Every round's prompts then come from the refill stream (TRL's sampler
-            still advances). History per training-set index (a ``datasets.Dataset`` is needed), checkpointed, logged
-            as ``dynamic_sampling/skipped_prompts``. Off by default, so that the DAPO preset stays the paper's.
-        dynamic_sampling_skip_target (`float`, defaults to `0.25`):
-            The zero-variance fraction of generated groups that the skip rule's exploration probability aims at.
-        dynamic_sampling_refill_margin (`float` or `None`, defaults to `None`):
-            A refill round generates ``missing / rate x margin`` groups, ``rate`` being the running estimate of the
-            informative fraction, rounded up to whole groups on every process. ``None``: 1.25 (GRESO, arXiv
-            2506.02177) where surplus groups are carried over (they cost nothing), 1.05 where they are discarded
-            (each 0.05 of margin discards up to 5% of the groups generated).
-        dynamic_sampling_max_round_size (`float`, defaults to `2.0`):
-            The most groups one generation round may hold, in generation batches: it bounds the memory of one
-            generate call (vLLM schedules its own batches; with transformers' ``generate`` every row of a round is
-            held at once: 1.0 keeps each call at TRL's own size). Where surplus groups are carried over, the first
-            round is oversampled up to this size once groups are being dropped, so that most steps need one round.
-        reward_errors (`str`, defaults to `"raise"`):
-            A reward function raising on a completion stops the run, naming the function and the completion
-            (``"raise"``), or scores it ``None`` and counts it (``"skip"``; ``trl_ext.reliability.reward_guard``).
-        reward_timeout (`float` or `None`, defaults to `None`):
-            Per-call time limit of a reward function, counted and logged as ``rewards/<name>/timeouts``.
-        max_unscorable_rounds (`int` or `None`, defaults to `3`):
-            Stop the run (``RewardFunctionError``, naming the functions) when no task reward scores any completion
-            (all None/NaN) for this many consecutive generation rounds; before that, one warning names each function
-            and its None fraction, and training goes on as in TRL (``trl_ext.reliability.unscorable``). ``None`` or
-            0: never stop (TRL's behaviour, also what a plain ``trl.GRPOConfig`` gets).
-        preemption_signals (`list[str]`, defaults to `["SIGTERM", "SIGUSR1"]`):
-            Signals on which training finishes the optimizer step in progress on every process, writes a checkpoint
-            and exits with code 75 (``trl_ext.reliability.preemption``, ``docs/PREEMPTION.md``); a second signal
-            stops at once. ``[]`` or ``["none"]``: off (the signals keep their default action).
-        async_generation (`bool`, defaults to `False`):
-            Generate the next generation batch (its dynamic-sampling refill rounds included) while this one trains:
-            one-step off-policy rollouts over TRL's vLLM server mode (``trl_ext.grpo.async_rollout``,
-            ``docs/ASYNC_GENERATION.md``). Needs ``use_vllm=True``, ``vllm_mode="server"`` and
-            ``vllm_importance_sampling_correction=True`` (the importance weight corrects the one-batch lag).
-            Colocate mode and transformers generation keep the synchronous path (they generate on the training
-            devices: nothing to overlap with).
-        vllm_lora_sync (`str`, defaults to `"merge"`):
-            How a LoRA policy's weights reach vLLM after each optimizer step: ``"merge"`` (TRL's: merge the adapter,
-            send every weight, unmerge) or ``"adapter"`` (only the adapter's tensors, served by a LoRA-enabled
-            engine as a new ``LoRARequest``; ``trl_ext.generation.vllm_lora``, ``docs/VLLM.md``).
-        bf16 (`bool` or `None`, defaults to `None`):
-            Unset: bf16 mixed precision where the device supports it (a bf16 GPU, as TRL), else fp32. TRL's default is
-            bf16 everywhere, which stops a CPU-only machine at construction and, once a trainer has run in fp32 in
-            the same process (the demo's warm start), at the next one ("AcceleratorState has already been
-            initialized").
-        gradient_checkpointing (`bool` or `None`, defaults to `None`):
-            Unset: on where an accelerator trains (TRL's default), off on a CPU, where it saves no accelerator memory
-            and costs a second forward. Passed to transformers under its current name, ``activation_checkpointing``,
-            where it has one, so that no deprecation warning comes from the preset's own default.
-        max_staleness (`int`, defaults to `1`):
-            The oldest a trained group may be, in generation batches (1: verl's one-step off-policy, what
-            overlapped generation produces; logged as ``async/staleness``). Only with ``async_generation``.
+            ``dynamic_sampling_skip_target``. Needs a ``datasets.Dataset`` (history per training-set index,
+            checkpointed, logged as ``dynamic_sampling/skipped_prompts``).
+        dynamic_sampling_refill_margin: each 0.05 of margin where surplus is discarded discards up to 5% of the
+            groups generated.
+        dynamic_sampling_max_round_size: with transformers' ``generate`` every row of a round is held at once (vLLM
+            schedules its own batches).
+        reward_errors, reward_timeout: ``trl_ext.reliability.reward_guard``.
+        max_unscorable_rounds: ``RewardFunctionError`` names the functions; the warning before it names each one's
+            None fraction (``trl_ext.reliability.unscorable``). A plain ``trl.GRPOConfig`` never stops.
+        preemption_signals: exit code 75 (``trl_ext.reliability.preemption``, ``docs/PREEMPTION.md``); ``[]`` or
+            ``["none"]``: off (the signals keep their default action).
+        async_generation: one-step off-policy rollouts over TRL's vLLM server mode (``trl_ext.grpo.async_rollout``,
+            ``docs/ASYNC_GENERATION.md``). Also needs ``vllm_importance_sampling_correction=True`` (it corrects the
+            one-batch lag). Colocate mode and transformers generation run on the training devices: nothing to
+            overlap.
+        max_staleness: logged as ``async/staleness``; only with ``async_generation``.
+        vllm_lora_sync: ``"adapter"`` needs a LoRA-enabled engine (``trl_ext.generation.vllm_lora``, ``docs/VLLM.md``).
+        bf16: TRL's default is bf16 everywhere, which stops a CPU-only machine at construction and, once a trainer has
+            run in fp32 in the same process (the demo's warm start), the next one ("AcceleratorState has already
+            been initialized").
+        gradient_checkpointing: on a CPU it saves no accelerator memory and costs a second forward. Passed to
+            transformers as ``activation_checkpointing`` where it has that name, so that the preset's own default
+            raises no deprecation warning.
     """
 
     dynamic_sampling: bool = field(
@@ -313,11 +252,9 @@ class GRPOFamilyConfig(GRPOConfig):
         parse_signals(self.preemption_signals)  # an unknown or uncatchable name fails here, not at the first signal
 
     def _resolve_renamed_fields(self) -> None:
-        """``dynamic_sampling_max_rounds`` (deprecated) sets ``dynamic_sampling_max_generation_batches`` when only it
-        is given, with a warning; the new field then defaults to 4 and the old one mirrors it, so code reading the
-        old name keeps working. Transformers' pattern for renamed ``TrainingArguments`` fields: both names default
-        to None, so that a rebuild from the serialized fields (both present, equal) warns about nothing. Both given
-        and different: the new one wins, and the warning says so."""
+        """The deprecated ``dynamic_sampling_max_rounds`` (class docstring). Both names default to None, as
+        transformers' renamed ``TrainingArguments`` fields do, so that a rebuild from the serialized fields (both
+        present, equal) warns about nothing."""
         old, new = self.dynamic_sampling_max_rounds, self.dynamic_sampling_max_generation_batches
         self._max_generation_batches_given_as = None
         if old is not None and old != new:
@@ -423,6 +360,15 @@ class GRPOFamilyConfig(GRPOConfig):
                 )
 
 
+def _set_minibatches(config: GRPOFamilyConfig, paper: str) -> None:
+    """``steps_per_generation = num_minibatches * gradient_accumulation_steps`` unless it or ``generation_batch_size``
+    is given (DAPO, GSPO)."""
+    if config.num_minibatches < 1:
+        raise ValueError(f"num_minibatches={config.num_minibatches} must be >= 1 ({paper}).")
+    if config.steps_per_generation is None and config.generation_batch_size is None:
+        config.steps_per_generation = config.num_minibatches * config.gradient_accumulation_steps
+
+
 @dataclass
 class GRPOPaperConfig(GRPOFamilyConfig):
     """GRPO as DeepSeekMath (arXiv 2402.03300, Eq. 3) defines it: per-sequence mean loss (``loss_type="grpo"``) and a
@@ -445,25 +391,13 @@ class DrGRPOConfig(GRPOFamilyConfig):
 class DAPOConfig(GRPOFamilyConfig):
     r"""DAPO (arXiv 2503.14476) defaults. Each default names its source.
 
-    Parameters (changed or added):
-        epsilon / epsilon_high: 0.2 / 0.28, clip-higher (section 3.1).
-        loss_type: ``"dapo"``, token-level policy-gradient loss (section 3.3, Eq. 12).
-        beta: 0.0, no KL term (section 2.3, "removing KL divergence").
-        num_generations: 16 (section 4.1, "16 responses per prompt").
-        num_minibatches (`int`, defaults to `16`): optimizer steps per rollout batch. Section 4.1: "a prompt batch
-            size of 512 and 16 responses per prompt ... the mini-batch size is set to 512, i.e., 16 gradient updates
-            for each rollout step" (verl's recipe: ``train_prompt_mini_bsz=32`` of ``train_prompt_bsz=512``). Sets
-            ``steps_per_generation`` to ``num_minibatches * gradient_accumulation_steps`` unless that or
-            ``generation_batch_size`` is given, so the rollout batch is ``num_minibatches`` optimizer steps and the
-            updates after the first are off-policy: the ratio pi/pi_old moves away from 1 and clip-higher acts.
-            With TRL's default ``per_device_train_batch_size=8`` the defaults give 8 completions per step and 128
-            (8 prompts x 16) per rollout, so ``DAPOConfig(output_dir=...)`` constructs as it is. With 1, every
-            update is on-policy (ratio 1) and the clip never acts.
-        dynamic_sampling: True (section 3.2).
-        soft_overlong_punishment (`bool`, defaults to `True`): Eq. 13, added to the rule reward by the trainer.
-        overlong_buffer_len (`int` or `None`, defaults to `None`): L_cache of Eq. 13; ``None`` means 20% of
-            ``max_completion_length`` (the paper: 4096 of 20480).
-        overlong_penalty_factor (`float`, defaults to `1.0`): weight of the overlong reward (paper: 1.0).
+    ``num_minibatches`` (section 4.1: "the mini-batch size is set to 512, i.e., 16 gradient updates for each rollout
+    step"; verl: ``train_prompt_mini_bsz=32`` of ``train_prompt_bsz=512``) sets ``steps_per_generation`` to
+    ``num_minibatches * gradient_accumulation_steps`` unless that or ``generation_batch_size`` is given: the updates
+    after the first are off-policy, so the ratio moves away from 1 and clip-higher acts (with 1 it never does). TRL's
+    ``per_device_train_batch_size=8`` then gives 128 completions (8 prompts x 16) per rollout, so
+    ``DAPOConfig(output_dir=...)`` constructs as it is. The soft overlong punishment is added to the rule reward by
+    the trainer.
     """
 
     epsilon: float = field(default=0.2, metadata={"help": "DAPO 3.1: eps_low = 0.2."})
@@ -484,12 +418,7 @@ class DAPOConfig(GRPOFamilyConfig):
     overlong_penalty_factor: float = field(default=1.0, metadata={"help": "Weight of the overlong reward (1.0)."})
 
     def __post_init__(self) -> None:
-        if self.num_minibatches < 1:
-            raise ValueError(
-                f"num_minibatches={self.num_minibatches} must be >= 1 (DAPO uses 16 gradient updates per rollout)."
-            )
-        if self.steps_per_generation is None and self.generation_batch_size is None:
-            self.steps_per_generation = self.num_minibatches * self.gradient_accumulation_steps
+        _set_minibatches(self, "DAPO uses 16 gradient updates per rollout")
         super().__post_init__()
         if self.soft_overlong_punishment:
             if self.overlong_buffer_len is None:
@@ -514,21 +443,12 @@ class DAPOConfig(GRPOFamilyConfig):
 class GSPOConfig(GRPOFamilyConfig):
     r"""GSPO (arXiv 2507.18071) defaults.
 
-    Parameters (changed or added):
-        importance_sampling_level: ``"sequence"``: s_i = exp(mean_t log(pi/pi_old)) (Eq. 7).
-        epsilon / epsilon_high: 3e-4 / 4e-4 (section 5.1; the clip acts on s_i, a per-token geometric mean).
-        beta: 0.0 (the paper's objective has no KL term).
-        loss_type: ``"grpo"``: each sequence's loss is averaged over its tokens then over sequences, i.e.
-            (1/G) sum_i min(s_i A_i, clip(s_i) A_i) (Eq. 5). A token-summed aggregation ("dapo", "bnpo") would weigh
-            each sequence by its length (TRL issue #3823).
-        num_minibatches (`int`, defaults to `4`): optimizer steps per rollout batch (section 5.1: "each batch of
-            rollout data is partitioned into four minibatches"). Sets ``steps_per_generation`` to
-            ``num_minibatches * gradient_accumulation_steps`` unless given. With a single on-policy update s_i = 1
-            and GSPO equals GRPO.
-        gspo_token (`bool`, defaults to `False`): GSPO-token (Eq. 13-14), s_{i,t} = sg[s_i] pi_t / sg[pi_t]
-            (``trl_ext.grpo.gspo_token``). It sets ``importance_sampling_level="token"``, the level every supported TRL
-            accepts, and the trainers form the GSPO-token ratio from it. ``importance_sampling_level=
-            "sequence_token"`` (TRL 1.12's experimental spelling, rejected by TRL >= 1.14) means the same.
+    The ratio is s_i = exp(mean_t log(pi/pi_old)) (Eq. 7), clipped at 3e-4 / 4e-4 (a per-token geometric mean);
+    ``loss_type="grpo"`` is (1/G) sum_i min(s_i A_i, clip(s_i) A_i) (Eq. 5), where a token sum ("dapo", "bnpo") would
+    weigh each sequence by its length (TRL issue #3823). ``num_minibatches`` sets ``steps_per_generation`` as in
+    ``DAPOConfig`` (with one on-policy update s_i = 1 and GSPO equals GRPO). ``gspo_token``: GSPO-token (Eq. 13-14,
+    ``trl_ext.grpo.gspo_token``) formed from ``importance_sampling_level="token"``, which every supported TRL accepts;
+    ``"sequence_token"`` (TRL 1.12's spelling, rejected by TRL >= 1.14) means the same.
     """
 
     importance_sampling_level: str = field(default="sequence", metadata={"help": "GSPO: sequence-level ratio."})
@@ -540,10 +460,7 @@ class GSPOConfig(GRPOFamilyConfig):
     gspo_token: bool = field(default=False, metadata={"help": "Use the GSPO-token variant (Eq. 13)."})
 
     def __post_init__(self) -> None:
-        if self.num_minibatches < 1:
-            raise ValueError(f"num_minibatches={self.num_minibatches} must be >= 1 (GSPO uses 4).")
-        if self.steps_per_generation is None and self.generation_batch_size is None:
-            self.steps_per_generation = self.num_minibatches * self.gradient_accumulation_steps
+        _set_minibatches(self, "GSPO uses 4")
         if self.importance_sampling_level == "sequence_token":  # TRL 1.12's experimental name for GSPO-token
             self.gspo_token = True
         if self.gspo_token:

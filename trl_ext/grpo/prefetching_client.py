@@ -1,12 +1,6 @@
 """TRL's vLLM server client with requests submitted ahead of TRL's call: the one piece of overlapped generation that
-runs in the background (``trl_ext.grpo.async_rollout``).
-
-``PrefetchingClient.submit`` starts ``client.generate`` in one worker thread (no collective, no model, no torch RNG);
-when TRL's own ``_generate_and_score_completions`` later asks for exactly those prompts with exactly those sampling
-parameters (``engine_sampling_params``), it receives the prefetched answer. Weights reach the server only through
-``sync``: TRL's own per-step weight update is absorbed (its parameter iterator is still consumed, so that the
-gathers of ZeRO-3 happen on every process), because a rollout generated ahead must keep the weights it started from.
-"""
+runs in the background (``trl_ext.grpo.async_rollout``); the worker thread runs no collective, no model, no torch
+RNG."""
 
 from __future__ import annotations
 
@@ -39,10 +33,10 @@ class PrefetchingClient:
     """TRL's ``VLLMClient`` (main process only) with requests submitted ahead of TRL's call.
 
     ``submit`` starts ``client.generate`` in one worker thread; ``generate`` (what TRL calls) returns the oldest
-    prefetched answer when TRL asks for exactly those prompts with exactly those parameters, and otherwise waits for the
-    worker to be idle and calls the client itself (evaluation). Weight updates and cache resets reach the server only
-    inside ``sync`` (TRL's own per-step update is absorbed), and ``sync`` while a request is in flight raises: weights
-    are synced only while no generation is in flight. Every other attribute is the client's."""
+    prefetched answer when TRL asks for exactly those prompts with exactly those parameters, and otherwise waits for
+    the worker and calls the client itself (evaluation). Weight updates and cache resets reach the server only inside
+    ``sync``, which raises while a request is in flight: a rollout generated ahead keeps the weights it started from,
+    so TRL's own per-step update is absorbed. Every other attribute is the client's."""
 
     def __init__(self, client: Any) -> None:
         self._client = client

@@ -1,9 +1,7 @@
 """The one table of GRPO-family presets: name -> (config class, trainer class, fixed overrides).
 
-Everything that chooses an algorithm by name reads this table: ``get_preset`` (Python), ``trainer_class_for`` (the
-recipes, the notebook, the benchmarks), ``trl-ext <name>`` and ``trl-ext grpo --preset <name>`` (command line) and
-``preset: <name>`` in a recipe YAML. Adding a preset is one config dataclass in ``trl_ext.grpo.configs`` and one row
-here; docs/RECIPES.md ("Add a preset") shows Dr. GRPO's row as the worked example.
+Everything that chooses an algorithm by name reads it (``get_preset``, ``trainer_class_for``, ``trl-ext <name>``,
+``--preset``, ``preset:`` in a YAML). Adding a preset is one config class and one row (docs/RECIPES.md).
 """
 
 from __future__ import annotations

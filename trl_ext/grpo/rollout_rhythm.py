@@ -1,13 +1,10 @@
 """How often a rollout happens, in optimizer steps and in logged rows, and the warning that tells a Python user.
 
-TRL's ``GRPOTrainer`` generates once every ``steps_per_generation * num_iterations`` micro-steps (its default:
-``steps_per_generation = gradient_accumulation_steps``, one rollout per optimizer step). The presets change that
-rhythm to the papers': DAPO trains 16 optimizer steps per rollout (section 4.1), GSPO 4 (section 5.1). The reward,
-``rewards/*``, ``completions/*`` and ``dynamic_sampling/*`` figures are computed when a rollout is generated, so only
-the logged rows whose window holds a rollout carry them; the rows in between carry the loss, clip ratios and entropy
-of the updates on that rollout. The trainers therefore warn once at construction (``rhythm_warning``) and, when a
-rollout feeds more than one optimizer step, log ``rollout`` on every training row: the 1-based index of the rollout
-the row's updates trained on (``rollout_index``), so that rows of one rollout read as such, not as missing data.
+TRL generates once every ``steps_per_generation * num_iterations`` micro-steps (by default one rollout per optimizer
+step); DAPO trains 16 optimizer steps per rollout (section 4.1), GSPO 4 (section 5.1). The reward figures are
+computed per rollout, so only logged rows whose window holds one carry them. The trainers warn once at construction
+(``rhythm_warning``) and log ``rollout`` (``rollout_index``) on every training row, so that rows of one rollout read
+as such, not as missing data.
 """
 
 from __future__ import annotations
