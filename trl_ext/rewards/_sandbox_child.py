@@ -56,10 +56,6 @@ def _check(result, what):
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
-def _unshare(flags):
-    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
-
-
 def _mount(source, target, fstype, flags, data=None):
     enc = [None if x is None else x.encode() for x in (source, target, fstype, data)]
     _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
@@ -467,7 +463,7 @@ def main():
         flags |= (CLONE_NEWNS if plan["mount_ns"] else 0) | (CLONE_NEWUSER if plan["user_ns"] else 0)
         uid, gid = os.getuid(), os.getgid()
         if flags:
-            _unshare(flags)
+            _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
         if plan["user_ns"]:
             _write_id_maps(uid, gid)
         alive_read, alive_write = os.pipe()

@@ -32,8 +32,6 @@ class _Entry:
 
     def accepted(self) -> set[str] | None:
         """Option names the factory takes (None: anything, it has ``**kwargs``)."""
-        if self.factory is arithmetic_reward:
-            return set()
         try:
             parameters = inspect.signature(self.factory).parameters.values()
         except (TypeError, ValueError):
@@ -44,8 +42,6 @@ class _Entry:
         return names - set(self.fixed)
 
     def build(self, options: dict[str, Any]) -> Callable:
-        if self.factory is arithmetic_reward:
-            return arithmetic_reward
         return self.factory(**{**self.defaults, **options, **self.fixed})
 
 
@@ -63,8 +59,8 @@ _REGISTRY: dict[str, _Entry] = {
     "tag_count": _Entry(TagCount),
     "len_reward": _Entry(KimiLength),
     "cosine": _Entry(CosineLength),
-    "arithmetic": _Entry(arithmetic_reward),
-    "arithmetic_reward": _Entry(arithmetic_reward),  # alias: the demo reward's logged __name__
+    "arithmetic": _Entry(lambda: arithmetic_reward),  # a reward itself, no options
+    "arithmetic_reward": _Entry(lambda: arithmetic_reward),  # alias: the demo reward's logged __name__
 }
 
 

@@ -95,8 +95,10 @@ def parse_verdicts(
         result.status, result.detail = "syntax_error", " ".join(program["syntax_error"])
     elif "solution_error" in program:
         result.status, result.detail = "solution_error", " ".join(program["solution_error"])
-    elif launcher["exit"][1:2] == ["1"] or _killed_by_cpu_limit(launcher["exit"][0]):
-        result.status = "timeout"  # the wall-clock deadline or RLIMIT_CPU, whichever struck first
+    elif launcher["exit"][1:2] == ["1"] or launcher["exit"][0] == str(-signal.SIGXCPU):
+        # the wall-clock deadline, or RLIMIT_CPU's SIGXCPU (the launcher reports death by signal N as -N): which
+        # strikes first depends on the machine's load, so both count as a timeout
+        result.status = "timeout"
     elif "done" not in program:
         result.status, result.detail = "crashed", f"exit status {launcher['exit'][0]}"
     elif "timeout" in errors:
@@ -111,13 +113,3 @@ def _decode_output(field_text: str) -> str | None:
         return base64.b64decode(field_text, validate=True).decode("utf-8", "replace")
     except (binascii.Error, ValueError):
         return None
-
-
-def _killed_by_cpu_limit(raw_status: str) -> bool:
-    """Whether a wait status says the program died of SIGXCPU (RLIMIT_CPU's soft limit). Which of the CPU limit and
-    the wall-clock deadline strikes first depends on the machine's load, so both count as a timeout."""
-    try:
-        status = int(raw_status)
-    except ValueError:
-        return False
-    return status == -signal.SIGXCPU  # the launcher reports death by signal N as -N
