@@ -17,9 +17,11 @@ reward hacking inside the verdict, e.g. an ``__eq__`` that always returns True) 
 
 from __future__ import annotations
 
-import dataclasses
+import base64
+import binascii
 import json
 import logging
+import math
 import os
 import secrets
 import selectors
@@ -33,11 +35,8 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-
-from trl_ext.rewards.sandbox_isolation import NOBODY, ROOT_PLANS, USER_PLANS, Isolation
-from trl_ext.rewards.sandbox_limits import Cases, Limits
-from trl_ext.rewards.sandbox_verdicts import ProgramResult, RecordFilter, parse_verdicts
 
 __all__ = ["Cases", "Limits", "ProgramResult", "SandboxPool", "probe_isolation", "run_program", "sandbox_report"]
 
@@ -46,6 +45,229 @@ logger = logging.getLogger(__name__)
 CHILD = Path(__file__).with_name("_sandbox_child.py")
 MAX_SLOTS = 64
 _GRACE = 5.0  # seconds the host waits beyond the launcher's own deadline before killing the launcher
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-program limits. ``timeout`` is wall-clock seconds; ``cpu_seconds`` defaults to ``ceil(timeout)``."""
+
+    timeout: float = 1.0
+    cpu_seconds: int | None = None
+    memory_mb: int = 1024
+    max_processes: int = 32
+    max_file_mb: int = 16
+    max_open_files: int = 64
+    tmpfs_mb: int = 64
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
+        for name in ("memory_mb", "max_processes", "max_file_mb", "max_open_files", "tmpfs_mb"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_open_files < 8:
+            raise ValueError(f"max_open_files must be >= 8 (Python itself needs a few), got {self.max_open_files}")
+
+    def to_child(self) -> dict:
+        data = asdict(self)
+        data["cpu_seconds"] = self.cpu_seconds or max(1, math.ceil(self.timeout))
+        return data
+
+
+@dataclass(frozen=True)
+class Cases:
+    """Input/output cases of one program, inputs only: the expected outputs stay on the host. ``inputs``: each case's
+    stdin, or (``fn_name`` set) the JSON text of its arguments; ``Limits.timeout`` bounds all cases together."""
+
+    inputs: tuple[str, ...]
+    fn_name: str | None = None
+    case_timeout: float = 1.0
+    max_output_bytes: int = 256 << 10
+
+    def __post_init__(self) -> None:
+        if not self.case_timeout > 0:
+            raise ValueError(f"case_timeout must be > 0 seconds, got {self.case_timeout}")
+        if self.max_output_bytes < 1:
+            raise ValueError(f"max_output_bytes must be >= 1, got {self.max_output_bytes}")
+
+
+NOBODY = 65534
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One rung of the fallback ladder: which namespaces, which uid, whether to sweep the uid after each run."""
+
+    name: str
+    user_ns: bool
+    pid_ns: bool
+    net_ns: bool
+    mount_ns: bool
+    uid: str  # "slot": a fresh unprivileged uid per worker slot; "nobody": 65534 shared; "self": no change
+    uid_sweep: bool
+
+
+# the fallback ladders, strongest plan first
+ROOT_PLANS = (
+    Plan("namespaces+uid", False, True, True, True, "slot", False),
+    Plan("namespaces+nobody", False, True, True, True, "nobody", False),
+    Plan("uid+sweep", False, False, False, False, "slot", True),
+    Plan("nobody", False, False, False, False, "nobody", False),
+)
+USER_PLANS = (
+    Plan("user-namespaces", True, True, True, True, "self", False),
+    Plan("rlimits-only", False, False, False, False, "self", False),
+)
+
+
+@dataclass
+class Isolation:
+    """What the probe found: the plan in force, the checks it verified, and the plans it had to reject."""
+
+    plan: Plan
+    checks: dict[str, bool] = field(default_factory=dict)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    euid: int = 0
+
+    def describe(self) -> str:
+        """Human-readable report of the mechanisms in force."""
+        plan = self.plan
+        user = {
+            "slot": "own unprivileged uid per worker slot (setuid from root), no groups, no capabilities",
+            "nobody": f"uid {NOBODY} (nobody), shared by all workers, no groups, no capabilities",
+            "self": f"the trainer's own uid {self.euid}, no capabilities",
+        }[plan.uid]
+        lines = [
+            f"sandbox plan: {plan.name} (euid {self.euid})",
+            f"  user: {user}",
+            f"  user namespace: {'yes' if plan.user_ns else 'no'}",
+            f"  PID namespace: {'yes: everything dies with the program' if plan.pid_ns else 'no'}"
+            + ("" if plan.pid_ns else (" (kill(-1) sweep of the uid)" if plan.uid_sweep else " (process group kill)")),
+            f"  network namespace: {'yes: no network at all' if plan.net_ns else 'NO: network is reachable'}",
+            f"  mount namespace: {'yes: private /proc and tmpfs /tmp' if plan.mount_ns else 'NO: host /tmp shared'}",
+            (
+                "  imports: standard library and site-packages (if enabled) bind-mounted read-only"
+                if plan.mount_ns
+                else "  imports: common standard modules preloaded before the uid drop; others may be unreadable"
+                if plan.uid != "self"
+                else "  imports: whatever the trainer's uid can read"
+            ),
+            "  rlimits: CPU, AS, FSIZE, NOFILE, CORE=0"
+            + (", NPROC (enforced)" if self.checks.get("nproc_enforced") else ", NPROC (set, not verified)"),
+            "  verified: " + ", ".join(f"{k}={'ok' if v else 'FAILED'}" for k, v in sorted(self.checks.items())),
+        ]
+        lines += [f"  rejected plan {name}: {reason}" for name, reason in self.rejected]
+        return "\n".join(lines)
+
+    @property
+    def strong(self) -> bool:
+        return self.plan.pid_ns and self.plan.net_ns and self.plan.mount_ns
+
+
+@dataclass
+class ProgramResult:
+    """Outcome of one program. ``status``: ok, timeout, crashed, syntax_error, solution_error, sandbox_error.
+
+    For input/output cases, ``outputs`` holds each case's stdout (or JSON return value) and ``errors`` its status
+    (``ok``, ``error``, ``timeout``, ``output_limit``, ``crashed``; ``""`` when it never ran); ``passed`` is all False
+    until the host judges the outputs (``trl_ext.rewards.checkers``)."""
+
+    status: str
+    passed: tuple[bool, ...]
+    wall_s: float
+    errors: tuple[str, ...] = ()
+    detail: str = ""
+    outputs: tuple[str | None, ...] = ()
+
+    @property
+    def pass_fraction(self) -> float | None:
+        """Fraction of tests with a pass record; None when the sandbox itself failed (nothing was judged)."""
+        if self.status == "sandbox_error":
+            return None
+        return sum(self.passed) / len(self.passed) if self.passed else 0.0
+
+
+class RecordFilter:
+    """Keeps the lines of a stream that start with ``prefix`` (the run's secret nonce: the records); the program's own
+    output, lines without it, is dropped as it streams (bounded memory)."""
+
+    def __init__(self, prefix: bytes, max_records: int, max_record_bytes: int = 4096):
+        self.prefix, self.max_records, self.max_record_bytes = prefix, max_records, max_record_bytes
+        self.records: list[bytes] = []
+        self.partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        lines = (self.partial + chunk).split(b"\n")
+        self.partial = lines.pop()[-self.max_record_bytes :]  # a longer unfinished line is junk
+        for line in lines:
+            if line.startswith(self.prefix) and len(self.records) < self.max_records:
+                self.records.append(line)
+
+    def close(self) -> list[bytes]:
+        self.feed(b"\n")
+        return self.records
+
+
+def parse_verdicts(
+    verdicts: list[bytes], stderr: bytes, nonce: str, n_tests: int, wall: float, killed: bool, io: bool = False
+) -> ProgramResult:
+    """Build the result: test and progress records from the verdict channel, exit records from the launcher's."""
+    prefix = nonce + " "
+    program: dict[str, list[str]] = {}
+    passed, errors, seen = [False] * n_tests, [""] * n_tests, set()
+    outputs: list[str | None] = [None] * n_tests
+    for raw in verdicts:
+        kind, *args = raw.decode("utf-8", "replace")[len(prefix) :].split(" ")
+        if kind == "case" and len(args) == 3 and args[0].isdigit() and int(args[0]) < n_tests:
+            index = int(args[0])
+            if index not in seen:
+                seen.add(index)
+                errors[index] = args[1]
+                outputs[index] = _decode_output(args[2])
+        elif kind == "test" and len(args) >= 2 and args[0].isdigit():
+            index = int(args[0])
+            if index < n_tests and index not in seen:
+                seen.add(index)
+                passed[index] = args[1] == "pass"
+                errors[index] = args[2] if len(args) > 2 else ""
+        elif kind in ("started", "syntax_error", "solution_error", "done"):
+            program.setdefault(kind, args)
+    launcher: dict[str, list[str]] = {}
+    for line in stderr.decode("utf-8", "replace").splitlines():
+        if line.startswith(prefix):
+            kind, *args = line[len(prefix) :].split(" ")
+            launcher.setdefault(kind, args)
+    result = ProgramResult("ok", tuple(passed), wall, tuple(errors), outputs=tuple(outputs) if io else ())
+    if "sandbox_error" in launcher:
+        result.status, result.detail = "sandbox_error", " ".join(launcher["sandbox_error"])
+    elif "exit" not in launcher:
+        result.status = "sandbox_error"
+        result.detail = "launcher gave no exit record" + (" (killed by host)" if killed else "")
+        tail = [line for line in stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+        if tail:
+            result.detail += f": {tail[-1][:300]}"
+    elif "syntax_error" in program:
+        result.status, result.detail = "syntax_error", " ".join(program["syntax_error"])
+    elif "solution_error" in program:
+        result.status, result.detail = "solution_error", " ".join(program["solution_error"])
+    elif launcher["exit"][1:2] == ["1"] or launcher["exit"][0] == str(-signal.SIGXCPU):
+        # the wall-clock deadline, or RLIMIT_CPU's SIGXCPU (the launcher reports death by signal N as -N): which
+        # strikes first depends on the machine's load, so both count as a timeout
+        result.status = "timeout"
+    elif "done" not in program:
+        result.status, result.detail = "crashed", f"exit status {launcher['exit'][0]}"
+    elif "timeout" in errors:
+        result.status = "timeout"  # a case ran past its own limit; the cases before and after it still count
+    return result
+
+
+def _decode_output(field_text: str) -> str | None:
+    if field_text == "-":
+        return ""
+    try:
+        return base64.b64decode(field_text, validate=True).decode("utf-8", "replace")
+    except (binascii.Error, ValueError):
+        return None
 
 
 def _uid_base() -> int:
@@ -151,13 +373,13 @@ def run_program(
         "code": str(code),
         "tests": tests,
         "limits": limits.to_child(),
-        "plan": plan.to_child(),
+        "plan": asdict(plan),
         "nonce": nonce,
         "uid": uid,
         "nproc": nproc,
         "workdir": workdir,
         "extra_paths": _site_paths() if site_packages else [],
-        "io": cases.to_child() if cases is not None else None,
+        "io": asdict(cases) if cases is not None else None,  # (JSON writes the tuple of inputs as a list)
     }
     start = time.monotonic()
     try:
@@ -326,7 +548,7 @@ class SandboxPool:
 
         def one(program: tuple) -> ProgramResult:
             cases = program[2] if len(program) > 2 else None
-            limits = self.limits if cases is None else dataclasses.replace(self.limits, timeout=program[3])
+            limits = self.limits if cases is None else replace(self.limits, timeout=program[3])
             with lock:
                 slot = slots.pop()
             try:
