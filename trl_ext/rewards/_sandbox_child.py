@@ -1,23 +1,18 @@
 """Launcher and test harness of the code sandbox; runs as ``python -I -S -B _sandbox_child.py`` (stdlib only).
 
-The other side of :mod:`rewards.sandbox`'s protocol (its docstring describes the isolation applied here):
+The other side of :mod:`rewards.sandbox`'s protocol: stdin is one JSON object (``code``, ``tests``, ``limits``,
+``plan``, ``nonce`` ...); stdout is the runner's verdict channel (fd 3 inside), lines ``<nonce> <record> ...``, each
+led by a newline so that junk on the same channel cannot glue itself to a record; stderr is the launcher's own
+channel (``sandbox_error``, ``exit``), out of the program's reach.
 
-* stdin: one JSON object (``code``, ``tests``, ``limits``, ``plan``, ``nonce``, ``uid``, ``workdir``, ...).
-* stdout: the verdict channel of the runner (fd 3 inside), lines ``<nonce> <record> ...``, each written with a
-  leading newline so that junk the program writes to the same channel cannot glue itself to a record.
-* stderr: the launcher's own channel (the program has no handle on it): ``sandbox_error`` and ``exit`` records.
+The launcher applies the isolation ``plan`` and forks the *runner*, which ``exec``s the solution as module
+``solution``, then each test. A test passes only on an explicit pass record: exiting early, closing stdout or
+printing fake verdicts does not produce one. The launcher kills the runner (and its namespace) at the deadline.
 
-The launcher applies the host's isolation ``plan`` and forks the *runner*, which compiles the solution, ``exec``s it
-as module ``solution``, then each test, writing one record per test. A test passes only on an explicit pass record:
-exiting early, closing stdout or printing fake verdicts does not produce one. The launcher kills the runner (and
-with it the namespace) at the wall-clock deadline and writes the exit record.
-
-Input/output cases: the runner never runs the solution itself; each case runs in a forked *case process* (own
-process group, CPU limit ``ceil(case_timeout)``) whose stdin is a memory file holding the input (EOF after it, never
-a hang) and whose stdout the runner reads up to ``max_output_bytes``. A call-based program's ``fn_name`` (a method
-of ``Solution()`` when defined) gets the JSON arguments and its return value is written back as JSON. The runner
-reports ``case <i> <status> <base64 output>``; the host compares outputs with the expected ones, which never enter
-the sandbox. The runner is made non-dumpable so case processes (same uid) cannot read its memory.
+Input/output cases run each in a forked *case process* (own process group, CPU limit ``ceil(case_timeout)``, stdin a
+memory file holding the input, stdout read up to ``max_output_bytes``; ``fn_name``, a method of ``Solution()`` when
+defined, gets JSON arguments and returns JSON). The runner reports each case's status and base64 output; the expected
+outputs never enter the sandbox. The runner is non-dumpable, so case processes (same uid) cannot read its memory.
 """
 
 import base64
@@ -118,21 +113,6 @@ def _expose_python(paths):
             os.rmdir(stage)
 
 
-def _set_limits(limits, nproc):
-    cpu = int(limits["cpu_seconds"])
-    settings = [
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-        (resource.RLIMIT_AS, (limits["memory_mb"] << 20,) * 2),
-        (resource.RLIMIT_FSIZE, (limits["max_file_mb"] << 20,) * 2),
-        (resource.RLIMIT_NOFILE, (limits["max_open_files"],) * 2),
-        (resource.RLIMIT_CORE, (0, 0)),
-    ]
-    if nproc:
-        settings.append((resource.RLIMIT_NPROC, (nproc, nproc)))
-    for which, value in settings:
-        resource.setrlimit(which, value)
-
-
 def _runner(config, alive_read):
     """Child of the launcher: isolate, drop privileges, then run the solution and its tests. Never returns."""
     nonce, plan, limits = config["nonce"], config["plan"], config["limits"]
@@ -160,7 +140,14 @@ def _runner(config, alive_read):
                         __import__(name)
                     except ImportError:
                         pass
-        _set_limits(limits, config["nproc"])
+        cpu, nproc = int(limits["cpu_seconds"]), config["nproc"]
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mb"] << 20,) * 2)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits["max_file_mb"] << 20,) * 2)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits["max_open_files"],) * 2)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if nproc:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         if config["uid"] is not None:
             os.setgroups([])
             os.setgid(config["uid"])
@@ -446,13 +433,6 @@ def _sweep_uid(uid):
     os.waitpid(pid, 0)
 
 
-def _write_id_maps(outer_uid, outer_gid):
-    maps = {"setgroups": "deny", "uid_map": f"{outer_uid} {outer_uid} 1", "gid_map": f"{outer_gid} {outer_gid} 1"}
-    for name, text in maps.items():
-        with open(f"/proc/self/{name}", "w") as f:
-            f.write(text)
-
-
 def main():
     config = json.loads(sys.stdin.buffer.read())
     nonce, plan = config["nonce"], config["plan"]
@@ -464,8 +444,10 @@ def main():
         uid, gid = os.getuid(), os.getgid()
         if flags:
             _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
-        if plan["user_ns"]:
-            _write_id_maps(uid, gid)
+        if plan["user_ns"]:  # map our own uid and gid only
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
         alive_read, alive_write = os.pipe()
         pid = os.fork()
     except BaseException as error:

@@ -1,10 +1,8 @@
 """Comparison rules of the input/output layouts: is a case's output the expected one, as the dataset's checker says.
 
-Read from the checkers themselves (APPS ``eval/testing_util.py``, LiveCodeBench
-``lcb_runner/evaluation/testing_util.py``, open-r1 ``src/open_r1/rewards.py``; the table is in ``rewards/README.md``);
-where we differ it is always in the stricter direction: APPS's order-insensitive token-set checks are not reproduced,
-and open-r1's zipped line comparison also requires equal line counts (a program that adds debug lines fails).
-Partial credit is the fraction of cases passed, as open-r1 gives it.
+Read from APPS ``eval/testing_util.py``, LiveCodeBench ``lcb_runner/evaluation/testing_util.py`` and open-r1
+``src/open_r1/rewards.py`` (table in ``rewards/README.md``); where we differ it is stricter: no APPS order-insensitive
+token-set checks, and open-r1's zipped line comparison also requires equal line counts.
 """
 
 from __future__ import annotations

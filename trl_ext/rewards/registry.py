@@ -1,9 +1,6 @@
-"""Reward functions by name, for recipes: ``reward_funcs: [accuracy, format]`` plus ``reward_weights`` in YAML.
-
-The open-r1 pattern (``src/open_r1/rewards.py``, ``get_reward_funcs``): a recipe lists names and options, the
-registry builds the callables, and each carries a readable ``__name__`` so TRL logs ``rewards/<name>/mean``.
-Parameterised rewards are instances of small classes, not closures, so they pickle into worker processes. The names
-and their options are tabled in ``rewards/README.md``, "By name".
+"""Reward functions by name, for recipes (``reward_funcs: [accuracy, format]``), as open-r1's ``get_reward_funcs``:
+each carries a readable ``__name__`` (TRL logs ``rewards/<name>/mean``), and parameterised rewards are instances of
+small classes, not closures, so they pickle into worker processes. Names and options: ``rewards/README.md``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """Run untrusted Python against tests in isolated processes: probe what the host allows, fall back in order, report.
 
-The adversary is a policy under RL whose code is executed: mostly buggy (endless loops, memory blow-ups, stray
-prints, ``sys.exit()``), sometimes hostile by accident or by reward hacking (forking, deleting files, killing
-processes, faking a pass). The goals: the trainer survives, every call returns within its limit, the host is left as
-it was, the trainer's secrets stay secret, and a pass counts only when the test really ran and passed.
-
-Each program runs in a fresh launcher (``_sandbox_child.py``, ``python -I -S``) whose runner lives in new PID,
-network and mount namespaces (everything it spawns dies with it; no network; private ``/proc`` and ``/tmp``), under
-rlimits, as an unprivileged uid when the trainer is root (a user namespace otherwise), with no capabilities and
-``no_new_privs``. When the kernel refuses namespaces, weaker plans are used and logged (:func:`sandbox_report`).
-
-What it does not stop (kernel exploits: there is no seccomp filter; world-readable files; total memory; shared CPU;
-reward hacking inside the verdict, e.g. an ``__eq__`` that always returns True) and the full mechanism table are in
-``rewards/README.md``, "Isolation" and "Threat model and its limits".
+The code comes from a policy under RL: mostly buggy (endless loops, memory blow-ups, ``sys.exit()``), sometimes
+hostile by accident or by reward hacking (forking, deleting files, killing processes, faking a pass). The trainer must
+survive, every call return within its limit, the host and the trainer's secrets stay untouched, and a pass count only
+when the test really ran and passed. Each program runs in a fresh launcher (``_sandbox_child.py``) whose runner lives
+in new PID, network and mount namespaces, under rlimits, as an unprivileged uid when the trainer is root (a user
+namespace otherwise), with no capabilities and ``no_new_privs``; when the kernel refuses namespaces, weaker plans
+are used and logged (:func:`sandbox_report`). What it does not stop (no seccomp filter, world-readable files, total
+memory, reward hacking inside the verdict): ``rewards/README.md``, "Isolation" and "Threat model and its limits".
 """
 
 from __future__ import annotations
@@ -23,6 +18,7 @@ import json
 import logging
 import math
 import os
+import queue
 import secrets
 import selectors
 import shutil
@@ -543,14 +539,14 @@ class SandboxPool:
     def run(self, programs: Sequence[tuple]) -> list[ProgramResult]:
         """Run ``(code, tests)`` pairs, or ``(code, (), cases, timeout)`` input/output programs (``timeout``: the
         program's wall-clock budget, all cases together); results in input order."""
-        slots: list[int] = list(range(self.num_workers))
-        lock = threading.Lock()
+        slots: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for slot in range(self.num_workers):
+            slots.put(slot)
 
         def one(program: tuple) -> ProgramResult:
             cases = program[2] if len(program) > 2 else None
             limits = self.limits if cases is None else replace(self.limits, timeout=program[3])
-            with lock:
-                slot = slots.pop()
+            slot = slots.get()
             try:
                 return run_program(
                     program[0],
@@ -563,8 +559,7 @@ class SandboxPool:
                     cases=cases,
                 )
             finally:
-                with lock:
-                    slots.append(slot)
+                slots.put(slot)
 
         if self.num_workers == 1 or len(programs) <= 1:
             return [one(program) for program in programs]
