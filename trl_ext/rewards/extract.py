@@ -1,11 +1,9 @@
 """Final-answer extraction from model text, the part math-verify leaves to the caller.
 
-``math_verify.parse`` and ``verify`` are excellent at equivalence; what they do not decide is *which* part of a long
-chain of thought is the final answer. This module does, with one strategy per convention (``STRATEGIES``; the table
-is in ``rewards/README.md``): ``boxed``, ``gsm8k`` (after ``####``), ``answer_is`` and ``last_number``, which
-``auto`` tries in that order. Only the text after the last ``</think>`` is searched, and a completion that never
-closes ``<think>`` has no answer (as in TRL's ``reasoning_accuracy_reward``). All scanning is linear-time, so a
-pathological completion cannot stall the trainer here.
+Which part of a long chain of thought is the final answer: one strategy per convention (``STRATEGIES``, tabled in
+``rewards/README.md``), which ``auto`` tries in order. Only the text after the last ``</think>`` is searched; a
+completion that never closes ``<think>`` has no answer (as TRL's ``reasoning_accuracy_reward``). All scanning is
+linear-time, so a pathological completion cannot stall the trainer here.
 """
 
 from __future__ import annotations

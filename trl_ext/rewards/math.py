@@ -1,15 +1,13 @@
 """Math accuracy: extract the final answer, then let math-verify judge equivalence, without ever hanging.
 
 The rule-based outcome reward of DeepSeek-R1 (arXiv 2501.12948, section 2.2.2) and DAPO (arXiv 2503.14476, section
-2.4). Equivalence is ``math_verify.parse`` / ``verify``; this module adds answer extraction (:mod:`rewards.extract`),
-gold answers from full solutions, and timeouts that hold everywhere: math-verify's ``signal.alarm`` only works in the
-main thread, and TRL's ``accuracy_reward`` switches timeouts *off* elsewhere, where one answer such as
-``9^{9^{9^9}}`` stalls training for good. Backend ``"process"`` scores in helper processes (their own main threads)
-and kills one that overruns ``hard_timeout`` (a hang in C code, where alarms are not delivered).
+2.4), adding to math-verify answer extraction (:mod:`rewards.extract`), gold answers from full solutions, and timeouts
+that hold everywhere: math-verify's ``signal.alarm`` only works in the main thread (TRL's ``accuracy_reward`` turns
+timeouts off elsewhere, where ``9^{9^{9^9}}`` stalls training for good). Backend ``"process"`` scores in helper
+processes and kills one that overruns ``hard_timeout`` (a hang in C code, where alarms are not delivered).
 
 Reward: 1.0 correct; 0.0 wrong, no answer or timed out; ``None`` when the *reference* cannot be scored
-(:func:`reference_unscorable`), so TRL ignores the example rather than teaching from a broken label.
-See ``rewards/README.md``, "Math accuracy".
+(:func:`reference_unscorable`), so TRL ignores the example. See ``rewards/README.md``, "Math accuracy".
 """
 
 from __future__ import annotations
