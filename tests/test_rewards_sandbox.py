@@ -20,10 +20,18 @@ import time
 import pytest
 
 from trl_ext.rewards import sandbox
-from trl_ext.rewards.sandbox import Cases, Limits, ProgramResult, run_program
-from trl_ext.rewards.sandbox_isolation import ROOT_PLANS, USER_PLANS, Isolation
-from trl_ext.rewards.sandbox_probe import _PROBE_CODE, _PROBE_TESTS
-from trl_ext.rewards.sandbox_process import _uid_base
+from trl_ext.rewards.sandbox import (
+    _PROBE_CODE,
+    _PROBE_TESTS,
+    ROOT_PLANS,
+    USER_PLANS,
+    Cases,
+    Isolation,
+    Limits,
+    ProgramResult,
+    _uid_base,
+    run_program,
+)
 
 TIMEOUT = 1.0
 # A run ends at the wall-clock limit; launch, kill and namespace teardown add well under a second even on two busy

@@ -1,23 +1,18 @@
 """Launcher and test harness of the code sandbox; runs as ``python -I -S -B _sandbox_child.py`` (stdlib only).
 
-The other side of :mod:`rewards.sandbox`'s protocol (its docstring describes the isolation applied here):
+The other side of :mod:`rewards.sandbox`'s protocol: stdin is one JSON object (``code``, ``tests``, ``limits``,
+``plan``, ``nonce`` ...); stdout is the runner's verdict channel (fd 3 inside), lines ``<nonce> <record> ...``, each
+led by a newline so that junk on the same channel cannot glue itself to a record; stderr is the launcher's own
+channel (``sandbox_error``, ``exit``), out of the program's reach.
 
-* stdin: one JSON object (``code``, ``tests``, ``limits``, ``plan``, ``nonce``, ``uid``, ``workdir``, ...).
-* stdout: the verdict channel of the runner (fd 3 inside), lines ``<nonce> <record> ...``, each written with a
-  leading newline so that junk the program writes to the same channel cannot glue itself to a record.
-* stderr: the launcher's own channel (the program has no handle on it): ``sandbox_error`` and ``exit`` records.
+The launcher applies the isolation ``plan`` and forks the *runner*, which ``exec``s the solution as module
+``solution``, then each test. A test passes only on an explicit pass record: exiting early, closing stdout or
+printing fake verdicts does not produce one. The launcher kills the runner (and its namespace) at the deadline.
 
-The launcher applies the host's isolation ``plan`` and forks the *runner*, which compiles the solution, ``exec``s it
-as module ``solution``, then each test, writing one record per test. A test passes only on an explicit pass record:
-exiting early, closing stdout or printing fake verdicts does not produce one. The launcher kills the runner (and
-with it the namespace) at the wall-clock deadline and writes the exit record.
-
-Input/output cases: the runner never runs the solution itself; each case runs in a forked *case process* (own
-process group, CPU limit ``ceil(case_timeout)``) whose stdin is a memory file holding the input (EOF after it, never
-a hang) and whose stdout the runner reads up to ``max_output_bytes``. A call-based program's ``fn_name`` (a method
-of ``Solution()`` when defined) gets the JSON arguments and its return value is written back as JSON. The runner
-reports ``case <i> <status> <base64 output>``; the host compares outputs with the expected ones, which never enter
-the sandbox. The runner is made non-dumpable so case processes (same uid) cannot read its memory.
+Input/output cases run each in a forked *case process* (own process group, CPU limit ``ceil(case_timeout)``, stdin a
+memory file holding the input, stdout read up to ``max_output_bytes``; ``fn_name``, a method of ``Solution()`` when
+defined, gets JSON arguments and returns JSON). The runner reports each case's status and base64 output; the expected
+outputs never enter the sandbox. The runner is non-dumpable, so case processes (same uid) cannot read its memory.
 """
 
 import base64
@@ -56,10 +51,6 @@ def _check(result, what):
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
-def _unshare(flags):
-    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
-
-
 def _mount(source, target, fstype, flags, data=None):
     enc = [None if x is None else x.encode() for x in (source, target, fstype, data)]
     _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
@@ -82,20 +73,15 @@ def _drop_capabilities():
     _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
 
 
-def _traversable_by_others(path):
-    try:
-        return bool(os.stat(path).st_mode & 0o001)
-    except OSError:
-        return False
-
-
 def _first_blocked_ancestor(path):
     """The highest directory on ``path`` that "others" cannot traverse (``/root`` with mode 700), or None."""
-    parts = os.path.abspath(path).split(os.sep)[1:]
     current = ""
-    for part in parts:
+    for part in os.path.abspath(path).split(os.sep)[1:]:
         current += os.sep + part
-        if not _traversable_by_others(current):
+        try:
+            if not os.stat(current).st_mode & 0o001:
+                return current
+        except OSError:
             return current
     return None
 
@@ -127,21 +113,6 @@ def _expose_python(paths):
             os.rmdir(stage)
 
 
-def _set_limits(limits, nproc):
-    cpu = int(limits["cpu_seconds"])
-    settings = [
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-        (resource.RLIMIT_AS, (limits["memory_mb"] << 20,) * 2),
-        (resource.RLIMIT_FSIZE, (limits["max_file_mb"] << 20,) * 2),
-        (resource.RLIMIT_NOFILE, (limits["max_open_files"],) * 2),
-        (resource.RLIMIT_CORE, (0, 0)),
-    ]
-    if nproc:
-        settings.append((resource.RLIMIT_NPROC, (nproc, nproc)))
-    for which, value in settings:
-        resource.setrlimit(which, value)
-
-
 def _runner(config, alive_read):
     """Child of the launcher: isolate, drop privileges, then run the solution and its tests. Never returns."""
     nonce, plan, limits = config["nonce"], config["plan"], config["limits"]
@@ -169,7 +140,14 @@ def _runner(config, alive_read):
                         __import__(name)
                     except ImportError:
                         pass
-        _set_limits(limits, config["nproc"])
+        cpu, nproc = int(limits["cpu_seconds"]), config["nproc"]
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mb"] << 20,) * 2)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits["max_file_mb"] << 20,) * 2)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits["max_open_files"],) * 2)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if nproc:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         if config["uid"] is not None:
             os.setgroups([])
             os.setgid(config["uid"])
@@ -192,11 +170,14 @@ def _runner(config, alive_read):
         os.environ.clear()
         os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8"})
     except BaseException as error:
-        _verdict_writer(2, nonce)("sandbox_error", f"{type(error).__name__}:{error}".replace("\n", " ")[:300])
+        _sandbox_error(nonce, error)
         os._exit(1)
-    if config.get("io") is not None:
-        _io_harness(config["code"], config["io"], nonce, VERDICT_FD)
-    _harness(config["code"], config["tests"], nonce, VERDICT_FD)
+    _harness(config["code"], config["tests"], config.get("io"), nonce, VERDICT_FD)
+
+
+def _sandbox_error(nonce, error):
+    """The ``sandbox_error`` record on the launcher's channel (stderr)."""
+    _verdict_writer(2, nonce)("sandbox_error", f"{type(error).__name__}:{error}".replace("\n", " ")[:300])
 
 
 def _verdict_writer(fd, nonce):
@@ -213,8 +194,9 @@ def _verdict_writer(fd, nonce):
     return emit
 
 
-def _harness(code, tests, nonce, fd):
-    """Run the solution then each test; one verdict record per test, written as soon as it is known."""
+def _harness(code, tests, io, nonce, fd):
+    """Compile the solution, then run it and each assert test (one record per test), or (``io``) run it once per
+    input/output case, each in its own case process (one record per case); each record is written as soon as known."""
     exit_now = os._exit  # bound now: the solution may monkeypatch the os module
     emit = _verdict_writer(fd, nonce)
 
@@ -227,12 +209,23 @@ def _harness(code, tests, nonce, fd):
     del nonce
     import builtins
 
-    namespace = {"__name__": "solution", "__builtins__": builtins}
     try:
         compiled = compile(code, "<solution>", "exec")
     except BaseException as error:
         emit("syntax_error", error_name(error))
         exit_now(0)
+    if io is not None:
+        _prctl(PR_SET_DUMPABLE, 0)
+        emit("started")
+        for index, case_input in enumerate(io["inputs"]):
+            try:
+                status, output = _run_case(compiled, case_input, io)
+            except BaseException as error:  # the runner could not start the case (fd or process limit): not a pass
+                status, output = "crashed", f"{type(error).__name__}".encode()
+            emit("case", index, status, base64.b64encode(output).decode() or "-")
+        emit("done")
+        exit_now(0)
+    namespace = {"__name__": "solution", "__builtins__": builtins}
     emit("started")
     try:
         exec(compiled, namespace)
@@ -246,28 +239,6 @@ def _harness(code, tests, nonce, fd):
             emit("test", index, "fail", error_name(error))
         else:
             emit("test", index, "pass")
-    emit("done")
-    exit_now(0)
-
-
-def _io_harness(code, io, nonce, fd):
-    """Run the compiled solution once per input/output case, each in its own case process; one record per case."""
-    exit_now = os._exit
-    emit = _verdict_writer(fd, nonce)
-
-    try:
-        compiled = compile(code, "<solution>", "exec")
-    except BaseException as error:
-        emit("syntax_error", str(type(error).__name__)[:60] or "?")
-        exit_now(0)
-    _prctl(PR_SET_DUMPABLE, 0)
-    emit("started")
-    for index, case_input in enumerate(io["inputs"]):
-        try:
-            status, output = _run_case(compiled, case_input, io, fd)
-        except BaseException as error:  # the runner could not start the case (fd or process limit): not a pass
-            status, output = "crashed", f"{type(error).__name__}".encode()
-        emit("case", index, status, base64.b64encode(output).decode() or "-")
     emit("done")
     exit_now(0)
 
@@ -287,7 +258,7 @@ def _stdin_file(data):
     return stdin
 
 
-def _run_case(compiled, case_input, io, verdict_fd):
+def _run_case(compiled, case_input, io):
     """Fork one case process, collect its output (capped) until it exits or ``case_timeout``; (status, output)."""
     fn_name, timeout, cap = io["fn_name"], float(io["case_timeout"]), int(io["max_output_bytes"])
     stdin = _stdin_file(b"" if fn_name is not None else case_input.encode("utf-8", "surrogateescape"))
@@ -312,10 +283,7 @@ def _run_case(compiled, case_input, io, verdict_fd):
     deadline = time.monotonic() + timeout
     chunks, size, status, exited, reaped = [], 0, None, False, None
     os.set_blocking(out_read, False)
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        pidfd = None
+    pidfd = _pidfd(pid)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -344,10 +312,7 @@ def _run_case(compiled, case_input, io, verdict_fd):
             break
         chunks.append(chunk)
     if status is not None:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        _kill_group(pid)
     if reaped is None:
         code, timed_out = _wait(pid, max(0.0, deadline - time.monotonic()) + 0.05)
     else:
@@ -355,10 +320,7 @@ def _run_case(compiled, case_input, io, verdict_fd):
     for handle in (out_read, pidfd):
         if handle is not None:
             os.close(handle)
-    try:
-        os.killpg(pid, signal.SIGKILL)  # what the case process left in its group
-    except OSError:
-        pass
+    _kill_group(pid)  # what the case process left in its group
     _reap_orphans()
     if status is None:
         if timed_out or code in (-signal.SIGXCPU, -signal.SIGKILL):
@@ -366,6 +328,13 @@ def _run_case(compiled, case_input, io, verdict_fd):
         else:
             status = "ok" if code == 0 else "error" if code > 0 else "crashed"
     return status, b"".join(chunks)
+
+
+def _kill_group(pgid):
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def _reap_orphans(tries=20):
@@ -417,14 +386,18 @@ def _case_main(compiled, fn_name, case_input):
     os._exit(status)
 
 
+def _pidfd(pid):
+    """A descriptor that becomes readable when ``pid`` exits, or None where the kernel has no pidfd_open."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
 def _wait(pid, timeout):
     """Wait for ``pid`` until ``timeout`` seconds; SIGKILL it on overrun. Returns (wait status, timed out)."""
     deadline = time.monotonic() + timeout
-    pidfd = None
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        pass
+    pidfd = _pidfd(pid)
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
@@ -460,15 +433,6 @@ def _sweep_uid(uid):
     os.waitpid(pid, 0)
 
 
-def _write_id_maps(outer_uid, outer_gid):
-    with open("/proc/self/setgroups", "w") as f:
-        f.write("deny")
-    with open("/proc/self/uid_map", "w") as f:
-        f.write(f"{outer_uid} {outer_uid} 1")
-    with open("/proc/self/gid_map", "w") as f:
-        f.write(f"{outer_gid} {outer_gid} 1")
-
-
 def main():
     config = json.loads(sys.stdin.buffer.read())
     nonce, plan = config["nonce"], config["plan"]
@@ -479,13 +443,15 @@ def main():
         flags |= (CLONE_NEWNS if plan["mount_ns"] else 0) | (CLONE_NEWUSER if plan["user_ns"] else 0)
         uid, gid = os.getuid(), os.getgid()
         if flags:
-            _unshare(flags)
-        if plan["user_ns"]:
-            _write_id_maps(uid, gid)
+            _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+        if plan["user_ns"]:  # map our own uid and gid only
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
         alive_read, alive_write = os.pipe()
         pid = os.fork()
     except BaseException as error:
-        _verdict_writer(2, nonce)("sandbox_error", f"{type(error).__name__}:{error}".replace("\n", " ")[:300])
+        _sandbox_error(nonce, error)
         return
     if pid == 0:
         os.close(alive_write)
@@ -495,10 +461,7 @@ def main():
     status, timed_out = _wait(pid, config["limits"]["timeout"])
     elapsed = time.monotonic() - start
     if not plan["pid_ns"]:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill_group(pid)
         if plan["uid_sweep"] and config["uid"] is not None:
             _sweep_uid(config["uid"])
     _verdict_writer(2, nonce)("exit", status, int(timed_out), f"{elapsed:.4f}")

@@ -1,9 +1,6 @@
-"""Reward of the built-in arithmetic demo task (``trl_ext.demo``).
-
-The demo prompts look like ``"17+25="`` and the model should answer ``"42"`` followed by EOS. The reward is 1.0
-when the first integer of the completion equals the example's ``answer`` column, 0.0 otherwise (including empty or
-garbled output). It is a rule-based, verifiable reward in the sense of DAPO (arXiv 2503.14476, section 2.4), with
-the 0/1 scale instead of +1/-1 (the group normalization of GRPO-family advantages makes the two equivalent).
+"""Reward of the arithmetic demo task (``trl_ext.demo``: ``"17+25="`` answered ``"42"``): 1.0 when the completion's
+first integer equals the ``answer`` column, else 0.0. DAPO's rule-based reward (arXiv 2503.14476, section 2.4) on a
+0/1 scale instead of +1/-1, which group-normalized advantages make equivalent.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Comparison rules of the input/output layouts: is a case's output the expected one, as the dataset's checker says.
 
-Read from the checkers themselves (APPS ``eval/testing_util.py``, LiveCodeBench
-``lcb_runner/evaluation/testing_util.py``, open-r1 ``src/open_r1/rewards.py``; the table is in ``rewards/README.md``);
-where we differ it is always in the stricter direction: APPS's order-insensitive token-set checks are not reproduced,
-and open-r1's zipped line comparison also requires equal line counts (a program that adds debug lines fails).
-Partial credit is the fraction of cases passed, as open-r1 gives it.
+Read from APPS ``eval/testing_util.py``, LiveCodeBench ``lcb_runner/evaluation/testing_util.py`` and open-r1
+``src/open_r1/rewards.py`` (table in ``rewards/README.md``); where we differ it is stricter: no APPS order-insensitive
+token-set checks, and open-r1's zipped line comparison also requires equal line counts.
 """
 
 from __future__ import annotations
@@ -15,8 +13,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from trl_ext.rewards.io_tests import IOTests
-
-_CASE_OK = "ok"
 
 
 def _nonempty_stripped_lines(text: str) -> list[str]:
@@ -47,13 +43,8 @@ def apps_stdout(output: str, expected: str) -> bool:
         return True
     if len(got) != len(want):
         return False
-    for got_line, want_line in zip(got, want, strict=True):
-        got_tokens, want_tokens = got_line.split(), want_line.split()
-        if len(got_tokens) != len(want_tokens):
-            return False
-        if not all(_apps_token_equal(a, b) for a, b in zip(got_tokens, want_tokens, strict=True)):
-            return False
-    return True
+    tokens = [(a.split(), b.split()) for a, b in zip(got, want, strict=True)]
+    return all(len(a) == len(b) and all(map(_apps_token_equal, a, b)) for a, b in tokens)
 
 
 def _stripped_lines(text: str) -> list[str]:
@@ -72,13 +63,8 @@ def livecodebench_stdout(output: str, expected: str) -> bool:
     got, want = _stripped_lines(output), _stripped_lines(expected)
     if len(got) != len(want):
         return False
-    for got_line, want_line in zip(got, want, strict=True):
-        if got_line == want_line:
-            continue
-        a, b = _decimals(got_line), _decimals(want_line)
-        if a is None or b is None or a != b:
-            return False
-    return True
+    # a line matches as text or as numbers: equal Decimal lists, and (chained) not None, i.e. both lines are numbers
+    return all(a == b or _decimals(a) == _decimals(b) is not None for a, b in zip(got, want, strict=True))
 
 
 def open_r1_stdout(output: str, expected: str) -> bool:
@@ -104,7 +90,7 @@ _CALL = {"apps": apps_call, "livecodebench": livecodebench_call}
 
 def case_passed(tests: IOTests, index: int, status: str, output: str | None) -> bool:
     """Whether case ``index`` passed: it ran to the end (``ok``) and its output matches by the layout's rule."""
-    if status != _CASE_OK or output is None:
+    if status != "ok" or output is None:
         return False
     expected = tests.outputs[index]
     if tests.fn_name is None:

@@ -1,15 +1,12 @@
 """Code reward: run the completion's Python against the example's tests in the sandbox; reward the pass fraction.
 
-The unit-test reward of code RL (DeepSeek-R1, arXiv 2501.12948, section 2.2.2: "for LeetCode problems, a compiler
-can be used to generate feedback based on predefined test cases"), with partial credit as open-r1's ``code_reward``
-gives it. The ``tests`` column holds assert tests (a list of test strings, or one test program whose top-level
-asserts each end a test) or input/output cases (APPS/TACO, LiveCodeBench/DeepCoder, open-r1), recognized from the
-content and judged by the dataset checker's rule (:mod:`trl_ext.rewards.checkers`). Structured data in no known
-layout is never run as a test program.
+The unit-test reward of DeepSeek-R1 (arXiv 2501.12948, section 2.2.2), with open-r1's partial credit. The ``tests``
+column holds assert tests (a list of test strings, or one program whose top-level asserts each end a test) or
+input/output cases (APPS/TACO, LiveCodeBench/DeepCoder, open-r1) judged by the dataset checker's rule
+(:mod:`trl_ext.rewards.checkers`); structured data in no known layout is never run as a test program.
 
 Reward: passed / total tests; 0.0 for syntax errors, a solution that raises at import, an unfinished ``<think>`` or
-no code; ``None`` when the example cannot be scored or the sandbox itself failed (never silently 0). The rules in
-full: ``rewards/README.md``, "Code".
+no code; ``None`` when the example cannot be scored or the sandbox failed. Rules: ``rewards/README.md``, "Code".
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Code-format reward: the answer holds a fenced block in the expected language, and (Python) that block parses.
-
-open-r1's ``get_code_format_reward(language)`` checks with a regular expression that the answer has a
-```` ```<language> ```` fence inside the ``<think>``/``<answer>`` format. This one checks what the code reward will
-run: the answer region (after ``</think>``; a ``<think>`` never closed scores 0) must hold a block fenced with the
-language's label (``python``: ``python``, ``py``, ``python3``, ``py3``), and for Python the last such block must be
-valid syntax (``ast.parse``); for other languages only the fence is checked (no parser here). 1.0 or 0.0.
-With ``think_format=True`` the completion must also pass the strict think format (:class:`ThinkFormat`), as
-open-r1's pattern requires.
+"""Code-format reward (open-r1's ``get_code_format_reward``, checking what the code reward will run): 1.0 when the
+answer region (after ``</think>``; a ``<think>`` never closed scores 0) holds a block fenced with the language's label
+(``python``: also ``py``, ``python3``, ``py3``) and, for Python, the last such block parses; else 0.0. With
+``think_format=True`` the completion must also pass the strict think format (:class:`ThinkFormat`), as open-r1's does.
 """
 
 from __future__ import annotations
@@ -31,7 +26,6 @@ class CodeFormat(TextReward):
         self.__name__ = name
 
     def score(self, text: str) -> float:
-        """The reward of one completion text."""
         region = answer_region(text)
         if region is None:
             return 0.0

@@ -1,11 +1,9 @@
 """Final-answer extraction from model text, the part math-verify leaves to the caller.
 
-``math_verify.parse`` and ``verify`` are excellent at equivalence; what they do not decide is *which* part of a long
-chain of thought is the final answer. This module does, with one strategy per convention (``STRATEGIES``; the table
-is in ``rewards/README.md``): ``boxed``, ``gsm8k`` (after ``####``), ``answer_is`` and ``last_number``, which
-``auto`` tries in that order. Only the text after the last ``</think>`` is searched, and a completion that never
-closes ``<think>`` has no answer (as in TRL's ``reasoning_accuracy_reward``). All scanning is linear-time, so a
-pathological completion cannot stall the trainer here.
+Which part of a long chain of thought is the final answer: one strategy per convention (``STRATEGIES``, tabled in
+``rewards/README.md``), which ``auto`` tries in order. Only the text after the last ``</think>`` is searched; a
+completion that never closes ``<think>`` has no answer (as TRL's ``reasoning_accuracy_reward``). All scanning is
+linear-time, so a pathological completion cannot stall the trainer here.
 """
 
 from __future__ import annotations
@@ -13,8 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-STRATEGIES = ("boxed", "gsm8k", "answer_is", "last_number")
-AUTO_ORDER = STRATEGIES
+STRATEGIES = ("boxed", "gsm8k", "answer_is", "last_number")  # also the order "auto" tries them in
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
 _ANSWER_IS = re.compile(r"(?i)\banswer(?:\s*\*\*)?\s*(?:is\b\s*:?|:|=)")
@@ -38,10 +35,12 @@ def answer_region(text: str) -> str | None:
     return text
 
 
-def _closing_braces(text: str) -> dict[int, int]:
-    """Index of the matching ``}`` for every ``{`` that has one, in one pass (escaped braces are skipped)."""
+def _match_braces(text: str) -> tuple[dict[int, int], bool]:
+    """Index of the matching ``}`` for every ``{`` that has one, in one pass (escaped braces are skipped), and whether
+    the braces balance: no ``{`` left open and no ``}`` that closes nothing."""
     closing: dict[int, int] = {}
     stack: list[int] = []
+    stray = False
     i, n = 0, len(text)
     while i < n:
         char = text[i]
@@ -50,26 +49,19 @@ def _closing_braces(text: str) -> dict[int, int]:
             continue
         if char == "{":
             stack.append(i)
-        elif char == "}" and stack:
-            closing[stack.pop()] = i
+        elif char == "}":
+            if stack:
+                closing[stack.pop()] = i
+            else:
+                stray = True
         i += 1
-    return closing
+    return closing, not stack and not stray
 
 
 def braces_balanced(text: str) -> bool:
     """Whether every unescaped ``{`` of ``text`` is closed by a later ``}`` and no ``}`` closes nothing (``\\{`` and
     ``\\}`` are set braces, not groups). A LaTeX answer whose groups do not balance is cut off or malformed."""
-    depth, i, n = 0, 0, len(text)
-    while i < n:
-        char = text[i]
-        if char == "\\":
-            i += 2
-            continue
-        depth += (char == "{") - (char == "}")
-        if depth < 0:
-            return False
-        i += 1
-    return depth == 0
+    return _match_braces(text)[1]
 
 
 def boxed_contents(text: str) -> list[str]:
@@ -80,7 +72,7 @@ def boxed_contents(text: str) -> list[str]:
         start = match.end()
         if start < len(text) and text[start] == "{":
             if closing is None:
-                closing = _closing_braces(text)
+                closing = _match_braces(text)[0]
             end = closing.get(start)
             if end is not None:
                 found.append(text[start + 1 : end].strip())
@@ -176,7 +168,7 @@ def extract_answer(
 def parse_strategies(strategies: str | Sequence[str]) -> tuple[str, ...]:
     """Validate a strategy spec (``"auto"``, a name, or a list of names) into an ordered tuple."""
     if isinstance(strategies, str):
-        order: tuple[str, ...] = AUTO_ORDER if strategies == "auto" else (strategies,)
+        order: tuple[str, ...] = STRATEGIES if strategies == "auto" else (strategies,)
     else:
         order = tuple(strategies)
     unknown = [name for name in order if name not in STRATEGIES]

@@ -81,11 +81,8 @@ def _apps(value: Any) -> IOTests | None:
 def _case_list(value: Any) -> list[Mapping] | None:
     if not isinstance(value, (list, tuple)) or not value:
         return None
-    if not all(isinstance(case, Mapping) and isinstance(case.get("input"), str) for case in value):
-        return None
-    if not all(isinstance(case.get("output"), str) for case in value):
-        return None
-    return list(value)
+    fields_are_text = (isinstance(c.get("input"), str) and isinstance(c.get("output"), str) for c in value)
+    return list(value) if all(isinstance(c, Mapping) for c in value) and all(fields_are_text) else None
 
 
 def _function_name(case: Mapping) -> str | None:

@@ -27,9 +27,10 @@ from trl_ext.rewards.math import MathAccuracy
 class _Correctness:
     """Shared by both rewards: correctness from an accuracy reward, lengths from the completion tokens."""
 
-    def __init__(self, accuracy: Callable | None, solution_column: str | None, extraction: str):
+    def __init__(self, accuracy: Callable | None, solution_column: str | None, extraction: str, name: str):
         self.accuracy = accuracy or MathAccuracy(extraction=extraction, solution_column=solution_column)
         self.last_unit = "tokens"
+        self.__name__ = name
 
     def judged(self, prompts: list | None, completions: list, completion_ids: list | None, kwargs: dict) -> tuple:
         columns = {k: v for k, v in kwargs.items() if k not in ("log_metric", "log_extra")}  # logged by accuracy
@@ -52,8 +53,7 @@ class KimiLength(_Correctness):
         extraction: str = "auto",
         name: str = "len_reward",
     ):
-        super().__init__(accuracy, solution_column, extraction)
-        self.__name__ = name
+        super().__init__(accuracy, solution_column, extraction, name)
 
     def __call__(
         self, prompts: list | None = None, completions: list | None = None, completion_ids: list | None = None, **kw
@@ -93,12 +93,11 @@ class CosineLength(_Correctness):
     ):
         if max_len < 1:
             raise ValueError(f"max_len must be >= 1, got {max_len}")
-        super().__init__(accuracy, solution_column, extraction)
+        super().__init__(accuracy, solution_column, extraction, name)
         self.correct_range = (max_value_correct, min_value_correct)  # (r_0, r_T)
         self.wrong_range = (min_value_wrong, max_value_wrong)
         self.max_len = max_len
         self.exceed_penalty = exceed_penalty
-        self.__name__ = name
 
     def value(self, length: int, correct: bool) -> float:
         """``CosFn(length, max_len, r_0, r_T)`` for a correct or wrong answer (module doc)."""

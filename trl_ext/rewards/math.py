@@ -1,15 +1,13 @@
 """Math accuracy: extract the final answer, then let math-verify judge equivalence, without ever hanging.
 
 The rule-based outcome reward of DeepSeek-R1 (arXiv 2501.12948, section 2.2.2) and DAPO (arXiv 2503.14476, section
-2.4). Equivalence is ``math_verify.parse`` / ``verify``; this module adds answer extraction (:mod:`rewards.extract`),
-gold answers from full solutions, and timeouts that hold everywhere: math-verify's ``signal.alarm`` only works in the
-main thread, and TRL's ``accuracy_reward`` switches timeouts *off* elsewhere, where one answer such as
-``9^{9^{9^9}}`` stalls training for good. Backend ``"process"`` scores in helper processes (their own main threads)
-and kills one that overruns ``hard_timeout`` (a hang in C code, where alarms are not delivered).
+2.4), adding to math-verify answer extraction (:mod:`rewards.extract`), gold answers from full solutions, and timeouts
+that hold everywhere: math-verify's ``signal.alarm`` only works in the main thread (TRL's ``accuracy_reward`` turns
+timeouts off elsewhere, where ``9^{9^{9^9}}`` stalls training for good). Backend ``"process"`` scores in helper
+processes and kills one that overruns ``hard_timeout`` (a hang in C code, where alarms are not delivered).
 
 Reward: 1.0 correct; 0.0 wrong, no answer or timed out; ``None`` when the *reference* cannot be scored
-(:func:`reference_unscorable`), so TRL ignores the example rather than teaching from a broken label.
-See ``rewards/README.md``, "Math accuracy".
+(:func:`reference_unscorable`), so TRL ignores the example. See ``rewards/README.md``, "Math accuracy".
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from trl_ext.rewards.extract import braces_balanced, extract_answer, gold_answer, parse_strategies
@@ -37,16 +35,13 @@ from trl_ext.rewards.text import column, completion_texts
 BACKENDS = ("auto", "signal", "process")
 EXTRACTIONS = ("auto", "boxed", "gsm8k", "answer_is", "last_number", "math_verify")
 _LATEX_MARKUP = re.compile(r"[\\{}^_]")
-_QUIET = False
 
 
+@cache
 def _quiet_math_verify() -> None:
     """math-verify logs a warning per timeout; we count timeouts ourselves and report them through ``log_metric``."""
-    global _QUIET
-    if not _QUIET:
-        for name in ("math_verify.parser", "math_verify.grader", "math_verify"):
-            logging.getLogger(name).setLevel(logging.ERROR)
-        _QUIET = True
+    for name in ("math_verify.parser", "math_verify.grader", "math_verify"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def signals_usable() -> bool:
@@ -72,12 +67,14 @@ def is_reference(solution: Any) -> bool:
     return isinstance(solution, str) and bool(solution.strip())
 
 
-@lru_cache(maxsize=4096)
-def _parse_gold(latex: str, timeout: int) -> tuple:
+def _parse(latex: str, timeout: int) -> tuple:
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 
     config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
     return tuple(parse(latex, extraction_config=config, parsing_timeout=timeout))
+
+
+_parse_gold = lru_cache(maxsize=4096)(_parse)
 
 
 def reference_unscorable(gold: str, parsed: Sequence[Any]) -> bool:
@@ -123,7 +120,7 @@ def score_one(
             return 0.0, "timeout"
         return float(reward), "correct" if reward else "wrong"
 
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    from math_verify import verify
 
     latex = gold_answer(solution)
     gold = _parse_gold(latex, parse_timeout)
@@ -133,8 +130,7 @@ def score_one(
     if answer is None:
         return 0.0, "no_answer"
     start = time.monotonic()
-    config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
-    predicted = parse(answer, extraction_config=config, parsing_timeout=parse_timeout)
+    predicted = list(_parse(answer, parse_timeout))
     if not predicted:
         timed_out = parse_timeout and time.monotonic() - start >= parse_timeout
         return 0.0, "timeout" if timed_out else "no_answer"
@@ -146,7 +142,7 @@ def score_one(
 
 
 class _Worker:
-    """One helper process speaking JSON lines (see :mod:`rewards._math_worker`); killed and replaced on overrun."""
+    """One helper process speaking JSON lines (:func:`worker_main`); killed and replaced on overrun."""
 
     def __init__(self, command: list[str], startup_timeout: float = 120.0):
         self.command = command
@@ -207,7 +203,25 @@ class _Worker:
 
 def worker_command() -> list[str]:
     """Command line of a math-verification helper (imports by module name, so it is notebook- and script-safe)."""
-    return [sys.executable, "-c", "from trl_ext.rewards._math_worker import main; main()"]
+    return [sys.executable, "-c", "from trl_ext.rewards.math import worker_main; worker_main()"]
+
+
+def worker_main() -> None:
+    """The helper process of the ``process`` backend: one JSON request per stdin line (``solution``, ``text`` and
+    :func:`score_one`'s options), one JSON reply per line (``reward``, ``status``). :func:`score_one` runs in the
+    helper's own main thread, so math-verify's ``signal.alarm`` timeouts work even when the trainer calls the reward
+    from another thread; the parent kills it if it still overruns. It exits when its stdin closes."""
+    _quiet_math_verify()
+    import math_verify  # noqa: F401  - pay the sympy import before announcing readiness
+
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+            reward, status = score_one(request.pop("solution"), request.pop("text"), **request)
+        except Exception as error:  # a malformed request must not take the helper down
+            reward, status = 0.0, f"error: {type(error).__name__}"
+        print(json.dumps({"reward": reward, "status": status}), flush=True)
 
 
 class MathAccuracy:
@@ -298,12 +312,16 @@ class MathAccuracy:
                 f"reward {self.__name__!r}: timeout_backend='signal' needs the main thread and a free SIGALRM; "
                 "use timeout_backend='auto' or 'process' here."
             )
+        scorer = self._score_signal if backend == "signal" else self._score_process
+
+        def score(solution: Any, text: str) -> tuple[float | None, str]:
+            return scorer(solution, text) if is_reference(solution) else (None, "gold_unparseable")
+
         if backend == "process" and self.num_workers > 1 and len(texts) > 1:
             with ThreadPoolExecutor(self.num_workers) as pool:
-                results = list(pool.map(self._score_process, solutions, texts))
+                results = list(pool.map(score, solutions, texts))
         else:
-            scorer = self._score_signal if backend == "signal" else self._score_process
-            results = [scorer(solution, text) for solution, text in zip(solutions, texts, strict=True)]
+            results = [score(solution, text) for solution, text in zip(solutions, texts, strict=True)]
         self.last_statuses = [status for _, status in results]
         if log_metric is not None and texts:
             labels = {"no_answer": "no_answer", "timeout": "timeout", "gold_unparseable": "unscorable"}
@@ -321,16 +339,12 @@ class MathAccuracy:
         }
 
     def _score_signal(self, solution: Any, text: str) -> tuple[float | None, str]:
-        if not is_reference(solution):
-            return None, "gold_unparseable"
         try:
             return score_one(solution, text, **self._options())
         except Exception:  # math-verify swallows its own errors; this is a last line of defence
             return 0.0, "error"
 
     def _score_process(self, solution: Any, text: str) -> tuple[float | None, str]:
-        if not is_reference(solution):
-            return None, "gold_unparseable"
         with self._lock:
             if self._workers is None:
                 self._workers = queue.Queue()

@@ -1,9 +1,6 @@
-"""Reward functions by name, for recipes: ``reward_funcs: [accuracy, format]`` plus ``reward_weights`` in YAML.
-
-The open-r1 pattern (``src/open_r1/rewards.py``, ``get_reward_funcs``): a recipe lists names and options, the
-registry builds the callables, and each carries a readable ``__name__`` so TRL logs ``rewards/<name>/mean``.
-Parameterised rewards are instances of small classes, not closures, so they pickle into worker processes. The names
-and their options are tabled in ``rewards/README.md``, "By name".
+"""Reward functions by name, for recipes (``reward_funcs: [accuracy, format]``), as open-r1's ``get_reward_funcs``:
+each carries a readable ``__name__`` (TRL logs ``rewards/<name>/mean``), and parameterised rewards are instances of
+small classes, not closures, so they pickle into worker processes. Names and options: ``rewards/README.md``.
 """
 
 from __future__ import annotations
@@ -32,8 +29,6 @@ class _Entry:
 
     def accepted(self) -> set[str] | None:
         """Option names the factory takes (None: anything, it has ``**kwargs``)."""
-        if self.factory is arithmetic_reward:
-            return set()
         try:
             parameters = inspect.signature(self.factory).parameters.values()
         except (TypeError, ValueError):
@@ -44,8 +39,6 @@ class _Entry:
         return names - set(self.fixed)
 
     def build(self, options: dict[str, Any]) -> Callable:
-        if self.factory is arithmetic_reward:
-            return arithmetic_reward
         return self.factory(**{**self.defaults, **options, **self.fixed})
 
 
@@ -63,8 +56,8 @@ _REGISTRY: dict[str, _Entry] = {
     "tag_count": _Entry(TagCount),
     "len_reward": _Entry(KimiLength),
     "cosine": _Entry(CosineLength),
-    "arithmetic": _Entry(arithmetic_reward),
-    "arithmetic_reward": _Entry(arithmetic_reward),  # alias: the demo reward's logged __name__
+    "arithmetic": _Entry(lambda: arithmetic_reward),  # a reward itself, no options
+    "arithmetic_reward": _Entry(lambda: arithmetic_reward),  # alias: the demo reward's logged __name__
 }
 
 

@@ -24,5 +24,4 @@ class TagCount(TextReward):
         self.__name__ = name
 
     def score(self, text: str) -> float:
-        """The reward of one completion text."""
         return sum(text.count(marker) == 1 for marker in self.markers) / len(self.markers)
