@@ -281,7 +281,7 @@ def test_the_probe_takes_the_runs_config_for_its_projection(demo):
     assert "prompts per generation batch, a budget of 2 generation batches" in report.format()
 
 
-def test_cli_reads_the_runs_yaml_and_keeps_the_former_flags(tmp_path):
+def test_cli_reads_the_runs_yaml_and_names_the_config_field_of_a_former_flag(tmp_path):
     from trl_ext.diagnostics.probe import parse_args
 
     # A recipe's YAML by its documented name: its sampling and data fill the probe, its config is the run
@@ -289,11 +289,12 @@ def test_cli_reads_the_runs_yaml_and_keeps_the_former_flags(tmp_path):
     assert type(run).__name__ == "DAPOConfig" and args.num_prompts == 3
     assert args.num_generations == run.num_generations and args.max_completion_length == run.max_completion_length
     assert run.dynamic_sampling_max_generation_batches == 4 and not run.bf16
-    # The former refill-policy flags map onto the run's config fields, with a warning naming them
-    with pytest.warns(FutureWarning, match="dynamic_sampling_max_generation_batches"):
-        args, run = parse_args(["--num_generations", "4", "--max_rounds", "7", "--groups_per_batch", "2"])
-    policy = dynamic_sampling_policy(run)
-    assert policy["max_generation_batches"] == 7 and policy["groups_per_batch"] == 2
-    with pytest.warns(FutureWarning, match="dynamic_sampling_refill_margin"):
-        _, run = parse_args(["--preset", "grpo", "--refill_margin", "1.1"])
-    assert run.dynamic_sampling_refill_margin == 1.1
+    # The former refill-policy flags fail naming the run's config field that replaces each
+    from trl_ext.errors import UserError
+
+    with pytest.raises(UserError, match="--max_rounds was removed.*dynamic_sampling_max_generation_batches"):
+        parse_args(["--num_generations", "4", "--max_rounds", "7"])
+    with pytest.raises(UserError, match="--refill_margin was removed.*dynamic_sampling_refill_margin"):
+        parse_args(["--preset", "grpo", "--refill_margin=1.1"])
+    _, run = parse_args(["--preset", "grpo", "--num_generations", "4"])  # a preset without a YAML
+    assert type(run).__name__ == "GRPOPaperConfig" and run.generation_batch_size == 16 * 4

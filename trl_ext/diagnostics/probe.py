@@ -22,7 +22,6 @@ import re
 import sys
 import time
 import types
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,12 +54,12 @@ from trl_ext.scoring import eos_ids, generate_groups, prompt_text, score_complet
 
 DEMO_MAX_COMPLETION_LENGTH = 8  # the demo's answers are at most 2 digits + EOS
 DEFAULT_MAX_COMPLETION_LENGTH = 256
-#: Deprecated flags for the run's refill policy, now read from the run's config: flag -> config field.
-RENAMED_FLAGS = {
-    "--max_rounds": ("dynamic_sampling_max_generation_batches", int),
-    "--refill_margin": ("dynamic_sampling_refill_margin", float),
-    "--max_round_size": ("dynamic_sampling_max_round_size", float),
-    "--groups_per_batch": ("generation_batch_size", int),  # x num_generations
+#: The probe's former refill-policy flags and the run's config fields that set the policy now.
+REMOVED_FLAGS = {
+    "--max_rounds": "dynamic_sampling_max_generation_batches",
+    "--refill_margin": "dynamic_sampling_refill_margin",
+    "--max_round_size": "dynamic_sampling_max_round_size",
+    "--groups_per_batch": "generation_batch_size (prompts per generation batch x num_generations)",
 }
 #: Keys of a run's YAML that name a probe setting under another name; and run keys that are not the probe's own.
 YAML_KEYS_FOR_PROBE = {"dataset_prompt_column": "prompt_column", "dataset_train_split": "dataset_split"}
@@ -140,10 +139,6 @@ def load_task(args: ProbeArguments) -> TaskData:
     )
     held_out_names = ("test", "eval", "validation", "held_out")
     dataset = data.held_out if args.dataset_name is None and args.dataset_split in held_out_names else data.train
-    if "prompt" not in dataset.column_names:
-        raise ValueError(
-            f"dataset has no column {args.prompt_column!r} (columns: {dataset.column_names}); pass --prompt_column."
-        )
     if len(dataset) > args.num_prompts:
         dataset = dataset.shuffle(seed=args.seed).select(range(args.num_prompts))
     return TaskData(dataset, None, data.layout)
@@ -277,36 +272,21 @@ def _pop_option(argv: list[str], flag: str) -> str | None:
     return None
 
 
-def _renamed_flags(argv: list[str]) -> dict[str, Any]:
-    """The deprecated refill-policy flags (``RENAMED_FLAGS``) removed from ``argv``, as ``{config field: value}``."""
-    given = {}
-    for flag, (field_name, convert) in RENAMED_FLAGS.items():
-        value = _pop_option(argv, flag)
-        if value is None:
-            continue
-        warnings.warn(
-            f"trl-ext probe {flag} is deprecated: the probe reads the run's refill policy from its config. Set "
-            f"{field_name} in the run's YAML (--config) instead"
-            + (" (prompts per generation batch x num_generations)." if flag == "--groups_per_batch" else "."),
-            FutureWarning,
-            stacklevel=3,
-        )
-        with as_user_errors(ValueError):
-            given[field_name] = convert(value)
-    return given
+def _check_removed_flags(argv: Sequence[str]) -> None:
+    """A former refill-policy flag (``REMOVED_FLAGS``) fails naming the config field that replaces it."""
+    for flag in (arg.split("=", 1)[0] for arg in argv):
+        if flag in REMOVED_FLAGS:
+            raise UserError(
+                f"trl-ext probe {flag} was removed: the probe reads the refill policy from the run's config. Set "
+                f"{REMOVED_FLAGS[flag]} in the run's YAML and pass it with --config."
+            )
 
 
-def _run_config(
-    args: ProbeArguments, run: dict[str, Any], preset: str | None, renamed: dict[str, Any]
-) -> GRPOFamilyConfig:
-    """The run's config: the preset's class (``preset``, else the YAML's ``preset:``, else DAPO) over the YAML's keys,
-    the probe's sampling and the deprecated flags' values; ``default_run_config`` without a YAML or a preset."""
-    if "generation_batch_size" in renamed:  # --groups_per_batch: prompts, not completions
-        renamed["generation_batch_size"] *= args.num_generations
-    if not run and preset is None:  # the default run is on-policy: its batch is one optimizer step's
-        if "generation_batch_size" in renamed:
-            renamed["per_device_train_batch_size"] = renamed.pop("generation_batch_size")
-        return default_run_config(args, **renamed)
+def _run_config(args: ProbeArguments, run: dict[str, Any], preset: str | None) -> GRPOFamilyConfig:
+    """The run's config: the preset's class (``preset``, else the YAML's ``preset:``, else DAPO) over the YAML's keys
+    and the probe's sampling; ``default_run_config`` without a YAML or a preset."""
+    if not run and preset is None:
+        return default_run_config(args)
     with as_user_errors(ValueError):
         row = lookup(preset or str(run.get("preset") or "dapo"))
     fields = {f.name for f in dataclasses.fields(row.config) if f.init}
@@ -314,9 +294,7 @@ def _run_config(
     kwargs |= sampling_values(args)
     if not {"generation_batch_size", "steps_per_generation", "per_device_train_batch_size"} & set(run):
         kwargs["generation_batch_size"] = DEFAULT_GROUPS_PER_BATCH * args.num_generations  # no batch given
-    if "generation_batch_size" in renamed:  # it sets the batch alone (TRL refuses it with steps_per_generation)
-        kwargs.pop("steps_per_generation", None)
-    kwargs |= {**renamed, "bf16": False, "fp16": False, "report_to": "none"}
+    kwargs |= {"bf16": False, "fp16": False, "report_to": "none"}
     kwargs.setdefault("output_dir", "outputs/probe")
     return row.config(**kwargs)
 
@@ -325,8 +303,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ProbeArguments, GRPOF
     """``(probe settings, the run's config)`` from the command line. The keys of the ``--config`` YAML that are probe
     settings fill those not given as flags; the rest configure the run (``_run_config``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    _check_removed_flags(argv)
     preset = _pop_option(argv, "--preset")
-    renamed = _renamed_flags(argv)
     run: dict[str, Any] = {}
     if "--config" in argv:
         check_config_file(argv)  # a missing file is named; a packaged name becomes its file
@@ -345,7 +323,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ProbeArguments, GRPOF
         from_run = {YAML_KEYS_FOR_PROBE.get(key, key): value for key, value in run.items() if key not in RUN_ONLY_KEYS}
         from_run = {k: v for k, v in from_run.items() if k in probe_fields and k not in flags}
         args = dataclasses.replace(args, **from_run)
-        return args, _run_config(args, run, preset, renamed)
+        return args, _run_config(args, run, preset)
 
 
 def main(argv: Sequence[str] | None = None) -> ProbeReport:

@@ -116,7 +116,7 @@ class ProbeArguments:
         return self.model_name_or_path in (None, DEMO, DEMO_RANDOM)
 
 
-def default_run_config(args: ProbeArguments, **overrides: Any) -> GRPOFamilyConfig:
+def default_run_config(args: ProbeArguments) -> GRPOFamilyConfig:
     """The run the probe projects for when given none: ``GRPOFamilyConfig``'s defaults with dynamic sampling on, the
     probe's sampling and ``DEFAULT_GROUPS_PER_BATCH`` prompts per generation batch, on-policy (no surplus carried)."""
     defaults = {
@@ -126,7 +126,7 @@ def default_run_config(args: ProbeArguments, **overrides: Any) -> GRPOFamilyConf
         "bf16": False,  # nothing is trained: no precision to check against the hardware
         "report_to": "none",
     }
-    return GRPOFamilyConfig(**{**defaults, **sampling_values(args), **overrides})
+    return GRPOFamilyConfig(**{**defaults, **sampling_values(args)})
 
 
 def dynamic_sampling_policy(training_args: GRPOFamilyConfig) -> dict[str, Any]:
