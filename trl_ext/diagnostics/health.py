@@ -74,14 +74,17 @@ class HealthMonitor(HealthChecks, FirstCallback, ExportableState):
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps (``ExportableState``): the thresholds as ``args``, the levels as ``attributes``."""
-        levels = self.running_levels()
+        levels = {name: getattr(self, name) for name in self._LEVELS}
         levels["active"] = sorted(self.active)
         levels["events"] = [asdict(event) for event in self.events]
         return {"args": {"thresholds": asdict(self.thresholds)}, "attributes": {"levels": levels}}
 
     def load_levels(self, levels: dict[str, Any]) -> None:
-        """Restore what ``state()`` saved (called at the start of a resumed run)."""
-        self.load_running_levels(levels)
+        """Restore what ``state()`` saved (called at the start of a resumed run); a level that is absent keeps its
+        current value."""
+        for name in self._LEVELS:
+            if name in levels:
+                setattr(self, name, levels[name])
         self.active = set(levels.get("active", []))
         self.events = [HealthEvent(**event) for event in levels.get("events", [])]  # absent from older checkpoints
 

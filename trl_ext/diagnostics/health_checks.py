@@ -9,7 +9,6 @@ with ``beta=0``) is skipped for that log.
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import Any
 
 from trl_ext.diagnostics.health_thresholds import HealthThresholds
@@ -66,7 +65,8 @@ class HealthChecks:
     """The running levels behind the relative checks (saved and restored as JSON-able values, so that a resumed run
     judges as the uninterrupted one would), and every check over one log."""
 
-    _LEVELS = ("_streak", "_kl_level", "_kl_count", "_entropy_start", "_proxy", "_gold")
+    #: The attributes that hold the running levels, under the names checkpoints keep them by.
+    _LEVELS = ("_streak", "_kl_level", "_kl_count", "_entropy_start", "_proxy", "_gold", "_window")
 
     def __init__(self, thresholds: HealthThresholds | None = None):
         self.thresholds = thresholds or HealthThresholds()
@@ -78,22 +78,9 @@ class HealthChecks:
         self._kl_level: float | None = None
         self._kl_count = 0
         self._entropy_start: list[float] = []
-        self._window: deque[tuple[float, float]] = deque()
+        self._window: list[list[float]] = []  # [reward, loss], one per log, the last stall window's
         self._proxy: list[list[float]] = []  # [step, value] of the learned reward, one per log
         self._gold: list[list[float]] = []  # [step, value] of the gold figure, one per log that has it
-
-    def running_levels(self) -> dict[str, Any]:
-        """The running levels and streaks as JSON-able values, under the names checkpoints keep them by."""
-        levels = {name: getattr(self, name) for name in self._LEVELS}
-        levels["_window"] = [list(item) for item in self._window]
-        return levels
-
-    def load_running_levels(self, levels: dict[str, Any]) -> None:
-        """Restore what :meth:`running_levels` returned; a name that is absent keeps its current value."""
-        for name in self._LEVELS:
-            if name in levels:
-                setattr(self, name, levels[name])
-        self._window = deque(tuple(item) for item in levels.get("_window", []))
 
     def evaluate(
         self, logs: dict[str, Any], step: int = 0, args: Any = None
@@ -321,9 +308,8 @@ class HealthChecks:
         logging_steps = getattr(args, "logging_steps", None)
         if isinstance(logging_steps, int | float) and logging_steps >= 1:
             size = max(size, math.ceil(th.stall_steps / logging_steps))
-        self._window.append((reward, loss))
-        while len(self._window) > size:
-            self._window.popleft()
+        self._window.append([reward, loss])
+        del self._window[:-size]
         if len(self._window) < size:
             return None, ""
         rewards, losses = zip(*self._window, strict=True)
