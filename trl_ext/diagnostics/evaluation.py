@@ -47,14 +47,14 @@ class Sample:
 
 @dataclass(frozen=True)
 class Sampling:
-    """One greedy completion, or ``num_samples`` at ``temperature``, ``top_p`` and ``top_k`` (0: the generation
-    config's, off in vLLM)."""
+    """One greedy completion, or ``num_samples`` at ``temperature``, ``top_p`` and ``top_k`` (0: off; None: the
+    generation config's, off in vLLM)."""
 
     num_samples: int = 1
     greedy: bool = True
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = 0
+    top_k: int | None = None
 
     @property
     def per_prompt(self) -> int:
@@ -143,7 +143,7 @@ def generate(
     special tokens and grouped per prompt."""
     n = sampling.per_prompt
     options = {} if sampling.greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p}
-    if sampling.top_k and not sampling.greedy:
+    if sampling.top_k is not None and not sampling.greedy:
         options["top_k"] = sampling.top_k
     texts = [prompt_text(p, tokenizer) for p in prompts]
     ids, truncated = generate_groups(
@@ -195,7 +195,7 @@ def generate_vllm(
         n=sampling.per_prompt,
         temperature=0.0 if sampling.greedy else sampling.temperature,
         top_p=1.0 if sampling.greedy else sampling.top_p,
-        top_k=sampling.top_k if sampling.top_k > 0 and not sampling.greedy else -1,
+        top_k=sampling.top_k if sampling.top_k and not sampling.greedy else -1,
         max_tokens=max_new_tokens,
         seed=seed,
     )

@@ -31,7 +31,7 @@ from datasets import Dataset
 
 from trl_ext.data import TaskData, format_prompts, load_task_data
 from trl_ext.demo import build_model, build_tokenizer
-from trl_ext.diagnostics.evaluation import Sampling, generate_vllm, vllm_engine
+from trl_ext.diagnostics.evaluation import Completion, Sampling, generate, generate_vllm, vllm_engine
 from trl_ext.diagnostics.probe_args import (
     DEFAULT_GROUPS_PER_BATCH,
     DEMO,
@@ -50,7 +50,7 @@ from trl_ext.recipe.models import load_policy
 from trl_ext.recipe.parsing import check_config_file, check_flags, make_parser
 from trl_ext.recipe.rewards import reward_functions
 from trl_ext.reward_model import as_callable, is_reward_model, reward_model_name
-from trl_ext.scoring import eos_ids, generate_groups, prompt_text, score_completions
+from trl_ext.scoring import prompt_text, score_completions
 
 DEMO_MAX_COMPLETION_LENGTH = 8  # the demo's answers are at most 2 digits + EOS
 DEFAULT_MAX_COMPLETION_LENGTH = 256
@@ -66,31 +66,29 @@ YAML_KEYS_FOR_PROBE = {"dataset_prompt_column": "prompt_column", "dataset_train_
 RUN_ONLY_KEYS = {"use_vllm", "output_dir", "generation_batch_size"}
 
 
-@torch.no_grad()
 def sample_transformers(
     model: Any, tokenizer: Any, prompts: Sequence[str], args: ProbeArguments, max_completion_length: int
 ) -> tuple[list[str], torch.Tensor, torch.Tensor]:
-    """G seeded samples per prompt with ``model.generate``: the texts (groups contiguous, TRL's order), their lengths
-    in tokens (up to and including the first EOS) and whether each was truncated."""
-    ends = eos_ids(model, tokenizer)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(ends)
-    per_call = max(1, args.generation_batch_size // args.num_generations)
+    """G seeded samples per prompt with ``model.generate`` (``evaluation.generate``): the texts (groups contiguous,
+    TRL's order), their lengths in tokens (up to and including the first EOS) and whether each was truncated."""
     torch.manual_seed(args.seed)
-    sampling = {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}
-    ids, truncated = generate_groups(
-        model, tokenizer, prompts, args.num_generations, max_completion_length, per_call, ends, pad_id, **sampling
-    )
-    texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
-    return texts, torch.tensor([len(c) for c in ids]), torch.tensor(truncated)
+    per_call = max(1, args.generation_batch_size // args.num_generations)
+    return _columns(generate(model, tokenizer, prompts, max_completion_length, _sampling(args), per_call))
 
 
 def sample_vllm(
     model_path: str, tokenizer: Any, prompts: Sequence[str], args: ProbeArguments, max_completion_length: int
 ) -> tuple[list[str], torch.Tensor, torch.Tensor]:  # pragma: no cover - needs vLLM and a GPU; not in the CPU suite
     """The same as :func:`sample_transformers` with a vLLM engine (``evaluation.generate_vllm``: ``n=G`` samples)."""
-    sampling = Sampling(args.num_generations, False, args.temperature, args.top_p, args.top_k)
     engine = vllm_engine(model_path, args.seed)
-    groups = generate_vllm(engine, tokenizer, prompts, max_completion_length, sampling, args.seed)
+    return _columns(generate_vllm(engine, tokenizer, prompts, max_completion_length, _sampling(args), args.seed))
+
+
+def _sampling(args: ProbeArguments) -> Sampling:
+    return Sampling(args.num_generations, False, args.temperature, args.top_p, args.top_k)
+
+
+def _columns(groups: list[list[Completion]]) -> tuple[list[str], torch.Tensor, torch.Tensor]:
     flat = [completion for group in groups for completion in group]
     return [c.text for c in flat], torch.tensor([c.length for c in flat]), torch.tensor([c.truncated for c in flat])
 
