@@ -11,6 +11,8 @@ is at least 1.0, full marks; None, unscorable, is wrong).
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Sequence
 
 CORRECT_AT = 1.0  # a sample is correct when its reward is at least this (the rule-based rewards give 1.0 when right)
@@ -34,37 +36,23 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         raise ValueError(f"pass@k: the number of correct samples must be between 0 and n={n}, got c={c}.")
     if n - c < k:
         return 1.0
-    product = 1.0
-    for i in range(n - c + 1, n + 1):
-        product *= 1.0 - k / i
-    return 1.0 - product
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
 def default_ks(num_samples: int) -> list[int]:
     """The k of the report: 1, 2, 4, ... up to ``num_samples``, and ``num_samples`` itself."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
-    ks = [1]
-    while ks[-1] * 2 <= num_samples:
-        ks.append(ks[-1] * 2)
-    if ks[-1] != num_samples:
-        ks.append(num_samples)
-    return ks
+    ks = [2**i for i in range(num_samples.bit_length())]
+    return ks if ks[-1] == num_samples else [*ks, num_samples]
 
 
 def majority_vote(answers: Sequence[str | None]) -> int | None:
     """Index of the first sample carrying the winning answer (module docstring); None when no sample has one."""
-    counts: dict[str, int] = {}
-    first: dict[str, int] = {}
-    for index, answer in enumerate(answers):
-        if answer is None:
-            continue
-        counts[answer] = counts.get(answer, 0) + 1
-        first.setdefault(answer, index)
-    if not counts:
+    votes = Counter(answer for answer in answers if answer is not None)  # in the order first voted
+    if not votes:
         return None
-    winner = max(counts, key=lambda answer: (counts[answer], -first[answer]))
-    return first[winner]
+    return answers.index(max(votes, key=votes.__getitem__))  # max keeps the first of equal counts
 
 
 def is_correct(reward: float | None, threshold: float = CORRECT_AT) -> bool:

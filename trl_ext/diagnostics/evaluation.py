@@ -233,8 +233,8 @@ def score(
         Sample(c.text, extract(c.text) if extract else None, None if r is None else float(r), c.length, c.truncated)
         for c, r in zip(flat, rewards, strict=True)
     ]
-    ends = list(itertools.accumulate(counts))
-    return [samples[end - k : end] for end, k in zip(ends, counts, strict=True)]
+    remaining = iter(samples)
+    return [list(itertools.islice(remaining, k)) for k in counts]
 
 
 def greedy_accuracy(
