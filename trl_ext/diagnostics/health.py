@@ -51,6 +51,15 @@ class FirstCallback(TrainerCallback):
         callbacks.insert(0, self)
         return self
 
+    @staticmethod
+    def add_to_log(state: TrainerState, logs: dict[str, Any], metrics: dict[str, Any]) -> None:
+        """Add ``metrics`` to ``logs`` and to the copy of ``logs`` that ``Trainer.log`` appended to ``log_history``
+        just before calling ``on_log``."""
+        last = state.log_history[-1] if state.log_history else {}
+        if last.get("step") == state.global_step and all(key in last for key in logs):
+            last.update(metrics)
+        logs.update(metrics)
+
 
 class HealthMonitor(HealthChecks, FirstCallback, ExportableState):
     """Watches logged metrics and warns, once per episode, with the suggested action (module docstring).
@@ -155,12 +164,7 @@ class HealthMonitor(HealthChecks, FirstCallback, ExportableState):
         metrics = self.check(logs, state.global_step, args, main_process=state.is_world_process_zero)
         if not metrics:
             return control
-        logs.update(metrics)
-        # Trainer.log appended a copy of `logs` to log_history just before calling on_log: extend that copy too.
-        if state.log_history and state.log_history[-1].get("step") == state.global_step:
-            last = state.log_history[-1]
-            if all(key in last for key in logs if key not in metrics):
-                last.update(metrics)
+        self.add_to_log(state, logs, metrics)
         if self.thresholds.stop_on_non_finite and any(event.fatal for event in self.events[num_events:]):
             control.should_save = self.thresholds.save_on_non_finite
             control.should_training_stop = True

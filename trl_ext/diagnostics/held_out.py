@@ -113,9 +113,7 @@ class HeldOutEvaluation(FirstCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self._pending is None or logs is None or "train_runtime" in logs:
             return
-        logs[HELD_OUT_KEY] = self._pending
-        if state.log_history and state.log_history[-1].get("step") == state.global_step:
-            state.log_history[-1][HELD_OUT_KEY] = self._pending
+        self.add_to_log(state, logs, {HELD_OUT_KEY: self._pending})
         self._pending = None
 
     def cost_fraction(self, train_seconds: float) -> float:

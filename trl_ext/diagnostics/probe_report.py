@@ -32,6 +32,7 @@ class ProbeReport:
     def format(self) -> str:
         """A readable plain-text table."""
         m, g, r, ln = self.meta, self.groups, self.rewards, self.lengths
+        policy = m["dynamic_sampling_policy"]  # the run's refill policy the rounds are projected under
         group_size = m["num_generations"]
         lines = [
             "trl-ext pre-flight probe",
@@ -49,7 +50,8 @@ class ProbeReport:
             f"  all-wrong               {g['all_wrong_frac']:8.3f}",
             f"  mixed                   {g['mixed_frac']:8.3f}",
             f"  kept by dyn. sampling   {g['informative_frac']:8.3f}   -> {format_rounds(g['expected_rounds'])} rounds/step",
-            *self._policy_lines(),
+            f"  (run: {policy['groups_per_batch']} prompts per generation batch, a budget of "
+            f"{policy['max_generation_batches']} generation batches per step)",
             "",
             "Group size   mixed   rounds/step   estimate",
         ]
@@ -74,16 +76,6 @@ class ProbeReport:
         lines += ["", "Recommendations"]
         lines += [f"  {i}. [{rec.code}] {rec.message}" for i, rec in enumerate(self.recommendations, 1)]
         return "\n".join(lines)
-
-    def _policy_lines(self) -> list[str]:
-        """The refill policy the rounds were projected under (the run's config), when the report records it."""
-        policy = self.meta.get("dynamic_sampling_policy")
-        if not policy:
-            return []
-        return [
-            f"  (run: {policy['groups_per_batch']} prompts per generation batch, a budget of "
-            f"{policy['max_generation_batches']} generation batches per step)"
-        ]
 
     def save(self, output_dir: str) -> tuple[str, str]:
         """Write ``report.json`` and ``histogram.png`` to ``output_dir``; returns their paths."""

@@ -13,7 +13,7 @@ import torch
 
 from trl_ext.diagnostics.eval_metrics import default_ks, pass_at_k
 from trl_ext.diagnostics.probe_args import ProbeArguments
-from trl_ext.grpo.dynamic_sampling.groups import expected_rounds, group_stats, informative_groups
+from trl_ext.grpo.dynamic_sampling.groups import expected_rounds, group_stats
 from trl_ext.grpo.dynamic_sampling.sizing import expected_refill_rounds
 
 _UNCAPPED_ROUNDS = 1000  # "no cap" for the simulated refill policy: a budget no realistic rate reaches
@@ -122,7 +122,6 @@ def summarize(
     all_correct = sum(c == group_size for c in successes) / num_prompts
     all_wrong = sum(c == 0 for c in successes) / num_prompts
     flat = rewards.flatten()
-    informative_frac = float(informative_groups(flat, group_size).float().mean())
     policy = (max_generation_batches, groups_per_batch, refill_margin, max_round_size)
     stats = group_stats(flat, group_size)
     groups = {
@@ -131,10 +130,10 @@ def summarize(
         "mixed_frac": 1.0 - all_correct - all_wrong,
         # What dynamic sampling keeps (rewards not all equal) and, among the rest, groups at the top / bottom of the
         # observed reward range: the same quantities as the trainer's dynamic_sampling/* metrics.
-        "informative_frac": informative_frac,
+        "informative_frac": stats.informative_frac,
         "all_max_frac": stats.all_max_frac,
         "all_min_frac": stats.all_min_frac,
-        **_expected_cost(informative_frac, *policy),
+        **_expected_cost(stats.informative_frac, *policy),
     }
 
     prior = fit_beta_prior(successes, group_size)
@@ -153,8 +152,9 @@ def summarize(
     finite = flat[torch.isfinite(flat)]
     if finite.numel():
         low, high = float(finite.min()), float(finite.max())
-        counts = torch.histc(finite, bins=reward_bins, min=low, max=high if high > low else low + 1.0)
-        edges = torch.linspace(low, high if high > low else low + 1.0, reward_bins + 1)
+        top = high if high > low else low + 1.0  # one value: a bin of width 1 from it
+        counts = torch.histc(finite, bins=reward_bins, min=low, max=top)
+        edges = torch.linspace(low, top, reward_bins + 1)
         reward_section = {
             "mean": float(finite.mean()),
             "std": float(finite.std(unbiased=False)),
