@@ -7,10 +7,9 @@ cleared and come back. Every log gains ``health/<condition>`` (1.0 active, 0.0 n
 ``health/kl_ratio`` and ``health/entropy_ratio``, in ``logs`` and in the matching ``state.log_history`` entry.
 
 A non-finite metric stops training (``stop_on_non_finite``; ``transformers`` hides a non-finite ``loss`` by default,
-``grad_norm`` still shows it: use ``logging_steps=1`` to stop at the first bad step). It saves only with
-``save_on_non_finite``: that checkpoint may hold non-finite weights and would be the newest, which
-``resume_from_checkpoint=True`` picks. The running levels, episodes and warnings are saved in every checkpoint (an
-``ExportableState``), so that a resumed run warns exactly as the uninterrupted one would.
+``grad_norm`` still shows it: use ``logging_steps=1`` to stop at the first bad step), saving only with
+``save_on_non_finite`` (its help says why). The running levels, episodes and warnings are saved in every checkpoint
+(an ``ExportableState``), so that a resumed run warns exactly as the uninterrupted one would.
 """
 
 from __future__ import annotations

@@ -62,8 +62,7 @@ def _hint(args: Any, name: str) -> str:
 
 
 class HealthChecks:
-    """The running levels behind the relative checks (saved and restored as JSON-able values, so that a resumed run
-    judges as the uninterrupted one would), and every check over one log."""
+    """The running levels (JSON-able, for checkpoints) and every check over one log (module docstring)."""
 
     #: The attributes that hold the running levels, under the names checkpoints keep them by.
     _LEVELS = ("_streak", "_kl_level", "_kl_count", "_entropy_start", "_proxy", "_gold", "_window")

@@ -1,12 +1,10 @@
 """Pre-flight probe: will RL learn anything on this model and data, and what will dynamic sampling cost?
 
 It samples ``num_generations`` completions for each of a sample of prompts (``transformers.generate``, or vLLM when
-installed and a GPU is present), scores them with the run's reward functions and reports pass@k (Chen et al., arXiv
-2107.03374), the all-correct / all-wrong / mixed groups and those dynamic sampling keeps (DAPO Eq. 11), the expected
-generation rounds per step under the run's own refill policy (``probe_args.dynamic_sampling_policy``) and with other
-group sizes, reward and length distributions, and recommendations (``probe_stats.recommend``); printed, and saved as
-``report.json`` and ``histogram.png`` under ``output_dir``. ``trl-ext probe --config <training YAML>`` takes the run's
-model, data, rewards, sampling and config (``preset:``, default DAPO); flags override them.
+installed and a GPU is present), scores them with the run's reward functions and reports the figures of
+``probe_stats`` (pass@k, the groups dynamic sampling keeps (DAPO Eq. 11) and what refilling them costs under the run's
+own refill policy, ``probe_args.dynamic_sampling_policy``) as a ``ProbeReport``. ``trl-ext probe --config <training
+YAML>`` takes the run's model, data, rewards, sampling and config (``preset:``, default DAPO); flags override them.
 
 A completion *passes* when its weighted reward is ``>= success_threshold`` (default 1.0), not "the highest reward
 observed": a cold model that never succeeds would then pass everywhere. Sampling is the model's plain ``generate``, so
@@ -17,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -195,16 +194,11 @@ def probe_model(
     }
     rewards_grouped = rewards.view(shape)
     summary = summarize(rewards_grouped, lengths.view(shape), truncated.view(shape), args.success_threshold, **policy)
+    finite = torch.where(torch.isfinite(rewards_grouped), rewards_grouped, torch.nan)
+    means = [None if math.isnan(m) else m for m in finite.nanmean(dim=1).tolist()]  # None: nothing scorable
     per_prompt = [
-        {
-            "prompt": str(p)[:300],
-            "successes": c,
-            "mean_reward": float(rewards_grouped[i][torch.isfinite(rewards_grouped[i])].mean())
-            if torch.isfinite(rewards_grouped[i]).any()
-            else None,
-            "sample": texts[i * group_size][:200],
-        }
-        for i, (p, c) in enumerate(zip(raw_prompts, summary["successes"], strict=True))
+        {"prompt": str(p)[:300], "successes": c, "mean_reward": m, "sample": texts[i * group_size][:200]}
+        for i, (p, c, m) in enumerate(zip(raw_prompts, summary["successes"], means, strict=True))
     ]
     meta = {
         "model": model_name,
