@@ -24,11 +24,6 @@ class ProbeReport:
     recommendations: list[Recommendation]
     per_prompt: list[dict[str, Any]]
 
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["pass_at"] = {str(k): v for k, v in self.pass_at.items()}
-        return out
-
     def format(self) -> str:
         """A readable plain-text table."""
         m, g, r, ln = self.meta, self.groups, self.rewards, self.lengths
@@ -82,7 +77,7 @@ class ProbeReport:
         os.makedirs(output_dir, exist_ok=True)
         json_path = os.path.join(output_dir, "report.json")
         with open(json_path, "w") as f:
-            json.dump(self.to_dict(), f, indent=2, default=float)
+            json.dump(asdict(self), f, indent=2, default=float)  # pass@k's int keys become JSON's string keys
         png_path = os.path.join(output_dir, "histogram.png")
         self.plot(png_path)
         return json_path, png_path
