@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -24,10 +25,8 @@ def versions() -> dict[str, str]:
     """The versions that change generation and scoring: Python and the libraries on the path."""
     found = {"python": platform.python_version()}
     for package in ("trl-ext", "trl", "transformers", "torch", "math-verify", "vllm"):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):  # not installed: not listed
             found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            continue
     return found
 
 
