@@ -400,14 +400,14 @@ def test_prefetched_first_round_is_sized_from_the_informative_rate(tiny_model, t
 
 
 def test_refill_ahead_covers_the_first_rounds_likely_shortfall():
-    """Hand-computed: shortfall = 16 - 0.35 x 32 + 2 sqrt(32 x 0.35 x 0.65) = 10.2 -> 11 informative groups ->
-    ceil(11 / 0.35 x 1.05) = 33 groups, capped at 32; none when the first round is surely enough (rate 1); at rate
-    0.7 after 24 groups: 16 - 16.8 + 4.49 -> 4 -> ceil(4 / 0.7 x 1.05) = 6; the budget left bounds it (40 - 32 = 8)."""
+    """Hand-computed: shortfall = 16 - 0.35 x 32 + sqrt(32 x 0.35 x 0.65) = 7.5 -> 8 informative groups ->
+    ceil(8 / 0.35 x 1.05) = 24 groups; none when the first round is surely enough (rate 1); at rate 0.7 after 24
+    groups: 16 - 16.8 + 2.24 -> 2 -> ceil(2 / 0.7 x 1.05) = 3; the budget left bounds it (40 - 32 = 8)."""
     from trl_ext.grpo.async_rollout import refill_ahead_groups
 
-    assert refill_ahead_groups(0.35, 32, 16, 1.05, 1, cap=32, budget=64) == 32
+    assert refill_ahead_groups(0.35, 32, 16, 1.05, 1, cap=32, budget=64) == 24
     assert refill_ahead_groups(1.0, 16, 16, 1.05, 1, cap=32, budget=64) == 0
-    assert refill_ahead_groups(0.7, 24, 16, 1.05, 1, cap=32, budget=64) == 6
+    assert refill_ahead_groups(0.7, 24, 16, 1.05, 1, cap=32, budget=64) == 3
     assert refill_ahead_groups(0.35, 32, 16, 1.05, 2, cap=32, budget=40) == 8
 
 

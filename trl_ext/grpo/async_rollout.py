@@ -203,10 +203,12 @@ def refill_ahead_groups(
     rate: float, first: int, num_groups: int, margin: float, world_size: int, cap: int, budget: int
 ) -> int:
     """Groups of the refill round submitted behind a first round of ``first`` groups (module docstring): enough for
-    the first round's shortfall of informative groups at the running ``rate``, the expected one plus two standard
-    deviations of Binomial(``first``, ``rate``), through ``sizing.refill_groups``; 0 when the first round is likely
-    enough (a synchronous refill then stays rare)."""
-    shortfall = num_groups - rate * first + 2 * math.sqrt(first * rate * (1 - rate))
+    the first round's shortfall of informative groups at the running ``rate``, the expected one plus one standard
+    deviation of Binomial(``first``, ``rate``), through ``sizing.refill_groups``; 0 when the first round is likely
+    enough. One deviation balances the two costs: every group of a round the step takes goes through TRL's scoring
+    and old-policy pass (vLLM's importance-sampling correction reads it), and a synchronous refill stalls the step
+    for a whole engine call."""
+    shortfall = num_groups - rate * first + math.sqrt(first * rate * (1 - rate))
     return refill_groups(math.ceil(shortfall - 1e-9), rate, margin, world_size, cap, budget - first)
 
 
