@@ -399,6 +399,34 @@ def test_prefetched_first_round_is_sized_from_the_informative_rate(tiny_model, t
     assert all(h["dynamic_sampling/filler_groups"] == 0 for h in trainer.state.log_history if "reward" in h)
 
 
+def test_refill_ahead_covers_the_first_rounds_likely_shortfall():
+    """Hand-computed: shortfall = 16 - 0.35 x 32 + sqrt(32 x 0.35 x 0.65) = 7.5 -> 8 informative groups ->
+    ceil(8 / 0.35 x 1.05) = 24 groups; none when the first round is surely enough (rate 1); at rate 0.7 after 24
+    groups: 16 - 16.8 + 2.24 -> 2 -> ceil(2 / 0.7 x 1.05) = 3; the budget left bounds it (40 - 32 = 8)."""
+    from trl_ext.grpo.async_rollout import refill_ahead_groups
+
+    assert refill_ahead_groups(0.35, 32, 16, 1.05, 1, cap=32, budget=64) == 24
+    assert refill_ahead_groups(1.0, 16, 16, 1.05, 1, cap=32, budget=64) == 0
+    assert refill_ahead_groups(0.7, 24, 16, 1.05, 1, cap=32, budget=64) == 3
+    assert refill_ahead_groups(0.35, 32, 16, 1.05, 2, cap=32, budget=40) == 8
+
+
+def test_refill_rounds_are_submitted_ahead(tiny_model, tokenizer, problems, tmp_path, engine):
+    """Once groups are dropped, a refill round is submitted behind the first one while the previous batch trains:
+    the step takes it without asking the engine again, or drops it unused. Every request the engine answered was
+    trained on or counted as dropped, and none was answered while weights were pushed."""
+    trainer, client = overlapped_refills(tmp_path, tiny_model, tokenizer, problems[0])
+    trainer.train()
+    prefetching = trainer.vllm_generation.vllm_client
+    rounds = history(trainer, "dynamic_sampling/rounds")
+    unused = history(trainer, "async/unused_rounds")
+    assert len(rounds) == len(unused) == 4
+    refills_ahead = sum(rounds) - len(rounds) - prefetching.direct_calls  # refills TRL got from a prefetched answer
+    assert refills_ahead + sum(unused) >= 1
+    assert len(client.requests) == sum(rounds) + sum(unused)
+    assert client.overlapping_syncs == 0
+
+
 # -- exact resume with a rollout in flight --------------------------------------------------------------------------
 
 

@@ -6,17 +6,20 @@ code is copied: ``PrefetchingClient`` wraps TRL's ``VLLMClient`` (main process);
 batch's prompts are drawn from a seeded stream over the training set, tokenized with TRL's ``_tokenize_prompts`` and
 submitted, and at the next boundary TRL's own ``_generate_and_score_completions`` runs that round, its
 ``vllm_client.generate`` call receiving the prefetched completions. With dynamic sampling the prefetched round is
-the first round of ``trl_ext.grpo.dynamic_sampling.loop``, sized from the running informative rate; a refill round
-goes to the server synchronously with the same weights. Only then are the current weights pushed
-(``PrefetchingClient.sync``, once per generation batch, nothing in flight) and the next batch submitted.
+the first round of ``trl_ext.grpo.dynamic_sampling.loop``, sized from the running informative rate, and a refill
+round sized for the first round's likely shortfall (``refill_ahead_groups``) is submitted behind it: a refill the
+trainer waits for stalls the whole step, while the engine, which generates less than the trainer trains, has room for
+one the step may not need (an unused one is dropped, ``async/unused_rounds``). A further refill goes to the server
+synchronously with the same weights. Only then are the current weights pushed (``PrefetchingClient.sync``, once per
+generation batch, nothing in flight) and the next batch submitted.
 
 Batch k+1 is sampled from pi_k and trained from pi_{k+1} (``async/staleness``). TRL's old-policy log-probs are
 computed with the current weights, so the clip acts as it does synchronously, and the lag sits in the importance
 weight of TRL's vLLM correction, ``exp(old - sampling)``: hence ``vllm_importance_sampling_correction=True``. GSPO's
 3e-4 band is for on-policy ratios: construction warns for sequence-level ratios.
 
-Exact resume: the round in flight is written into the checkpoint (``async_rollout.pt``, with the stream position),
-except that a refill round of that batch is generated with the resumed weights. Not supported (construction fails
+Exact resume: the rounds in flight are written into the checkpoint (``async_rollout.pt``, with the stream position),
+except that a synchronous refill round of that batch is generated with the resumed weights. Not supported (construction fails
 naming the field): tools, environments, ``rollout_func``, multimodal prompts, PEFT, an ``IterableDataset``.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import os
 import time
 from typing import Any
@@ -54,7 +58,7 @@ class AsyncGenerationMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.prefetched: tuple[list[dict], list[int]] | None = None  # the round in flight: its inputs and prompts
+        self.prefetched: list[tuple[list[dict], list[int]]] = []  # the rounds in flight: their inputs and prompts
         self.engine_block: int | None = None  # the generation block whose weights the server holds
         self.prefetch_stream: PromptStream | None = None
         if not self.args.async_generation:
@@ -80,18 +84,21 @@ class AsyncGenerationMixin:
         if not (self.args.async_generation and self.model.training):
             return super()._generate_and_score_completions(inputs)
         block = self._step // (self.args.steps_per_generation * self.num_iterations)
-        if self.prefetched is None:  # the first batch, or a resume without a round in flight
+        if not self.prefetched:  # the first batch, or a resume without a round in flight
             self.sync_engine(block)
             self.prefetch(inputs)
+        client = self.prefetching_client
         started = time.perf_counter()
-        if self.prefetching_client is not None:
-            self.prefetching_client.wait_idle()
+        if client is not None:
+            client.wait_first()
         waited = time.perf_counter() - started
-        first, self.prefetched = self.prefetched, None
+        ahead, self.prefetched = self.prefetched, []
         if self.dynamic_sampler is not None:
-            batch = sample_informative_batch(self, inputs, first_round=first)
+            batch = sample_informative_batch(self, inputs, rounds_ahead=ahead)
         else:
-            batch = super()._generate_and_score_completions(first[0])
+            batch = super()._generate_and_score_completions(ahead[0][0])
+        if client is not None:  # a refill submitted ahead that the step did not need
+            self._metrics["train"]["async/unused_rounds"].append(float(client.drop_pending()))
         self.sync_engine(block)
         generate_every = self.args.steps_per_generation * self.num_iterations
         if (
@@ -118,48 +125,47 @@ class AsyncGenerationMixin:
         self._metrics["train"]["async/weight_syncs"].append(1.0)
 
     def prefetch(self, template: list[dict[str, Any]]) -> None:
-        """Draw the next batch's first round from the prompt stream and submit it to the server (main process)."""
-        num_groups = len(template) * self.accelerator.num_processes // self.num_generations
+        """Draw the next batch's first round (with dynamic sampling, and a refill round ahead) from the prompt stream
+        and submit them to the server (main process)."""
+        world = self.accelerator.num_processes
+        num_groups = len(template) * world // self.num_generations
+        sizes = [num_groups]
         if self.dynamic_sampler is not None:  # sized from the running informative rate: refills are then rare
             sampler = self.dynamic_sampler
-            num_groups = max(
-                num_groups,
-                refill_groups(
-                    num_groups,
-                    sampler.rate.estimate(),
-                    sampler.margin,
-                    self.accelerator.num_processes,
-                    round_cap(num_groups, sampler.max_round_size),
-                    sampler.max_generation_batches * num_groups,
-                ),
-            )
-        self.prefetched = refill_inputs(self, template, num_groups, stream=self.prefetch_stream)
-        prompts = gather_object([x["prompt"] for x in self.prefetched[0]])
+            cap = round_cap(num_groups, sampler.max_round_size)
+            budget = sampler.max_generation_batches * num_groups
+            rate = sampler.rate.estimate()
+            sizes = [max(num_groups, refill_groups(num_groups, rate, sampler.margin, world, cap, budget))]
+            sizes.append(refill_ahead_groups(rate, sizes[0], num_groups, sampler.margin, world, cap, budget))
+        self.prefetched = [refill_inputs(self, template, n, stream=self.prefetch_stream) for n in sizes if n]
         client = self.prefetching_client
-        if client is not None:
-            prompt_ids, images, _ = self._tokenize_prompts(copy.deepcopy(prompts))
-            if images is not None:
-                raise ValueError("async_generation=True does not support image prompts. Set async_generation=False.")
-            unique = [list(ids) for ids in prompt_ids[:: self.num_generations]]
-            client.submit(unique, engine_sampling_params(self.vllm_generation, self.num_generations))
+        for round_inputs, _ in self.prefetched:
+            prompts = gather_object([x["prompt"] for x in round_inputs])
+            if client is not None:
+                prompt_ids, images, _ = self._tokenize_prompts(copy.deepcopy(prompts))
+                if images is not None:
+                    raise ValueError(
+                        "async_generation=True does not support image prompts. Set async_generation=False."
+                    )
+                unique = [list(ids) for ids in prompt_ids[:: self.num_generations]]
+                client.submit(unique, engine_sampling_params(self.vllm_generation, self.num_generations))
 
     def _save_extra_state(self, folder: str) -> None:
         super()._save_extra_state(folder)
         if not self.args.async_generation:
             return
         client = self.prefetching_client
-        answer = None
-        if self.prefetched is not None and client is not None:
+        answers = []
+        if self.prefetched and client is not None:
             client.wait_idle()
-            prompts, params, future = client.pending_requests()[0]
-            answer = {"prompts": prompts, "params": params, "result": future.result()}
+            answers = [{"prompts": p, "params": q, "result": f.result()} for p, q, f in client.pending_requests()]
         if self.args.should_save:
             state = {"stream": self.prefetch_stream.state_dict()}
-            state["prefetched"] = None if self.prefetched is None else self.prefetched[1]
+            state["prefetched"] = [indices for _, indices in self.prefetched] or None
             with open(os.path.join(folder, ASYNC_STATE_FILE), "w") as f:
                 json.dump(state, f)
-            if answer is not None:
-                torch.save(answer, os.path.join(folder, ASYNC_ROLLOUT_FILE))
+            if answers:
+                torch.save(answers, os.path.join(folder, ASYNC_ROLLOUT_FILE))
 
     def _load_extra_state(self, checkpoint: str) -> None:
         super()._load_extra_state(checkpoint)
@@ -178,15 +184,32 @@ class AsyncGenerationMixin:
         self.engine_block = None  # the server may hold other weights now: the first boundary pushes them
         if state["prefetched"] is None:
             return
-        indices = state["prefetched"]
+        rounds = state["prefetched"]
+        if isinstance(rounds[0], int):  # written before refill rounds were submitted ahead: one round
+            rounds = [rounds]
         world, rank, group_size = self.accelerator.num_processes, self.accelerator.process_index, self.num_generations
-        rows = [self.train_dataset[i] for i in indices for _ in range(group_size)]
-        local = len(rows) // world
-        self.prefetched = (rows[rank * local : (rank + 1) * local], indices)
+        for indices in rounds:
+            rows = [self.train_dataset[i] for i in indices for _ in range(group_size)]
+            local = len(rows) // world
+            self.prefetched.append((rows[rank * local : (rank + 1) * local], indices))
         client = self.prefetching_client
         if client is not None:
-            answer = torch.load(os.path.join(checkpoint, ASYNC_ROLLOUT_FILE), weights_only=False)
-            client.preload(answer["prompts"], answer["params"], answer["result"])
+            answers = torch.load(os.path.join(checkpoint, ASYNC_ROLLOUT_FILE), weights_only=False)
+            for answer in [answers] if isinstance(answers, dict) else answers:
+                client.preload(answer["prompts"], answer["params"], answer["result"])
+
+
+def refill_ahead_groups(
+    rate: float, first: int, num_groups: int, margin: float, world_size: int, cap: int, budget: int
+) -> int:
+    """Groups of the refill round submitted behind a first round of ``first`` groups (module docstring): enough for
+    the first round's shortfall of informative groups at the running ``rate``, the expected one plus one standard
+    deviation of Binomial(``first``, ``rate``), through ``sizing.refill_groups``; 0 when the first round is likely
+    enough. One deviation balances the two costs: every group of a round the step takes goes through TRL's scoring
+    and old-policy pass (vLLM's importance-sampling correction reads it), and a synchronous refill stalls the step
+    for a whole engine call."""
+    shortfall = num_groups - rate * first + math.sqrt(first * rate * (1 - rate))
+    return refill_groups(math.ceil(shortfall - 1e-9), rate, margin, world_size, cap, budget - first)
 
 
 class AsyncGRPOTrainer(AsyncGenerationMixin, GRPOTrainer):

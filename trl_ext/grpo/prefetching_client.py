@@ -71,6 +71,18 @@ class PrefetchingClient:
     def in_flight(self) -> int:
         return sum(1 for _, _, future in self._pending if not future.done())
 
+    def wait_first(self) -> None:
+        """Wait until the oldest submitted request has been answered (or failed)."""
+        if self._pending:
+            self._pending[0][2].exception()
+
+    def drop_pending(self) -> int:
+        """Wait for the submitted requests TRL did not ask for, discard them, and return how many there were."""
+        self.wait_idle()
+        dropped = len(self._pending)
+        self._pending.clear()
+        return dropped
+
     def wait_idle(self) -> None:
         for _, _, future in list(self._pending):
             future.exception()  # waits; the error, if any, is raised by generate()

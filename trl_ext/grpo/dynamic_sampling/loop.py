@@ -26,6 +26,7 @@ TRL logs its own rounds; ``dynamic_sampling/*`` describes what was kept (``Dynam
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from trl_ext.generation.engine_awake import engine_awake
@@ -34,17 +35,19 @@ from trl_ext.grpo.dynamic_sampling.prompts import IterablePromptStream
 
 
 def sample_informative_batch(
-    trainer: Any, inputs: list[dict[str, Any]], first_round: tuple[list[dict], list | None] | None = None
+    trainer: Any, inputs: list[dict[str, Any]], rounds_ahead: Sequence[tuple[list[dict], list | None]] = ()
 ) -> dict[str, Any]:
     """One generation batch of informative groups for ``trainer`` (a ``trl_ext`` GRPO-family trainer with a
-    ``dynamic_sampler``), from TRL's batch ``inputs`` (this process's rows). ``first_round``: the first round's
-    inputs and prompt indices when they are not TRL's batch (overlapped generation submitted them ahead)."""
+    ``dynamic_sampler``), from TRL's batch ``inputs`` (this process's rows). ``rounds_ahead``: rounds whose prompts
+    were submitted to the engine ahead (overlapped generation), as (inputs, prompt indices): the first round, then
+    the first refills, whatever size they have; a refill beyond them is sized and drawn here."""
     sampler, accelerator = trainer.dynamic_sampler, trainer.accelerator
     world, group_size = accelerator.num_processes, trainer.num_generations
     num_groups = len(inputs) * world // group_size
+    ahead = list(rounds_ahead)
     round_inputs, indices = inputs, None
-    if first_round is not None:
-        round_inputs, indices = first_round
+    if ahead:
+        round_inputs, indices = ahead.pop(0)
     elif sampler.draws_every_round and num_groups % world == 0:  # else TRL's batch (groups straddle processes)
         round_inputs, indices = refill_inputs(trainer, inputs, num_groups)
     rounds: list[Round] = []
@@ -58,7 +61,7 @@ def sample_informative_batch(
             size = sampler.refill_size(rounds, num_groups, world)
             if size == 0:
                 break
-            round_inputs, indices = refill_inputs(trainer, inputs, size)
+            round_inputs, indices = ahead.pop(0) if ahead else refill_inputs(trainer, inputs, size)
 
     chosen, fillers = select_groups(rounds, num_groups)
     for key, value in sampler.finish_step(rounds, num_groups).items():
