@@ -33,8 +33,9 @@ from trl_ext.rewards.extract import braces_balanced, extract_answer, gold_answer
 from trl_ext.rewards.text import column, completion_texts
 
 BACKENDS = ("auto", "signal", "process")
-EXTRACTIONS = ("auto", "boxed", "gsm8k", "answer_is", "last_number", "math_verify")
 _LATEX_MARKUP = re.compile(r"[\\{}^_]")
+# a math-verification helper imports its loop by module name, so it is notebook- and script-safe
+WORKER_COMMAND = [sys.executable, "-c", "from trl_ext.rewards.math import worker_main; worker_main()"]
 
 
 @cache
@@ -51,10 +52,7 @@ def signals_usable() -> bool:
     """
     if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
         return False
-    try:
-        return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    except (AttributeError, OSError):
-        return False
+    return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
 def is_reference(solution: Any) -> bool:
@@ -195,22 +193,15 @@ class _Worker:
             except (ProcessLookupError, PermissionError):
                 pass
             self.proc.wait()
-            for stream in (self.proc.stdin, self.proc.stdout):
-                if stream is not None:
-                    stream.close()
+            self.proc.stdin.close()
+            self.proc.stdout.close()
             self.proc = None
 
 
-def worker_command() -> list[str]:
-    """Command line of a math-verification helper (imports by module name, so it is notebook- and script-safe)."""
-    return [sys.executable, "-c", "from trl_ext.rewards.math import worker_main; worker_main()"]
-
-
 def worker_main() -> None:
-    """The helper process of the ``process`` backend: one JSON request per stdin line (``solution``, ``text`` and
-    :func:`score_one`'s options), one JSON reply per line (``reward``, ``status``). :func:`score_one` runs in the
-    helper's own main thread, so math-verify's ``signal.alarm`` timeouts work even when the trainer calls the reward
-    from another thread; the parent kills it if it still overruns. It exits when its stdin closes."""
+    """The helper process of the ``process`` backend (module doc), :func:`score_one` in its own main thread: one JSON
+    request per stdin line (``solution``, ``text`` and the options), one JSON reply per line (``reward``, ``status``),
+    until stdin closes."""
     _quiet_math_verify()
     import math_verify  # noqa: F401  - pay the sympy import before announcing readiness
 
@@ -330,9 +321,8 @@ class MathAccuracy:
         return [reward for reward, _ in results]
 
     def _options(self) -> dict:
-        extraction = list(self.extraction) if isinstance(self.extraction, tuple) else self.extraction
         return {
-            "extraction": extraction,
+            "extraction": self.extraction,  # a tuple goes to the helper as a JSON list
             "multiple_boxed": self.multiple_boxed,
             "parse_timeout": self.parse_timeout,
             "verify_timeout": self.verify_timeout,
@@ -349,7 +339,7 @@ class MathAccuracy:
             if self._workers is None:
                 self._workers = queue.Queue()
                 for _ in range(self.num_workers):
-                    self._workers.put(_Worker(worker_command()))
+                    self._workers.put(_Worker(WORKER_COMMAND))
         worker = self._workers.get()
         try:
             reply = worker.request({"solution": str(solution), "text": text, **self._options()}, self.hard_timeout)

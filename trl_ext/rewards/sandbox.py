@@ -284,11 +284,7 @@ def _processes_of(uid: int) -> int:
 
 def _site_paths() -> list[str]:
     paths = [p for p in sys.path if p and ("site-packages" in p or "dist-packages" in p) and os.path.isdir(p)]
-    try:
-        paths += [p for p in site.getsitepackages() if os.path.isdir(p) and p not in paths]
-    except AttributeError:
-        pass
-    return paths
+    return paths + [p for p in site.getsitepackages() if os.path.isdir(p) and p not in paths]
 
 
 def _read_until_eof(proc: subprocess.Popen, deadline: float, verdicts: RecordFilter) -> tuple[bytes, bool]:
@@ -341,13 +337,10 @@ def run_program(
     nproc_share: int = 1,
     cases: Cases | None = None,
 ) -> ProgramResult:
-    """Run ``code`` then each of ``tests`` (run in the solution's namespace) in the sandbox; one pass/fail per test.
-    Never raises on program behaviour.
-
-    With ``cases`` (input/output tests; ``tests`` is then ignored), the program runs once per case and the result
-    carries each case's output and status, for the caller to judge; ``limits.timeout`` bounds all cases together.
-    ``slot`` (0 to 63) selects the unprivileged uid when running as root; ``isolation`` defaults to the probed plan;
-    ``site_packages`` lets the program import the trainer's site-packages; ``nproc_share``: programs sharing one uid.
+    """Run ``code`` then each of ``tests`` (in the solution's namespace) in the sandbox, one pass/fail per test, or
+    (``cases`` given, ``tests`` ignored) once per case, each case's output and status left for the caller to judge.
+    Never raises on program behaviour. ``slot`` (0 to 63): the unprivileged uid as root; ``isolation``: the probed
+    plan by default; ``site_packages``: the trainer's site-packages importable; ``nproc_share``: programs per uid.
     """
     limits = limits or Limits()
     isolation = isolation or probe_isolation()
