@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -79,9 +80,7 @@ def apps_call(result: Any, expected: Any) -> bool:
     return isinstance(expected, list) and bool(expected) and result == expected[0]
 
 
-def livecodebench_call(result: Any, expected: Any) -> bool:
-    """LiveCodeBench's functional rule (module doc)."""
-    return result == expected
+livecodebench_call = operator.eq  # LiveCodeBench's functional rule: the return value == the JSON output
 
 
 _STDOUT = {"apps": apps_stdout, "livecodebench": livecodebench_stdout, "open-r1": open_r1_stdout}
