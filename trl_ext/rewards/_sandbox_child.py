@@ -1,18 +1,15 @@
 """Launcher and test harness of the code sandbox; runs as ``python -I -S -B _sandbox_child.py`` (stdlib only).
 
 The other side of :mod:`rewards.sandbox`'s protocol: stdin is one JSON object (``code``, ``tests``, ``limits``,
-``plan``, ``nonce`` ...); stdout is the runner's verdict channel (fd 3 inside), lines ``<nonce> <record> ...``, each
-led by a newline so that junk on the same channel cannot glue itself to a record; stderr is the launcher's own
-channel (``sandbox_error``, ``exit``), out of the program's reach.
+``plan``, ``nonce`` ...); stdout is the runner's verdict channel (fd 3 inside), lines ``<nonce> <record> ...``;
+stderr is the launcher's own channel (``sandbox_error``, ``exit``), out of the program's reach.
 
 The launcher applies the isolation ``plan`` and forks the *runner*, which ``exec``s the solution as module
 ``solution``, then each test. A test passes only on an explicit pass record: exiting early, closing stdout or
 printing fake verdicts does not produce one. The launcher kills the runner (and its namespace) at the deadline.
 
-Input/output cases run each in a forked *case process* (own process group, CPU limit ``ceil(case_timeout)``, stdin a
-memory file holding the input, stdout read up to ``max_output_bytes``; ``fn_name``, a method of ``Solution()`` when
-defined, gets JSON arguments and returns JSON). The runner reports each case's status and base64 output; the expected
-outputs never enter the sandbox. The runner is non-dumpable, so case processes (same uid) cannot read its memory.
+Input/output cases run each in a forked *case process* (:func:`_run_case`, :func:`_case_main`); the runner reports
+each case's status and base64 output, and is non-dumpable so that case processes (same uid) cannot read its memory.
 """
 
 import base64
@@ -259,7 +256,8 @@ def _stdin_file(data):
 
 
 def _run_case(compiled, case_input, io):
-    """Fork one case process, collect its output (capped) until it exits or ``case_timeout``; (status, output)."""
+    """Fork one case process (own process group, CPU limit ``ceil(case_timeout)``, stdin a memory file holding the
+    input), collect its output up to ``max_output_bytes`` until it exits or ``case_timeout``; (status, output)."""
     fn_name, timeout, cap = io["fn_name"], float(io["case_timeout"]), int(io["max_output_bytes"])
     stdin = _stdin_file(b"" if fn_name is not None else case_input.encode("utf-8", "surrogateescape"))
     out_read, out_write = os.pipe()
@@ -339,7 +337,8 @@ def _reap_orphans(tries=20):
 
 
 def _case_main(compiled, fn_name, case_input):
-    """Inside a case process: stdin/stdout bound to the case, run the solution, exit 0 (ran) or 1 (raised)."""
+    """Inside a case process: stdin/stdout bound to the case, run the solution (or call ``fn_name``, a method of
+    ``Solution()`` when defined, with JSON arguments, its JSON result on fd 3), exit 0 (ran) or 1 (raised)."""
     import builtins
     import io
 
