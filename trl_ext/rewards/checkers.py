@@ -40,8 +40,6 @@ def _apps_token_equal(got: str, want: str) -> bool:
 def apps_stdout(output: str, expected: str) -> bool:
     """APPS's stdin rule (module doc)."""
     got, want = _nonempty_stripped_lines(output), _nonempty_stripped_lines(expected)
-    if got == want:
-        return True
     if len(got) != len(want):
         return False
     tokens = [(a.split(), b.split()) for a, b in zip(got, want, strict=True)]
@@ -75,9 +73,7 @@ def open_r1_stdout(output: str, expected: str) -> bool:
 
 def apps_call(result: Any, expected: Any) -> bool:
     """APPS's call-based rule (module doc)."""
-    if result == expected:
-        return True
-    return isinstance(expected, list) and bool(expected) and result == expected[0]
+    return result == expected or (isinstance(expected, list) and bool(expected) and result == expected[0])
 
 
 livecodebench_call = operator.eq  # LiveCodeBench's functional rule: the return value == the JSON output
