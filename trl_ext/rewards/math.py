@@ -233,6 +233,8 @@ class MathAccuracy:
     Logs through TRL's ``log_metric``: ``<name>/no_answer_frac``, ``<name>/timeout_frac``, ``<name>/unscorable_frac``.
     """
 
+    _lock = threading.Lock()  # guards the helpers' one-time start; one for all instances, so nothing to pickle
+
     def __init__(
         self,
         extraction: str | Sequence[str] = "auto",
@@ -268,18 +270,12 @@ class MathAccuracy:
         self.num_workers = num_workers
         self.__name__ = name
         self._workers: queue.Queue[_Worker] | None = None
-        self._lock = threading.Lock()
         self.last_statuses: list[str] = []
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_workers"] = None
-        state["_lock"] = None
         return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def backend(self) -> str:
         """The backend a call from the current thread would use."""

@@ -13,7 +13,6 @@ memory, reward hacking inside the verdict): ``rewards/README.md``, "Isolation" a
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import logging
 import math
@@ -262,7 +261,7 @@ def _decode_output(field_text: str) -> str | None:
         return ""
     try:
         return base64.b64decode(field_text, validate=True).decode("utf-8", "replace")
-    except (binascii.Error, ValueError):
+    except ValueError:  # binascii.Error included
         return None
 
 
