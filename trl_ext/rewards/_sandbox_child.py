@@ -22,6 +22,7 @@ import select
 import signal
 import sys
 import time
+from contextlib import suppress
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -133,10 +134,8 @@ def _runner(config, alive_read):
             os.chown(workdir, config["uid"], config["uid"])
             if not plan["mount_ns"]:
                 for name in PRELOAD:
-                    try:
+                    with suppress(ImportError):
                         __import__(name)
-                    except ImportError:
-                        pass
         cpu, nproc = int(limits["cpu_seconds"]), config["nproc"]
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mb"] << 20,) * 2)
@@ -316,10 +315,8 @@ def _run_case(compiled, case_input, io):
 
 
 def _kill_group(pgid):
-    try:
+    with suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def _reap_orphans(tries=20):

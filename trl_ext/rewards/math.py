@@ -26,6 +26,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from functools import cache, lru_cache
 from typing import Any
 
@@ -188,10 +189,8 @@ class _Worker:
 
     def kill(self) -> None:
         if self.proc is not None:
-            try:
+            with suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
             self.proc.wait()
             self.proc.stdin.close()
             self.proc.stdout.close()
@@ -353,7 +352,5 @@ class MathAccuracy:
             self._workers = None
 
     def __del__(self) -> None:
-        try:
+        with suppress(Exception):
             self.close()
-        except Exception:
-            pass

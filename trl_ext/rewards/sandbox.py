@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -274,10 +275,8 @@ def _uid_base() -> int:
 def _processes_of(uid: int) -> int:
     count = 0
     for entry in os.scandir("/proc"):
-        try:
+        with suppress(OSError):
             count += entry.name.isdigit() and entry.stat().st_uid == uid
-        except OSError:
-            pass
     return count
 
 
@@ -319,10 +318,8 @@ def _read_until_eof(proc: subprocess.Popen, deadline: float, verdicts: RecordFil
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run_program(
@@ -386,11 +383,9 @@ def run_program(
             shutil.rmtree(workdir, ignore_errors=True)
         return ProgramResult("sandbox_error", (False,) * n_records, 0.0, detail=f"launch failed: {error}")
     try:
-        try:
+        with suppress(OSError):
             proc.stdin.write(json.dumps(config).encode())
             proc.stdin.close()
-        except OSError:
-            pass
         record_bytes = 4096 if cases is None else 4 * cases.max_output_bytes // 3 + 4096
         verdicts = RecordFilter((nonce + " ").encode(), 2 * n_records + 16, record_bytes)
         stderr, killed = _read_until_eof(proc, start + limits.timeout + _GRACE, verdicts)
