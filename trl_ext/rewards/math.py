@@ -192,7 +192,8 @@ class _Worker:
             with suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
-            self.proc.stdin.close()
+            with suppress(OSError):  # a request left unflushed in a broken pipe fails again on close
+                self.proc.stdin.close()
             self.proc.stdout.close()
             self.proc = None
 
