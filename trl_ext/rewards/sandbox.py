@@ -226,7 +226,7 @@ def parse_verdicts(
                 seen.add(index)
                 passed[index] = args[1] == "pass"
                 errors[index] = args[2] if len(args) > 2 else ""
-        elif kind in ("started", "syntax_error", "solution_error", "done"):
+        elif kind in ("syntax_error", "solution_error", "done"):
             program.setdefault(kind, args)
     launcher: dict[str, list[str]] = {}
     for line in stderr.decode("utf-8", "replace").splitlines():
