@@ -171,6 +171,15 @@ def test_output_cap_and_case_limits():
     assert memory.last_results[0].errors[1] == "error"  # MemoryError in that case only
 
 
+def test_more_cases_than_open_files():
+    """Every case runs, however many: the runner once leaked a descriptor per case and crashed past max_open_files."""
+    reward = CodeReward(timeout=1.0, max_open_files=16, num_workers=1)
+    n = 40
+    tests = {"inputs": [f"{i}\n" for i in range(n)], "outputs": [f"{2 * i}\n" for i in range(n)]}
+    assert reward(completions=[fenced(SOLUTIONS["correct"][0])], tests=[tests]) == [1.0]
+    assert reward.last_results[0].errors == ("ok",) * n
+
+
 def test_parse_io_tests_fields():
     tests = parse_io_tests(CALL_LCB)
     assert tests == IOTests("livecodebench", ("[1, 2]", "[3, 4]", "[0, 0]"), (3, 7, 0), "add")

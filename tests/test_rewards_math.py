@@ -264,6 +264,13 @@ def test_helper_that_hangs_in_c_is_killed_and_replaced():
     worker.kill()
 
 
+def test_helper_with_a_broken_stdin_scores_none_instead_of_raising():
+    deaf = "import os, time\nos.close(0)\nprint('{\"ready\": true}', flush=True)\ntime.sleep(30)\n"
+    worker = _Worker([sys.executable, "-c", deaf])
+    assert worker.request({"text": "x"}, timeout=5) is None
+    assert worker.proc is None
+
+
 def test_pickles_without_its_helpers():
     reward = MathAccuracy(timeout_backend="process", extraction=["boxed", "gsm8k"], name="acc_boxed")
     assert reward(completions=["\\boxed{2}"], solution=["2"]) == [1.0]

@@ -1,18 +1,15 @@
 """Launcher and test harness of the code sandbox; runs as ``python -I -S -B _sandbox_child.py`` (stdlib only).
 
 The other side of :mod:`rewards.sandbox`'s protocol: stdin is one JSON object (``code``, ``tests``, ``limits``,
-``plan``, ``nonce`` ...); stdout is the runner's verdict channel (fd 3 inside), lines ``<nonce> <record> ...``, each
-led by a newline so that junk on the same channel cannot glue itself to a record; stderr is the launcher's own
-channel (``sandbox_error``, ``exit``), out of the program's reach.
+``plan``, ``nonce`` ...); stdout is the runner's verdict channel (fd 3 inside), lines ``<nonce> <record> ...``;
+stderr is the launcher's own channel (``sandbox_error``, ``exit``), out of the program's reach.
 
 The launcher applies the isolation ``plan`` and forks the *runner*, which ``exec``s the solution as module
 ``solution``, then each test. A test passes only on an explicit pass record: exiting early, closing stdout or
 printing fake verdicts does not produce one. The launcher kills the runner (and its namespace) at the deadline.
 
-Input/output cases run each in a forked *case process* (own process group, CPU limit ``ceil(case_timeout)``, stdin a
-memory file holding the input, stdout read up to ``max_output_bytes``; ``fn_name``, a method of ``Solution()`` when
-defined, gets JSON arguments and returns JSON). The runner reports each case's status and base64 output; the expected
-outputs never enter the sandbox. The runner is non-dumpable, so case processes (same uid) cannot read its memory.
+Input/output cases run each in a forked *case process* (:func:`_run_case`, :func:`_case_main`); the runner reports
+each case's status and base64 output, and is non-dumpable so that case processes (same uid) cannot read its memory.
 """
 
 import base64
@@ -25,6 +22,7 @@ import select
 import signal
 import sys
 import time
+from contextlib import suppress
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -136,10 +134,8 @@ def _runner(config, alive_read):
             os.chown(workdir, config["uid"], config["uid"])
             if not plan["mount_ns"]:
                 for name in PRELOAD:
-                    try:
+                    with suppress(ImportError):
                         __import__(name)
-                    except ImportError:
-                        pass
         cpu, nproc = int(limits["cpu_seconds"]), config["nproc"]
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mb"] << 20,) * 2)
@@ -216,7 +212,6 @@ def _harness(code, tests, io, nonce, fd):
         exit_now(0)
     if io is not None:
         _prctl(PR_SET_DUMPABLE, 0)
-        emit("started")
         for index, case_input in enumerate(io["inputs"]):
             try:
                 status, output = _run_case(compiled, case_input, io)
@@ -226,7 +221,6 @@ def _harness(code, tests, io, nonce, fd):
         emit("done")
         exit_now(0)
     namespace = {"__name__": "solution", "__builtins__": builtins}
-    emit("started")
     try:
         exec(compiled, namespace)
     except BaseException as error:
@@ -259,7 +253,8 @@ def _stdin_file(data):
 
 
 def _run_case(compiled, case_input, io):
-    """Fork one case process, collect its output (capped) until it exits or ``case_timeout``; (status, output)."""
+    """Fork one case process (own process group, CPU limit ``ceil(case_timeout)``, stdin a memory file holding the
+    input), collect its output up to ``max_output_bytes`` until it exits or ``case_timeout``; (status, output)."""
     fn_name, timeout, cap = io["fn_name"], float(io["case_timeout"]), int(io["max_output_bytes"])
     stdin = _stdin_file(b"" if fn_name is not None else case_input.encode("utf-8", "surrogateescape"))
     out_read, out_write = os.pipe()
@@ -281,45 +276,32 @@ def _run_case(compiled, case_input, io):
     os.close(out_write)
     os.close(stdin)
     deadline = time.monotonic() + timeout
-    chunks, size, status, exited, reaped = [], 0, None, False, None
-    os.set_blocking(out_read, False)
-    pidfd = _pidfd(pid)
+    chunks, size, status, code, timed_out = [], 0, None, None, False
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             status = "timeout"
             break
-        if not exited:
-            watch = [out_read] if pidfd is None else [out_read, pidfd]
-            ready = select.select(watch, [], [], left if pidfd is not None else min(left, 0.01))[0]
-            if pidfd is not None:
-                exited = pidfd in ready
-            else:
-                done, wait_status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    exited, reaped = True, os.waitstatus_to_exitcode(wait_status)
-        try:
+        if select.select([out_read], [], [], min(left, 0.01) if code is None else 0)[0]:
             chunk = os.read(out_read, 65536)
-        except BlockingIOError:
-            if exited:  # the case process is gone and the pipe is drained (a daemon may still hold it open)
+            if not chunk:
                 break
-            continue
-        if not chunk:
+            size += len(chunk)
+            if size > cap:
+                status = "output_limit"
+                break
+            chunks.append(chunk)
+        elif code is not None:  # the case process is gone and the pipe is drained (a daemon may still hold it open)
             break
-        size += len(chunk)
-        if size > cap:
-            status = "output_limit"
-            break
-        chunks.append(chunk)
+        else:
+            done, wait_status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(wait_status)
     if status is not None:
         _kill_group(pid)
-    if reaped is None:
+    if code is None:
         code, timed_out = _wait(pid, max(0.0, deadline - time.monotonic()) + 0.05)
-    else:
-        code, timed_out = reaped, False
-    for handle in (out_read, pidfd):
-        if handle is not None:
-            os.close(handle)
+    os.close(out_read)
     _kill_group(pid)  # what the case process left in its group
     _reap_orphans()
     if status is None:
@@ -331,10 +313,8 @@ def _run_case(compiled, case_input, io):
 
 
 def _kill_group(pgid):
-    try:
+    with suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def _reap_orphans(tries=20):
@@ -352,7 +332,8 @@ def _reap_orphans(tries=20):
 
 
 def _case_main(compiled, fn_name, case_input):
-    """Inside a case process: stdin/stdout bound to the case, run the solution, exit 0 (ran) or 1 (raised)."""
+    """Inside a case process: stdin/stdout bound to the case, run the solution (or call ``fn_name``, a method of
+    ``Solution()`` when defined, with JSON arguments, its JSON result on fd 3), exit 0 (ran) or 1 (raised)."""
     import builtins
     import io
 
@@ -386,32 +367,30 @@ def _case_main(compiled, fn_name, case_input):
     os._exit(status)
 
 
-def _pidfd(pid):
-    """A descriptor that becomes readable when ``pid`` exits, or None where the kernel has no pidfd_open."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
-
-
 def _wait(pid, timeout):
-    """Wait for ``pid`` until ``timeout`` seconds; SIGKILL it on overrun. Returns (wait status, timed out)."""
+    """Wait for ``pid`` until ``timeout`` seconds (on a pidfd, else polling); SIGKILL it on overrun. Returns (exit
+    code, timed out)."""
     deadline = time.monotonic() + timeout
-    pidfd = _pidfd(pid)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # kernel before 5.3
+        pidfd = None
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
         left = deadline - time.monotonic()
-        if left <= 0:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return -9, True
+        if done or left <= 0:
+            break
         if pidfd is not None:
             select.select([pidfd], [], [], left)
         else:
             time.sleep(min(left, 0.005))
-    return os.waitstatus_to_exitcode(status), False
+    if pidfd is not None:
+        os.close(pidfd)  # the runner waits for every case: a leaked descriptor per case would hit RLIMIT_NOFILE
+    if done:
+        return os.waitstatus_to_exitcode(status), False
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return -9, True
 
 
 def _sweep_uid(uid):
@@ -457,14 +436,12 @@ def main():
         os.close(alive_write)
         _runner(config, alive_read)
     os.close(alive_read)
-    start = time.monotonic()
     status, timed_out = _wait(pid, config["limits"]["timeout"])
-    elapsed = time.monotonic() - start
     if not plan["pid_ns"]:
         _kill_group(pid)
         if plan["uid_sweep"] and config["uid"] is not None:
             _sweep_uid(config["uid"])
-    _verdict_writer(2, nonce)("exit", status, int(timed_out), f"{elapsed:.4f}")
+    _verdict_writer(2, nonce)("exit", status, int(timed_out))
 
 
 if __name__ == "__main__":

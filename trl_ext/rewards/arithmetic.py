@@ -29,6 +29,3 @@ def arithmetic_reward(prompts: list, completions: list, answer: list, **kwargs: 
         except (TypeError, ValueError):
             rewards.append(0.0)
     return rewards
-
-
-arithmetic_reward.__name__ = "arithmetic_reward"

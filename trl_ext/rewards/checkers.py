@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -39,8 +40,6 @@ def _apps_token_equal(got: str, want: str) -> bool:
 def apps_stdout(output: str, expected: str) -> bool:
     """APPS's stdin rule (module doc)."""
     got, want = _nonempty_stripped_lines(output), _nonempty_stripped_lines(expected)
-    if got == want:
-        return True
     if len(got) != len(want):
         return False
     tokens = [(a.split(), b.split()) for a, b in zip(got, want, strict=True)]
@@ -74,14 +73,10 @@ def open_r1_stdout(output: str, expected: str) -> bool:
 
 def apps_call(result: Any, expected: Any) -> bool:
     """APPS's call-based rule (module doc)."""
-    if result == expected:
-        return True
-    return isinstance(expected, list) and bool(expected) and result == expected[0]
+    return result == expected or (isinstance(expected, list) and bool(expected) and result == expected[0])
 
 
-def livecodebench_call(result: Any, expected: Any) -> bool:
-    """LiveCodeBench's functional rule (module doc)."""
-    return result == expected
+livecodebench_call = operator.eq  # LiveCodeBench's functional rule: the return value == the JSON output
 
 
 _STDOUT = {"apps": apps_stdout, "livecodebench": livecodebench_stdout, "open-r1": open_r1_stdout}

@@ -68,14 +68,9 @@ def normalize_tests(tests: Any) -> list[str] | None:
         # a program that checks nothing (a literal, JSON text that happens to be Python) would pass any solution
         checks = any(isinstance(node, (ast.Call, ast.Assert, ast.Raise)) for node in ast.walk(tree))
         return [tests] if checks else None
-    chunks, start = [], 0
-    for end in ends:
-        chunks.append("\n".join(lines[start:end]))
-        start = end
-    tail = "\n".join(lines[start:])
-    if tail.strip():
-        chunks[-1] += "\n" + tail
-    return chunks
+    if "\n".join(lines[ends[-1] :]).strip():
+        ends[-1] = len(lines)  # lines after the last assert belong to the last test
+    return ["\n".join(lines[start:end]) for start, end in zip([0, *ends], ends, strict=False)]
 
 
 def read_tests(value: Any, tests_format: str = "auto") -> list[str] | IOTests | None:

@@ -119,7 +119,7 @@ def clean_answer(answer: str) -> str:
     answer = answer.rstrip(".,;:!").strip()
     if answer.startswith("\\text{") and answer.endswith("}"):
         answer = answer[len("\\text{") : -1].strip()
-    if answer.count("$") == 1 or (answer.startswith("\\$") and answer.count("$") == 1):
+    if answer.count("$") == 1:
         answer = _CURRENCY.sub("", answer)
     scientific = _SCIENTIFIC.match(answer)
     if scientific:
@@ -180,10 +180,9 @@ def parse_strategies(strategies: str | Sequence[str]) -> tuple[str, ...]:
 def gold_answer(solution: str) -> str:
     """The reference answer of a solution column as LaTeX: a GSM8K or MATH solution's final answer, else the text."""
     text = str(solution)
-    if "####" in text:
-        found = gsm8k_answer(text)
-        if found:
-            return as_latex(clean_answer(found))
+    found = gsm8k_answer(text)
+    if found:
+        return as_latex(clean_answer(found))
     boxes = boxed_contents(text)
     if boxes:
         return as_latex(clean_answer(boxes[-1]))

@@ -38,13 +38,8 @@ def _lenient_ok(text: str, answer_tags: bool) -> bool:
     if text.count("</think>") != 1 or text.count("<think>") > 1:
         return False
     before, answer = text.split("</think>")
-    if "<think>" in before:
-        head, reasoning = before.split("<think>")
-        if head.strip():
-            return False
-    else:
-        reasoning = before
-    if "<think>" in answer or not reasoning.strip() or not answer.strip():
+    head, _, reasoning = before.rpartition("<think>")  # head is "" without an opening tag
+    if head.strip() or "<think>" in answer or not reasoning.strip() or not answer.strip():
         return False
     if answer_tags:
         inner = _ANSWER_LENIENT.search(answer)

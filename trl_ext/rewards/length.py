@@ -8,8 +8,7 @@
   ``mode="max"`` gives ``-alpha * max(0, n - B) / B``, ``mode="exact"`` ``-alpha * |n - B| / B``, clipped at
   ``-alpha`` when ``clip=True``. A budget that is missing or not a positive number scores ``None``.
 
-Length is in completion tokens (``completion_ids``); called by hand without them, in whitespace-separated words
-(``last_unit`` says which).
+Length is in completion tokens (``completion_ids``); called by hand without them, in whitespace-separated words.
 """
 
 from __future__ import annotations
@@ -21,14 +20,24 @@ from trl.rewards import get_repetition_penalty_reward, get_soft_overlong_punishm
 from trl_ext.rewards.text import completion_texts
 
 
-def completion_units(completions: list | None, completion_ids: list | None) -> tuple[list[list[Any]], str]:
-    if completion_ids is not None:
-        return [list(ids) for ids in completion_ids], "tokens"
-    return [text.split() for text in completion_texts(completions or [])], "words"
+class LengthReward:
+    """Base of the length rewards: ``units`` are completion tokens, or whitespace words without ``completion_ids``;
+    ``last_unit`` says which the last call counted."""
+
+    last_unit = "tokens"
+
+    def units(self, completions: list | None, completion_ids: list | None) -> list[list[Any]]:
+        if completion_ids is not None:
+            self.last_unit = "tokens"
+            return [list(ids) for ids in completion_ids]
+        self.last_unit = "words"
+        return [text.split() for text in completion_texts(completions or [])]
 
 
-class _TRLLengthReward:
-    """Calls a TRL reward built over ``completion_ids`` with our units."""
+class _TRLLengthReward(LengthReward):
+    """Calls a TRL shaping reward built over ``completion_ids`` with our units."""
+
+    shaping_reward = True
 
     def __call__(
         self,
@@ -37,15 +46,12 @@ class _TRLLengthReward:
         completion_ids: list | None = None,
         **kw: Any,
     ) -> list[float]:
-        units, self.last_unit = completion_units(completions, completion_ids)
-        return [float(r) for r in self._trl(completion_ids=units)]
+        return [float(r) for r in self._trl(completion_ids=self.units(completions, completion_ids))]
 
 
 class SoftOverlong(_TRLLengthReward):
     """DAPO's soft overlong punishment (TRL's implementation), in [-1, 0]. A shaping reward
     (``trl_ext.rewards.shaping``): dynamic sampling's default metric leaves it out."""
-
-    shaping_reward = True
 
     def __init__(self, max_completion_len: int, soft_punish_cache: int = 0, name: str = "soft_overlong"):
         if max_completion_len < 1:
@@ -58,13 +64,10 @@ class SoftOverlong(_TRLLengthReward):
         self.soft_punish_cache = soft_punish_cache
         self._trl = get_soft_overlong_punishment(max_completion_len, soft_punish_cache)
         self.__name__ = name
-        self.last_unit = "tokens"
 
 
 class Repetition(_TRLLengthReward):
     """TRL's n-gram repetition penalty, in [max_penalty, 0]. A shaping reward (``trl_ext.rewards.shaping``)."""
-
-    shaping_reward = True
 
     def __init__(self, ngram_size: int = 3, max_penalty: float = -1.0, name: str = "repetition"):
         if ngram_size < 1:
@@ -73,10 +76,9 @@ class Repetition(_TRLLengthReward):
         self.max_penalty = max_penalty
         self._trl = get_repetition_penalty_reward(ngram_size, max_penalty)  # raises if max_penalty > 0
         self.__name__ = name
-        self.last_unit = "tokens"
 
 
-class LengthBudget:
+class LengthBudget(LengthReward):
     """Penalty for exceeding (``max``) or missing (``exact``) a token budget, relative to the budget. A shaping reward
     (``trl_ext.rewards.shaping``)."""
 
@@ -103,7 +105,6 @@ class LengthBudget:
         self.alpha = alpha
         self.clip = clip
         self.__name__ = name
-        self.last_unit = "tokens"
 
     def __call__(
         self,
@@ -112,7 +113,7 @@ class LengthBudget:
         completion_ids: list | None = None,
         **kw: Any,
     ) -> list[float | None]:
-        units, self.last_unit = completion_units(completions, completion_ids)
+        units = self.units(completions, completion_ids)
         per_example = kw.get(self.budget_column)
         if per_example is None and self.budget is None:
             raise ValueError(

@@ -20,31 +20,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from trl_ext.rewards.length import completion_units
+from trl_ext.rewards.length import LengthReward
 from trl_ext.rewards.math import MathAccuracy
 
 
-class _Correctness:
-    """Shared by both rewards: correctness from an accuracy reward, lengths from the completion tokens."""
-
-    def __init__(self, accuracy: Callable | None, solution_column: str | None, extraction: str, name: str):
-        self.accuracy = accuracy or MathAccuracy(extraction=extraction, solution_column=solution_column)
-        self.last_unit = "tokens"
-        self.__name__ = name
-
-    def judged(self, prompts: list | None, completions: list, completion_ids: list | None, kwargs: dict) -> tuple:
-        columns = {k: v for k, v in kwargs.items() if k not in ("log_metric", "log_extra")}  # logged by accuracy
-        scores = self.accuracy(prompts=prompts, completions=completions, **columns)
-        units, self.last_unit = completion_units(completions, completion_ids)
-        correct = [None if score is None else score >= 1.0 for score in scores]
-        return correct, [len(u) for u in units]
-
-
-class KimiLength(_Correctness):
-    """Kimi k1.5's length reward within each prompt's group (module doc). A shaping reward: it is added to the
-    accuracy and varies with length inside an all-correct group (``CosineLength`` replaces the accuracy instead)."""
-
-    shaping_reward = True
+class _Correctness(LengthReward):
+    """Shared by both rewards: correctness from an accuracy reward, lengths from the completion tokens. Its options
+    are KimiLength's as they are."""
 
     def __init__(
         self,
@@ -53,7 +35,21 @@ class KimiLength(_Correctness):
         extraction: str = "auto",
         name: str = "len_reward",
     ):
-        super().__init__(accuracy, solution_column, extraction, name)
+        self.accuracy = accuracy or MathAccuracy(extraction=extraction, solution_column=solution_column)
+        self.__name__ = name
+
+    def judged(self, prompts: list | None, completions: list, completion_ids: list | None, kwargs: dict) -> tuple:
+        columns = {k: v for k, v in kwargs.items() if k not in ("log_metric", "log_extra")}  # logged by accuracy
+        scores = self.accuracy(prompts=prompts, completions=completions, **columns)
+        correct = [None if score is None else score >= 1.0 for score in scores]
+        return correct, [len(u) for u in self.units(completions, completion_ids)]
+
+
+class KimiLength(_Correctness):
+    """Kimi k1.5's length reward within each prompt's group (module doc). A shaping reward: it is added to the
+    accuracy and varies with length inside an all-correct group (``CosineLength`` replaces the accuracy instead)."""
+
+    shaping_reward = True
 
     def __call__(
         self, prompts: list | None = None, completions: list | None = None, completion_ids: list | None = None, **kw

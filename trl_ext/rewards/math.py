@@ -26,6 +26,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from functools import cache, lru_cache
 from typing import Any
 
@@ -33,8 +34,9 @@ from trl_ext.rewards.extract import braces_balanced, extract_answer, gold_answer
 from trl_ext.rewards.text import column, completion_texts
 
 BACKENDS = ("auto", "signal", "process")
-EXTRACTIONS = ("auto", "boxed", "gsm8k", "answer_is", "last_number", "math_verify")
 _LATEX_MARKUP = re.compile(r"[\\{}^_]")
+# a math-verification helper imports its loop by module name, so it is notebook- and script-safe
+WORKER_COMMAND = [sys.executable, "-c", "from trl_ext.rewards.math import worker_main; worker_main()"]
 
 
 @cache
@@ -51,10 +53,7 @@ def signals_usable() -> bool:
     """
     if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
         return False
-    try:
-        return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    except (AttributeError, OSError):
-        return False
+    return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
 def is_reference(solution: Any) -> bool:
@@ -190,27 +189,19 @@ class _Worker:
 
     def kill(self) -> None:
         if self.proc is not None:
-            try:
+            with suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
             self.proc.wait()
-            for stream in (self.proc.stdin, self.proc.stdout):
-                if stream is not None:
-                    stream.close()
+            with suppress(OSError):  # a request left unflushed in a broken pipe fails again on close
+                self.proc.stdin.close()
+            self.proc.stdout.close()
             self.proc = None
 
 
-def worker_command() -> list[str]:
-    """Command line of a math-verification helper (imports by module name, so it is notebook- and script-safe)."""
-    return [sys.executable, "-c", "from trl_ext.rewards.math import worker_main; worker_main()"]
-
-
 def worker_main() -> None:
-    """The helper process of the ``process`` backend: one JSON request per stdin line (``solution``, ``text`` and
-    :func:`score_one`'s options), one JSON reply per line (``reward``, ``status``). :func:`score_one` runs in the
-    helper's own main thread, so math-verify's ``signal.alarm`` timeouts work even when the trainer calls the reward
-    from another thread; the parent kills it if it still overruns. It exits when its stdin closes."""
+    """The helper process of the ``process`` backend (module doc), :func:`score_one` in its own main thread: one JSON
+    request per stdin line (``solution``, ``text`` and the options), one JSON reply per line (``reward``, ``status``),
+    until stdin closes."""
     _quiet_math_verify()
     import math_verify  # noqa: F401  - pay the sympy import before announcing readiness
 
@@ -241,6 +232,8 @@ class MathAccuracy:
 
     Logs through TRL's ``log_metric``: ``<name>/no_answer_frac``, ``<name>/timeout_frac``, ``<name>/unscorable_frac``.
     """
+
+    _lock = threading.Lock()  # guards the helpers' one-time start; one for all instances, so nothing to pickle
 
     def __init__(
         self,
@@ -277,18 +270,12 @@ class MathAccuracy:
         self.num_workers = num_workers
         self.__name__ = name
         self._workers: queue.Queue[_Worker] | None = None
-        self._lock = threading.Lock()
         self.last_statuses: list[str] = []
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_workers"] = None
-        state["_lock"] = None
         return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def backend(self) -> str:
         """The backend a call from the current thread would use."""
@@ -330,9 +317,8 @@ class MathAccuracy:
         return [reward for reward, _ in results]
 
     def _options(self) -> dict:
-        extraction = list(self.extraction) if isinstance(self.extraction, tuple) else self.extraction
         return {
-            "extraction": extraction,
+            "extraction": self.extraction,  # a tuple goes to the helper as a JSON list
             "multiple_boxed": self.multiple_boxed,
             "parse_timeout": self.parse_timeout,
             "verify_timeout": self.verify_timeout,
@@ -349,7 +335,7 @@ class MathAccuracy:
             if self._workers is None:
                 self._workers = queue.Queue()
                 for _ in range(self.num_workers):
-                    self._workers.put(_Worker(worker_command()))
+                    self._workers.put(_Worker(WORKER_COMMAND))
         worker = self._workers.get()
         try:
             reply = worker.request({"solution": str(solution), "text": text, **self._options()}, self.hard_timeout)
@@ -367,7 +353,5 @@ class MathAccuracy:
             self._workers = None
 
     def __del__(self) -> None:
-        try:
+        with suppress(Exception):
             self.close()
-        except Exception:
-            pass

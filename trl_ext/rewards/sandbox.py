@@ -13,7 +13,6 @@ memory, reward hacking inside the verdict): ``rewards/README.md``, "Isolation" a
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import logging
 import math
@@ -31,6 +30,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -226,7 +226,7 @@ def parse_verdicts(
                 seen.add(index)
                 passed[index] = args[1] == "pass"
                 errors[index] = args[2] if len(args) > 2 else ""
-        elif kind in ("started", "syntax_error", "solution_error", "done"):
+        elif kind in ("syntax_error", "solution_error", "done"):
             program.setdefault(kind, args)
     launcher: dict[str, list[str]] = {}
     for line in stderr.decode("utf-8", "replace").splitlines():
@@ -262,7 +262,7 @@ def _decode_output(field_text: str) -> str | None:
         return ""
     try:
         return base64.b64decode(field_text, validate=True).decode("utf-8", "replace")
-    except (binascii.Error, ValueError):
+    except ValueError:  # binascii.Error included
         return None
 
 
@@ -275,20 +275,14 @@ def _uid_base() -> int:
 def _processes_of(uid: int) -> int:
     count = 0
     for entry in os.scandir("/proc"):
-        try:
+        with suppress(OSError):
             count += entry.name.isdigit() and entry.stat().st_uid == uid
-        except OSError:
-            pass
     return count
 
 
 def _site_paths() -> list[str]:
     paths = [p for p in sys.path if p and ("site-packages" in p or "dist-packages" in p) and os.path.isdir(p)]
-    try:
-        paths += [p for p in site.getsitepackages() if os.path.isdir(p) and p not in paths]
-    except AttributeError:
-        pass
-    return paths
+    return paths + [p for p in site.getsitepackages() if os.path.isdir(p) and p not in paths]
 
 
 def _read_until_eof(proc: subprocess.Popen, deadline: float, verdicts: RecordFilter) -> tuple[bytes, bool]:
@@ -324,10 +318,8 @@ def _read_until_eof(proc: subprocess.Popen, deadline: float, verdicts: RecordFil
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run_program(
@@ -341,13 +333,10 @@ def run_program(
     nproc_share: int = 1,
     cases: Cases | None = None,
 ) -> ProgramResult:
-    """Run ``code`` then each of ``tests`` (run in the solution's namespace) in the sandbox; one pass/fail per test.
-    Never raises on program behaviour.
-
-    With ``cases`` (input/output tests; ``tests`` is then ignored), the program runs once per case and the result
-    carries each case's output and status, for the caller to judge; ``limits.timeout`` bounds all cases together.
-    ``slot`` (0 to 63) selects the unprivileged uid when running as root; ``isolation`` defaults to the probed plan;
-    ``site_packages`` lets the program import the trainer's site-packages; ``nproc_share``: programs sharing one uid.
+    """Run ``code`` then each of ``tests`` (in the solution's namespace) in the sandbox, one pass/fail per test, or
+    (``cases`` given, ``tests`` ignored) once per case, each case's output and status left for the caller to judge.
+    Never raises on program behaviour. ``slot`` (0 to 63): the unprivileged uid as root; ``isolation``: the probed
+    plan by default; ``site_packages``: the trainer's site-packages importable; ``nproc_share``: programs per uid.
     """
     limits = limits or Limits()
     isolation = isolation or probe_isolation()
@@ -394,11 +383,9 @@ def run_program(
             shutil.rmtree(workdir, ignore_errors=True)
         return ProgramResult("sandbox_error", (False,) * n_records, 0.0, detail=f"launch failed: {error}")
     try:
-        try:
+        with suppress(OSError):
             proc.stdin.write(json.dumps(config).encode())
             proc.stdin.close()
-        except OSError:
-            pass
         record_bytes = 4096 if cases is None else 4 * cases.max_output_bytes // 3 + 4096
         verdicts = RecordFilter((nonce + " ").encode(), 2 * n_records + 16, record_bytes)
         stderr, killed = _read_until_eof(proc, start + limits.timeout + _GRACE, verdicts)

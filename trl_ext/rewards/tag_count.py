@@ -1,10 +1,8 @@
 """Tag-count reward: partial credit for each well-formed ``<think>`` / ``<answer>`` tag (open-r1's ``tag_count_reward``).
 
-open-r1 (``src/open_r1/rewards.py``, adapted there from willccbb's GRPO demo gist) gives 0.25 for each of four
-markers that appears **exactly once** in the completion: ``"<think>\\n"``, ``"\\n</think>\\n"``, ``"\\n<answer>\\n"``
-and ``"\\n</answer>"``. It is a dense shaping signal toward the strict format (:class:`trl_ext.rewards.format.ThinkFormat`
-with ``answer_tags=True``): a completion that has every marker once scores 1.0, a repeated marker earns nothing.
-``answer_tags=False`` counts only the two think markers, 0.5 each, for the R1 format without answer tags.
+A dense shaping signal toward the strict format (:class:`trl_ext.rewards.format.ThinkFormat` with
+``answer_tags=True``): 0.25 for each of ``THINK_MARKERS`` and ``ANSWER_MARKERS`` that appears **exactly once**, so a
+repeated marker earns nothing; ``answer_tags=False`` counts the two think markers, 0.5 each (R1 format, no answer tags).
 """
 
 from __future__ import annotations
