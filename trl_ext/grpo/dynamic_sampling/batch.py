@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from accelerate.utils import gather_object
+import torch.nn.functional as F
+from accelerate.utils import gather_object, send_to_device
 from trl.trainer.utils import nanstd, split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
 from trl_ext.scoring import combine_rewards
@@ -107,11 +108,8 @@ def column_layout(rounds: list[Round], lists: set[str]) -> dict[str, str]:
 
 
 def _pad(row: torch.Tensor, left: int, right: int, value: float) -> torch.Tensor:
-    if left <= 0 and right <= 0:
-        return row
-    before = row.new_full((max(left, 0), *row.shape[1:]), value)
-    after = row.new_full((max(right, 0), *row.shape[1:]), value)
-    return torch.cat([before, row, after])
+    """``row`` padded with ``value`` along its first dimension."""
+    return F.pad(row, (0, 0) * (row.ndim - 1) + (left, right), value=value)
 
 
 def _pad_beyond_first_dim(values: list[Any]) -> list[Any]:
@@ -121,12 +119,9 @@ def _pad_beyond_first_dim(values: list[Any]) -> list[Any]:
     if not all(isinstance(v, torch.Tensor) for v in values) or len({v.shape[1:] for v in values}) <= 1:
         return values
     target = [max(v.size(d) for v in values) for d in range(1, values[0].ndim)]
-    padded = []
-    for v in values:
-        out = v.new_zeros((v.size(0), *target))
-        out[(slice(None), *(slice(0, n) for n in v.shape[1:]))] = v
-        padded.append(out)
-    return padded
+    # F.pad takes (before, after) pairs from the last dimension backwards
+    pads = [[x for n, t in zip(v.shape[:0:-1], target[::-1], strict=True) for x in (0, t - n)] for v in values]
+    return [F.pad(v, pad) for v, pad in zip(values, pads, strict=True)]
 
 
 def _stack(
@@ -201,13 +196,13 @@ def assemble(
             if position is not None:
                 local.append((position, sample, widths))
     if world > 1:
-        local = gather_object([(p, _to(s, "cpu"), w) for p, s, w in local])
+        local = gather_object([(p, send_to_device(s, "cpu"), w) for p, s, w in local])
     per_process = len(groups) * num_generations // world
     mine = sorted((entry for entry in local if entry[0] // per_process == rank), key=lambda entry: entry[0])
     positions = [p for p, _, _ in mine]
     layout = column_layout(rounds, lists)
     batch = _stack([s for _, s, _ in mine], [w for _, _, w in mine], layout, lists, pad_id)
-    batch = {k: _to(v, accelerator.device) for k, v in batch.items()}
+    batch = send_to_device(batch, accelerator.device)
     if batch_weights is not None:
         picked = torch.cat(
             [rounds[r].rewards_per_func[g * num_generations : (g + 1) * num_generations] for r, g in groups]
@@ -222,13 +217,3 @@ def assemble(
     loss_mask = batch["completion_mask"] if "tool_mask" not in batch else batch["completion_mask"] * batch["tool_mask"]
     batch["num_items_in_batch"] = accelerator.gather(loss_mask.sum()).sum()
     return unsplit_pixel_values_by_grid(batch)
-
-
-def _to(value: Any, device: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, list):
-        return [_to(v, device) for v in value]
-    if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
-    return value

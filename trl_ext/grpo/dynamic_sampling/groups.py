@@ -32,13 +32,16 @@ def _check_rewards(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     return rewards.detach().to(torch.float64).view(-1, num_generations)
 
 
-def group_reward_range(rewards: torch.Tensor, num_generations: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-group (nan-aware) max and min rewards and the number of scorable completions, as float tensors."""
+def _group_range(rewards: torch.Tensor, num_generations: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per group: the (nan-aware) max and min rewards (-inf / inf when nothing is scorable) and the number of
+    scorable completions."""
     grouped = _check_rewards(rewards, num_generations)
     finite = torch.isfinite(grouped)
-    group_max = torch.where(finite, grouped, torch.full_like(grouped, -torch.inf)).amax(dim=1)
-    group_min = torch.where(finite, grouped, torch.full_like(grouped, torch.inf)).amin(dim=1)
-    return group_max, group_min
+    return (
+        grouped.masked_fill(~finite, -torch.inf).amax(1),
+        grouped.masked_fill(~finite, torch.inf).amin(1),
+        finite.sum(1),
+    )
 
 
 def informative_groups(rewards: torch.Tensor, num_generations: int, atol: float = DEFAULT_ATOL) -> torch.Tensor:
@@ -48,9 +51,7 @@ def informative_groups(rewards: torch.Tensor, num_generations: int, atol: float 
     """
     if atol < 0:
         raise ValueError(f"atol must be >= 0, got {atol}.")
-    grouped = _check_rewards(rewards, num_generations)
-    num_scorable = torch.isfinite(grouped).sum(dim=1)
-    group_max, group_min = group_reward_range(rewards, num_generations)
+    group_max, group_min, num_scorable = _group_range(rewards, num_generations)
     return (num_scorable >= 2) & ((group_max - group_min) > atol)
 
 
@@ -90,7 +91,7 @@ def group_stats(
     scale is unknown and such groups count as neither.
     """
     informative = informative_groups(rewards, num_generations, atol)
-    group_max, group_min = group_reward_range(rewards, num_generations)
+    group_max, group_min, _ = _group_range(rewards, num_generations)
     finite = rewards[torch.isfinite(rewards)].double()
     top = reward_max if reward_max is not None else (finite.max().item() if finite.numel() else None)
     bottom = reward_min if reward_min is not None else (finite.min().item() if finite.numel() else None)
@@ -110,17 +111,13 @@ def group_stats(
 
 
 def expected_rounds(informative_frac: float, max_rounds: int | None = None, num_groups: int = 1) -> float:
-    """Expected generation rounds per step under whole-batch refills (an upper bound on the generation batches a
-    step of the trainer needs, whose refill rounds are right-sized: about ``1 / p`` with carry-over;
-    ``benchmarks/dynamic_sampling.py`` measures both): every
-    round generates a whole generation batch of ``num_groups`` groups, each informative with probability
-    ``p = informative_frac`` independently, until ``num_groups`` informative groups are in hand or ``max_rounds``
-    rounds were made. With R that number of rounds, E[R] = sum_{r >= 0, r < max_rounds} P(R > r) and
-    P(R > r) = P(Binomial(r * num_groups, p) < num_groups) (1 for r = 0).
-
-    ``num_groups=1`` gives the geometric 1/p (uncapped); a larger batch needs more rounds than 1/p on average
-    (e.g. p = 0.5, 2 groups, 3 rounds at most: 1 + 3/4 + 5/16 = 2.06) because a round's surplus is discarded.
-    ``max_rounds=None`` sums until the remaining tail is negligible.
+    """Expected generation rounds per step when every round generates a whole generation batch of ``num_groups``
+    groups, each informative with probability ``p = informative_frac`` independently, until ``num_groups``
+    informative groups are in hand or ``max_rounds`` rounds were made (``None``: until the tail is negligible). An
+    upper bound on the trainer's right-sized refills (``sizing.expected_refill_rounds``). With R that number of
+    rounds, E[R] = sum_{r >= 0, r < max_rounds} P(R > r) and P(R > r) = P(Binomial(r * num_groups, p) < num_groups)
+    (1 for r = 0): 1/p for one group, more for a larger batch, whose surplus is discarded (e.g. p = 0.5, 2 groups,
+    3 rounds at most: 1 + 3/4 + 5/16 = 2.06).
     """
     if num_groups < 1:
         raise ValueError(f"num_groups={num_groups} must be >= 1 (prompts per generation batch).")

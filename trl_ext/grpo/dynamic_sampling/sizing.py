@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -23,13 +24,13 @@ RATE_FLOOR = 0.05
 _MAX_SIMULATED_ROUNDS = 40_000  # bounds expected_refill_rounds' cost (a few seconds) when successes are rare
 
 
+@dataclass
 class InformativeRate:
     """Exponentially weighted counts of informative / generated groups (decay per step)."""
 
-    def __init__(self, decay: float = 0.9) -> None:
-        self.decay = decay
-        self.informative = 0.0
-        self.generated = 0.0
+    decay: float = 0.9
+    informative: float = 0.0
+    generated: float = 0.0
 
     def estimate(self, informative_now: int = 0, generated_now: int = 0) -> float:
         """The running rate, with the current step's counts so far added; 1.0 before anything was generated."""
@@ -44,7 +45,7 @@ class InformativeRate:
         self.generated = self.decay * self.generated + generated
 
     def state_dict(self) -> dict[str, float]:
-        return {"decay": self.decay, "informative": self.informative, "generated": self.generated}
+        return asdict(self)
 
     def load_state_dict(self, state: dict[str, float]) -> None:
         self.decay, self.informative, self.generated = state["decay"], state["informative"], state["generated"]
