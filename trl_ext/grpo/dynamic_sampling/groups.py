@@ -13,7 +13,6 @@ pre-flight probe.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -124,28 +123,15 @@ def expected_rounds(informative_frac: float, max_rounds: int | None = None, num_
     p = min(max(float(informative_frac), 0.0), 1.0)
     if p <= 0.0:
         return float(max_rounds) if max_rounds else float("inf")
+    if p >= 1.0:
+        return 1.0
     limit = max_rounds if max_rounds else 100_000
-    total = 0.0
-    for r in range(limit):
-        n = r * num_groups
-        if n == 0:
-            tail = 1.0
-        else:  # P(Bin(n, p) < num_groups), summed in log space for large n
-            tail = sum(
-                math.exp(
-                    math.lgamma(n + 1)
-                    - math.lgamma(k + 1)
-                    - math.lgamma(n - k + 1)
-                    + _xlogy(k, p)
-                    + _xlogy(n - k, 1.0 - p)
-                )
-                for k in range(min(num_groups, n + 1))
-            )
-        total += tail
-        if max_rounds is None and tail < 1e-12:
+    probs, below = torch.tensor(p, dtype=torch.float64), torch.arange(num_groups, dtype=torch.float64)
+    total = 1.0  # P(R > 0)
+    for start in range(1, limit, 64):  # rounds r in chunks: P(R > r) = P(Binomial(r * num_groups, p) < num_groups)
+        r = torch.arange(start, min(start + 64, limit), dtype=torch.float64).unsqueeze(1)
+        tails = torch.distributions.Binomial(r * num_groups, probs=probs).log_prob(below).exp().sum(1)
+        total += tails.sum().item()
+        if max_rounds is None and tails[-1] < 1e-12:
             break
     return total
-
-
-def _xlogy(k: int, x: float) -> float:
-    return 0.0 if k == 0 else k * math.log(x) if x > 0 else float("-inf")
