@@ -3,9 +3,7 @@
 Clip-higher, token-level loss, sequence-level ratios and loss aggregation are already fields of TRL's ``GRPOConfig``;
 the classes here change defaults (each naming its source), add the fields TRL lacks (dynamic sampling, overlong
 shaping, GSPO minibatches, GSPO-token) and reject contradictory settings at construction, naming the field and the
-fix. ``GRPOFamilyConfig`` is the base of every preset; ``GRPOPaperConfig`` (arXiv 2402.03300), ``DrGRPOConfig``
-(arXiv 2503.20783), ``DAPOConfig`` (arXiv 2503.14476) and ``GSPOConfig`` (arXiv 2507.18071) are the papers'. Which
-trainer runs which config, and the preset names, are one table: ``trl_ext.grpo.presets.PRESETS``.
+fix. Which trainer runs which config, and the preset names, are one table: ``trl_ext.grpo.presets.PRESETS``.
 """
 
 from __future__ import annotations

@@ -2,19 +2,16 @@
 shapes TRL's loss expects.
 
 Rows are regrouped by the per-sample structure of whatever TRL's ``_generate_and_score_completions`` returned, never
-from a list of known keys: TRL's own ``split_pixel_values_by_grid`` first turns its multimodal tensors (pixel values,
-image grids, image sizes, ...) into one entry per sample, exactly as TRL's ``_prepare_inputs`` does before it
-shuffles a generation batch; then every value whose first dimension is the round's rows is cut into rows, rows of
-different widths are padded by where their columns sit (the prompt's width: on the left, like ``prompt_ids``; the
-completion's: on the right; both: each part on its side), and TRL's ``unsplit_pixel_values_by_grid`` joins the
-multimodal entries back. A per-row key TRL adds in a later release is carried the same way.
+from a list of known keys: TRL's ``split_pixel_values_by_grid`` first splits its multimodal tensors per sample (as
+TRL's ``_prepare_inputs`` does before it shuffles a generation batch); every value whose first dimension is the
+round's rows is cut into rows, padded by where its columns sit (prompt: left, completion: right, both: each part on
+its side), and TRL's ``unsplit_pixel_values_by_grid`` joins the multimodal entries back.
 
 A group's completions may sit on two processes, so each process sends the selected rows it holds to every process
-(one ``gather_object`` per step, nothing when there is one process) and takes its own slice: shapes are equal on
-every process. Advantages are TRL's, per round: under ``scale_rewards="group"`` (DAPO's) or ``"none"`` a group's
-advantages depend on its own rewards only, so groups joining from other rounds change nothing. Under ``"batch"`` the
-standard deviation is that of the trained batch (``batch_scaled_advantages``, with TRL's ``nanstd``). Fillers (only
-when the budget ran out) get a zero loss mask and a zero advantage: they change nothing in the gradient.
+(one ``gather_object`` per step, nothing on one process) and takes its own slice. Advantages are TRL's, per round:
+under ``scale_rewards="group"`` (DAPO's) or ``"none"`` a group's advantages depend on its own rewards only; under
+``"batch"`` the std is that of the trained batch (``batch_scaled_advantages``). Fillers (only when the budget ran out)
+get a zero loss mask and a zero advantage: they change nothing in the gradient.
 """
 
 from __future__ import annotations

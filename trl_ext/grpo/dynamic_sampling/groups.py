@@ -1,14 +1,10 @@
-"""Which groups carry a learning signal: the pure-function core of DAPO's dynamic sampling.
+"""Which groups carry a learning signal: the pure-function core of DAPO's dynamic sampling, shared by the trainer,
+the group-mined DPO pair builder and the pre-flight probe.
 
-DAPO (arXiv 2503.14476, Eq. 11) keeps only groups with ``0 < |{o_i : is_equivalent(a, o_i)}| < G``: groups whose
-rewards are not all equal. A group whose rewards are all equal has a zero group-normalized advantage for every
-completion, so it contributes nothing to the policy gradient and only dilutes the batch. For general (non-binary)
-rewards the same rule reads "the rewards of the group are not all equal", judged with a tolerance rather than exact
-float equality. Unscorable completions (reward NaN, TRL's ``None``) do not count; a group with fewer than two
-scorable completions cannot be compared and is uninformative.
-
-These functions are shared by the dynamic-sampling trainer mixin, the group-mined DPO pair builder and the
-pre-flight probe.
+DAPO (arXiv 2503.14476, Eq. 11) keeps only groups with ``0 < |{o_i : is_equivalent(a, o_i)}| < G``: a group whose
+rewards are all equal has a zero group-normalized advantage for every completion, so it only dilutes the batch. For
+general rewards the rule reads "not all equal", within a tolerance. Unscorable completions (reward NaN, TRL's
+``None``) do not count; a group with fewer than two scorable completions is uninformative.
 """
 
 from __future__ import annotations

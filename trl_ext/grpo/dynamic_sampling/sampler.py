@@ -1,10 +1,5 @@
 """Dynamic sampling's state across steps and its decisions on plain tensors (DAPO, arXiv 2503.14476, section 3.2):
-no trainer, no TRL call, no collective.
-
-``DynamicSampler`` owns the refill prompt stream, the informative-rate estimate (``sizing.InformativeRate``), GRESO's
-skip history (``skip.SkipPredictor``), the reward range seen and the warnings already given; it sizes refill rounds
-(``refill_size``), draws their prompts (``take_indices``) and describes a finished step (``finish_step``). The loop
-that uses it is ``trl_ext.grpo.dynamic_sampling.loop.sample_informative_batch``.
+no trainer, no TRL call, no collective. The loop that uses it is ``loop.sample_informative_batch``.
 """
 
 from __future__ import annotations
@@ -29,7 +24,9 @@ _SKIP_ATTEMPTS = 10
 
 
 class DynamicSampler:
-    """Dynamic sampling's state and decisions (module docstring), configured from a ``GRPOFamilyConfig``."""
+    """Owns the refill prompt stream, the informative-rate estimate, GRESO's skip history, the reward range seen and
+    the warnings given; sizes refill rounds (``refill_size``), draws their prompts (``take_indices``) and describes a
+    finished step (``finish_step``). Configured from a ``GRPOFamilyConfig``."""
 
     def __init__(
         self,
@@ -41,8 +38,8 @@ class DynamicSampler:
         self.num_generations = num_generations
         self.atol = float(args.dynamic_sampling_atol)
         self.max_generation_batches = int(args.dynamic_sampling_max_generation_batches)
-        self.max_round_size = float(getattr(args, "dynamic_sampling_max_round_size", 2.0))
-        margin = getattr(args, "dynamic_sampling_refill_margin", None)
+        self.max_round_size = float(args.dynamic_sampling_max_round_size)
+        margin = args.dynamic_sampling_refill_margin
         self.margin = DEFAULT_MARGIN if margin is None else float(margin)
         self.reward_range = args.dynamic_sampling_reward_range
         self.stream = stream
