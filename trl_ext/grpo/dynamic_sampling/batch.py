@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from accelerate.utils import gather_object, send_to_device
-from trl.trainer.utils import nanstd, split_pixel_values_by_grid, unsplit_pixel_values_by_grid
+from trl.trainer.utils import nanstd, pad, split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
 from trl_ext.scoring import combine_rewards
 
@@ -104,11 +104,6 @@ def column_layout(rounds: list[Round], lists: set[str]) -> dict[str, str]:
     return layout
 
 
-def _pad(row: torch.Tensor, left: int, right: int, value: float) -> torch.Tensor:
-    """``row`` padded with ``value`` along its first dimension."""
-    return F.pad(row, (0, 0) * (row.ndim - 1) + (left, right), value=value)
-
-
 def _pad_beyond_first_dim(values: list[Any]) -> list[Any]:
     """Per-sample entries of TRL's split (one tensor per sample, joined by ``torch.cat`` along dim 0) zero-padded in
     their other dims to the largest, as a processor pads one batch: LLaVA-NeXT's ``[images, patches, C, H, W]`` pixel
@@ -122,34 +117,25 @@ def _pad_beyond_first_dim(values: list[Any]) -> list[Any]:
 
 
 def _stack(
-    samples: list[dict[str, Any]], widths: list[tuple[int, int]], layout: dict[str, str], lists: set[str], pad_id: int
+    samples: list[dict[str, Any]], prompt_widths: list[int], layout: dict[str, str], lists: set[str], pad_id: int
 ) -> dict[str, Any]:
-    """Per-sample dicts (with their round's prompt and completion widths) stacked into one batch."""
-    prompt_width = max(p for p, _ in widths)
-    completion_width = max(c for _, c in widths)
+    """Per-sample dicts (with their round's prompt width) stacked into one batch, padded by TRL's ``pad``."""
     batch: dict[str, Any] = {}
     for key in samples[0]:
         values = [s[key] for s in samples]
+        kind, fill = layout.get(key, "fixed"), pad_id if key in TOKEN_KEYS else 0
         if key in lists:
             batch[key] = _pad_beyond_first_dim(values)
-            continue
-        if not isinstance(values[0], torch.Tensor):
+        elif not isinstance(values[0], torch.Tensor):
             batch[key] = values
-            continue
-        fill = pad_id if key in TOKEN_KEYS else 0
-        kind = layout.get(key, "fixed")
-        rows = []
-        for value, (p, c) in zip(values, widths, strict=True):
-            if kind == "prompt":
-                value = _pad(value, prompt_width - p, 0, fill)
-            elif kind == "completion":
-                value = _pad(value, 0, completion_width - c, fill)
-            elif kind == "both":
-                value = torch.cat(
-                    [_pad(value[:p], prompt_width - p, 0, fill), _pad(value[p:], 0, completion_width - c, fill)]
-                )
-            rows.append(value)
-        batch[key] = torch.stack(rows)
+        elif kind == "both":  # the prompt's columns padded on the left, the completion's on the right
+            prompts = pad([v[:p] for v, p in zip(values, prompt_widths, strict=True)], fill, "left")
+            completions = pad([v[p:] for v, p in zip(values, prompt_widths, strict=True)], fill, "right")
+            batch[key] = torch.cat([prompts, completions], dim=1)
+        elif kind == "fixed":
+            batch[key] = torch.stack(values)
+        else:
+            batch[key] = pad(values, fill, "left" if kind == "prompt" else "right")
     return batch
 
 
@@ -182,16 +168,16 @@ def assemble(
     for position, (r, g) in enumerate(groups):
         for i in range(num_generations):
             wanted[(r, g * num_generations + i)] = position * num_generations + i
-    local, lists = [], set()  # (position, sample, widths) of the wanted rows this process holds
+    local, lists = [], set()  # (position, sample, prompt width) of the wanted rows this process holds
     for r, round_ in enumerate(rounds):
         rows = round_.num_rows // world
         samples, round_lists = _sample_rows(round_.output, rows)
         lists |= round_lists
-        widths = (round_.output["prompt_ids"].size(1), round_.output["completion_ids"].size(1))
+        width = round_.output["prompt_ids"].size(1)
         for i, sample in enumerate(samples):
             position = wanted.get((r, rank * rows + i))
             if position is not None:
-                local.append((position, sample, widths))
+                local.append((position, sample, width))
     if world > 1:
         local = gather_object([(p, send_to_device(s, "cpu"), w) for p, s, w in local])
     per_process = len(groups) * num_generations // world
