@@ -3,9 +3,7 @@
 Clip-higher, token-level loss, sequence-level ratios and loss aggregation are already fields of TRL's ``GRPOConfig``;
 the classes here change defaults (each naming its source), add the fields TRL lacks (dynamic sampling, overlong
 shaping, GSPO minibatches, GSPO-token) and reject contradictory settings at construction, naming the field and the
-fix. ``GRPOFamilyConfig`` is the base of every preset; ``GRPOPaperConfig`` (arXiv 2402.03300), ``DrGRPOConfig``
-(arXiv 2503.20783), ``DAPOConfig`` (arXiv 2503.14476) and ``GSPOConfig`` (arXiv 2507.18071) are the papers'. Which
-trainer runs which config, and the preset names, are one table: ``trl_ext.grpo.presets.PRESETS``.
+fix. Which trainer runs which config, and the preset names, are one table: ``trl_ext.grpo.presets.PRESETS``.
 """
 
 from __future__ import annotations
@@ -37,14 +35,8 @@ MIN_RAMP_TOKENS = 4
 
 
 def warn_step_like_overlong_buffer(max_completion_length: int, buffer_len: int, factor: float) -> bool:
-    """Warn at construction when the default overlong buffer is too short for Eq. 13's ramp; True if it warned.
-
-    DAPO's soft overlong punishment (arXiv 2503.14476, Eq. 13) falls linearly from 0 at ``L_max - L_cache`` to -1 at
-    ``L_max``. Under ``MIN_RAMP_TOKENS`` tokens the first penalized token already costs a third or more of it and a
-    completion TRL truncates at ``max_completion_length`` gets all of it: a step, not a ramp. With the 20% default
-    that is ``max_completion_length < 20``, where most completions are truncated and the logged ``reward`` turns
-    negative while the accuracy is positive.
-    """
+    """Warn at construction when the default overlong buffer is too short for DAPO Eq. 13's ramp (from 0 at
+    ``L_max - L_cache`` to -1 at ``L_max``) to be more than a step; True if it warned."""
     if buffer_len >= MIN_RAMP_TOKENS:
         return False
     first = max_completion_length - buffer_len + 1
@@ -66,42 +58,26 @@ def warn_step_like_overlong_buffer(max_completion_length: int, buffer_len: int, 
 class GRPOFamilyConfig(GRPOConfig):
     r"""TRL's ``GRPOConfig`` plus DAPO's dynamic sampling, which any preset of the family can switch on.
 
-    Fields (in addition to ``trl.GRPOConfig``'s; each one's help says what it does), and what the help leaves out:
-        dynamic_sampling: DAPO section 3.2 / Eq. 11 (``trl_ext.grpo.dynamic_sampling``). When
-            ``dynamic_sampling_max_generation_batches`` is spent, the missing groups are filled with uninformative
-            ones whose loss mask is zeroed, a warning is printed once and ``dynamic_sampling/limit_hit`` is logged.
-        dynamic_sampling_max_rounds: deprecated; given without the new name it sets it with a ``FutureWarning`` (with
-            it, the new name wins); after construction it reads the new field's value.
-        dynamic_sampling_metric: DAPO Eq. 11 filters on the task's accuracy (verl's recipe on ``acc``). ``None``:
-            every reward function not marked as shaping (``trl_ext.rewards.shaping``: DAPO's soft overlong
-            punishment, ``soft_overlong``, ``repetition``, ``length_budget``, ``len_reward``, or ``mark_shaping``).
-            Unknown names fail when the trainer is built; advantages still use every reward function.
-        dynamic_sampling_carry_over: removed; only 0 is accepted, so that an old config fails loudly.
-        dynamic_sampling_skip_predicted: GRESO (arXiv 2506.02177), beyond the paper: skip a prompt with probability
-            ``1 - p**z`` after ``z`` consecutive zero-variance visits, ``p`` adapting toward
-            ``dynamic_sampling_skip_target``. Needs a ``datasets.Dataset`` (history per training-set index,
-            checkpointed, logged as ``dynamic_sampling/skipped_prompts``).
-        dynamic_sampling_refill_margin: each 0.05 of margin where surplus is discarded discards up to 5% of the
-            groups generated.
-        dynamic_sampling_max_round_size: with transformers' ``generate`` every row of a round is held at once (vLLM
-            schedules its own batches).
-        reward_errors, reward_timeout: ``trl_ext.reliability.reward_guard``.
-        max_unscorable_rounds: ``RewardFunctionError`` names the functions; the warning before it names each one's
-            None fraction (``trl_ext.reliability.unscorable``). A plain ``trl.GRPOConfig`` never stops.
-        preemption_signals: exit code 75 (``trl_ext.reliability.preemption``, ``docs/PREEMPTION.md``); ``[]`` or
-            ``["none"]``: off (the signals keep their default action).
-        async_generation: one-step off-policy rollouts over TRL's vLLM server mode (``trl_ext.grpo.async_rollout``,
-            ``docs/ASYNC_GENERATION.md``). Also needs ``vllm_importance_sampling_correction=True`` (it corrects the
-            one-batch lag). Colocate mode and transformers generation run on the training devices: nothing to
-            overlap.
-        max_staleness: logged as ``async/staleness``; only with ``async_generation``.
-        vllm_lora_sync: ``"adapter"`` needs a LoRA-enabled engine (``trl_ext.generation.vllm_lora``, ``docs/VLLM.md``).
+    Each field's help says what it does; what it leaves out:
+        dynamic_sampling: DAPO section 3.2 / Eq. 11 (``trl_ext.grpo.dynamic_sampling``). When the generation budget
+            is spent, the missing groups are zero-weight fillers, a warning is printed once and
+            ``dynamic_sampling/limit_hit`` is logged.
+        dynamic_sampling_max_rounds: given without the new name it sets it with a ``FutureWarning`` (with it, the new
+            name wins); after construction it reads the new field's value.
+        dynamic_sampling_metric: shaping functions are those marked in ``trl_ext.rewards.shaping`` (DAPO's soft
+            overlong punishment, ``soft_overlong``, ``repetition``, ``length_budget``, ``len_reward``,
+            ``mark_shaping``). Unknown names fail when the trainer is built; advantages still use every function.
+        dynamic_sampling_skip_predicted: GRESO (arXiv 2506.02177). Needs a ``datasets.Dataset`` (its history is per
+            training-set index, checkpointed).
+        reward_errors, reward_timeout, max_unscorable_rounds, preemption_signals: ``trl_ext.reliability``
+            (``reward_guard``, ``unscorable``, ``preemption``; ``docs/PREEMPTION.md``). A plain ``trl.GRPOConfig``
+            never stops on unscorable rounds.
+        async_generation: ``trl_ext.grpo.async_rollout`` (``docs/ASYNC_GENERATION.md``); also needs
+            ``vllm_importance_sampling_correction=True`` (it corrects the one-batch lag).
         bf16: TRL's default is bf16 everywhere, which stops a CPU-only machine at construction and, once a trainer has
-            run in fp32 in the same process (the demo's warm start), the next one ("AcceleratorState has already
-            been initialized").
-        gradient_checkpointing: on a CPU it saves no accelerator memory and costs a second forward. Passed to
-            transformers as ``activation_checkpointing`` where it has that name, so that the preset's own default
-            raises no deprecation warning.
+            run in fp32 in the same process (the demo's warm start), the next one.
+        gradient_checkpointing: off on a CPU, where it saves no accelerator memory and costs a second forward. Passed
+            to transformers as ``activation_checkpointing`` where it has that name (no deprecation warning).
     """
 
     dynamic_sampling: bool = field(
@@ -158,14 +134,14 @@ class GRPOFamilyConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "A refill round generates missing / (estimated informative rate) x this many groups, rounded to "
-            "whole groups per process. Default: 1.25 (GRESO's) where surplus groups are carried over, 1.05 otherwise."
+            "whole groups per process. Default: 1.05 (at most ~5% of the groups generated are surplus, discarded)."
         },
     )
     dynamic_sampling_max_round_size: float = field(
         default=2.0,
         metadata={
             "help": "The most groups one generation round may hold, in generation batches (bounds the memory of one "
-            "generate call; 1.0: TRL's own size). The first round is oversampled up to it where surplus is carried."
+            "generate call; 1.0: TRL's own size)."
         },
     )
     reward_errors: str = field(
@@ -217,7 +193,7 @@ class GRPOFamilyConfig(GRPOConfig):
         default=1,
         metadata={
             "help": "Oldest a trained group may be, in generation batches, with async_generation (1: one-step "
-            "off-policy; >= 2 also allows dynamic sampling's carried surplus)."
+            "off-policy); logged as async/staleness."
         },
     )
     vllm_lora_sync: str = field(
@@ -258,21 +234,17 @@ class GRPOFamilyConfig(GRPOConfig):
         old, new = self.dynamic_sampling_max_rounds, self.dynamic_sampling_max_generation_batches
         self._max_generation_batches_given_as = None
         if old is not None and old != new:
-            ignored = new is not None
+            if new is None:
+                named = f"dynamic_sampling_max_generation_batches. Use dynamic_sampling_max_generation_batches={old}."
+                self._max_generation_batches_given_as, new = "dynamic_sampling_max_rounds", old
+            else:
+                named = f"dynamic_sampling_max_generation_batches, which is set ({new}): {old} is ignored."
             warnings.warn(
                 "dynamic_sampling_max_rounds is deprecated: it is a budget in generation batches (refills are "
-                "right-sized, so there may be more rounds than this), now named "
-                + (
-                    f"dynamic_sampling_max_generation_batches, which is set ({new}): {old} is ignored."
-                    if ignored
-                    else f"dynamic_sampling_max_generation_batches. Use dynamic_sampling_max_generation_batches={old}."
-                ),
+                f"right-sized, so there may be more rounds than this), now named {named}",
                 FutureWarning,
                 stacklevel=4,
             )
-            if not ignored:
-                self._max_generation_batches_given_as = "dynamic_sampling_max_rounds"
-                new = old
         self.dynamic_sampling_max_generation_batches = DEFAULT_MAX_GENERATION_BATCHES if new is None else new
         self.dynamic_sampling_max_rounds = self.dynamic_sampling_max_generation_batches
 

@@ -44,11 +44,8 @@ class GSPOTokenMixin:
 
     _gspo_token_batch: dict[str, Any] | None = None
 
-    def _gspo_token_on(self) -> bool:
-        return bool(getattr(self.args, "gspo_token", False))
-
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if not self._gspo_token_on():
+        if not getattr(self.args, "gspo_token", False):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         batch = dict(inputs)  # the caller's buffered batch is reused by later steps: never edit it
         self._gspo_token_batch = batch

@@ -1,25 +1,11 @@
-"""Drop-in trainers of the GRPO family: TRL's ``GRPOTrainer`` plus one small mixin each.
+"""Drop-in trainers of the GRPO family: TRL's ``GRPOTrainer`` plus one small mixin each, taking exactly its arguments
+(``reward_funcs`` optional: an ``environment_factory`` whose environments define ``get_reward`` may own the reward).
 
-All take exactly the arguments of ``trl.GRPOTrainer``. The algorithm lives in the config (``trl_ext.grpo.configs``); a
-trainer class exists only where behaviour changes. Every one of them checks its inputs at construction, guards the
-reward functions, stops on a non-finite loss, writes atomic checkpoints and resumes exactly
-(``trl_ext.reliability``).
-
-- ``GRPOTrainer``: TRL's trainer plus dynamic sampling (off unless ``args.dynamic_sampling``). Generation that
-  overlaps training is a trainer of its own (``trl_ext.grpo.async_rollout``: ``AsyncGRPOTrainer``,
-  ``AsyncDAPOTrainer``, ...; ``trainer_class_for`` picks it when ``args.async_generation``).
-- ``DAPOTrainer``: defaults to ``DAPOConfig`` and adds DAPO's soft overlong punishment (Eq. 13, TRL's
-  ``get_soft_overlong_punishment``) to the reward functions when ``args.soft_overlong_punishment``.
-- ``GSPOTrainer``: defaults to ``GSPOConfig`` (TRL logs its clip fractions per sequence, ``clip_ratio/*``).
-- ``GSPOTokenTrainer``: GSPO-token (``trl_ext.grpo.gspo_token``: TRL's token-level loss with the ratio of Eq. 13, on
-  every supported TRL release). The ratio itself is switched by ``args.gspo_token`` in the shared mixin, so a
-  ``GSPOTrainer`` given such a config trains GSPO-token too; this class only insists on the flag.
-
-Which class a config or preset name gets is decided in one place: the table in ``trl_ext.grpo.presets``.
-
-``reward_funcs`` is optional as in ``trl.GRPOTrainer`` (an ``environment_factory`` whose environments define
-``get_reward`` may own the reward; TRL raises its own error when there is no reward source at all). Nothing here
-imports ``trl.experimental``: TRL removes experimental modules without notice.
+The algorithm lives in the config (``trl_ext.grpo.configs``); a trainer class exists only where behaviour changes, and
+which class a config or preset name gets is the table in ``trl_ext.grpo.presets``. Every one checks its inputs at
+construction, guards the reward functions, stops on a non-finite loss, writes atomic checkpoints and resumes exactly
+(``trl_ext.reliability``); overlapped generation is a trainer of its own (``trl_ext.grpo.async_rollout``). Nothing
+here imports ``trl.experimental``: TRL removes experimental modules without notice.
 """
 
 from __future__ import annotations
@@ -92,6 +78,7 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
 
     _default_config: type[GRPOFamilyConfig] = GRPOFamilyConfig
     _default_suffix = "GRPO"
+    _default_overrides: dict[str, Any] = {}
     #: Hub tags added to the model (``PreTrainedModel.add_model_tags``) besides TRL's
     model_tags: tuple[str, ...] = ("trl-ext",)
     #: whether this class overlaps generation with training (``trl_ext.grpo.async_rollout``)
@@ -101,7 +88,7 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
         self, model: Any, reward_funcs: Any = None, args: trl.GRPOConfig | None = None, *rest: Any, **kw: Any
     ):
         if args is None:
-            args = self._default_config(output_dir=f"{_model_name(model)}-{self._default_suffix}")
+            args = self._default_args(model)
         _check_ratio_level(args)
         if getattr(args, "async_generation", False) and not self.overlaps_generation:
             raise UserError(
@@ -130,6 +117,12 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
         self.scored_rewards: torch.Tensor | None = None  # what TRL's _calculate_rewards returned for the last round
         self.dynamic_sampler, self.metric_columns, self.step_gate = setup.dynamic_sampling_for(self)
         self.deferred_old_logps = DeferredOldLogps(self)
+
+    def _default_args(self, model: Any) -> GRPOFamilyConfig:
+        """The config used when none is given: this class's defaults, writing to ``<model name>-<suffix>``."""
+        return self._default_config(
+            output_dir=f"{_model_name(model)}-{self._default_suffix}", **self._default_overrides
+        )
 
     # -- TRL hooks -----------------------------------------------------------------------------------------------
 
@@ -222,7 +215,7 @@ class DAPOTrainer(GRPOTrainer):
         self, model: Any, reward_funcs: Any = None, args: trl.GRPOConfig | None = None, *rest: Any, **kw: Any
     ):
         if args is None:
-            args = DAPOConfig(output_dir=f"{_model_name(model)}-DAPO")
+            args = self._default_args(model)
         elif not isinstance(args, DAPOConfig):
             logger.warning(
                 f"DAPOTrainer got a {type(args).__name__}, not a DAPOConfig: training follows that config as given "
@@ -277,13 +270,17 @@ class GSPOTrainer(GRPOTrainer):
 
 class GSPOTokenTrainer(GSPOTrainer):
     """GSPO-token (arXiv 2507.18071, Eq. 13): s_{i,t} = sg[s_i] * pi(o_t) / sg[pi(o_t)] (``trl_ext.grpo.gspo_token``,
-    over TRL's token-level loss), with dynamic sampling from this package."""
+    over TRL's token-level loss). ``args.gspo_token`` switches the ratio in the shared mixin (a ``GSPOTrainer`` given
+    such a config trains GSPO-token too); this class only insists on the flag."""
+
+    _default_suffix = "GSPO-token"
+    _default_overrides = {"gspo_token": True}
 
     def __init__(
         self, model: Any, reward_funcs: Any = None, args: trl.GRPOConfig | None = None, *rest: Any, **kw: Any
     ):
         if args is None:
-            args = GSPOConfig(output_dir=f"{_model_name(model)}-GSPO-token", gspo_token=True)
+            args = self._default_args(model)
         if not getattr(args, "gspo_token", False):
             raise ValueError(
                 f"GSPOTokenTrainer needs a config with gspo_token=True, got a {type(args).__name__} without it. Use "

@@ -2,19 +2,16 @@
 shapes TRL's loss expects.
 
 Rows are regrouped by the per-sample structure of whatever TRL's ``_generate_and_score_completions`` returned, never
-from a list of known keys: TRL's own ``split_pixel_values_by_grid`` first turns its multimodal tensors (pixel values,
-image grids, image sizes, ...) into one entry per sample, exactly as TRL's ``_prepare_inputs`` does before it
-shuffles a generation batch; then every value whose first dimension is the round's rows is cut into rows, rows of
-different widths are padded by where their columns sit (the prompt's width: on the left, like ``prompt_ids``; the
-completion's: on the right; both: each part on its side), and TRL's ``unsplit_pixel_values_by_grid`` joins the
-multimodal entries back. A per-row key TRL adds in a later release is carried the same way.
+from a list of known keys: TRL's ``split_pixel_values_by_grid`` first splits its multimodal tensors per sample (as
+TRL's ``_prepare_inputs`` does before it shuffles a generation batch); every value whose first dimension is the
+round's rows is cut into rows, padded by where its columns sit (prompt: left, completion: right, both: each part on
+its side), and TRL's ``unsplit_pixel_values_by_grid`` joins the multimodal entries back.
 
 A group's completions may sit on two processes, so each process sends the selected rows it holds to every process
-(one ``gather_object`` per step, nothing when there is one process) and takes its own slice: shapes are equal on
-every process. Advantages are TRL's, per round: under ``scale_rewards="group"`` (DAPO's) or ``"none"`` a group's
-advantages depend on its own rewards only, so groups joining from other rounds change nothing. Under ``"batch"`` the
-standard deviation is that of the trained batch (``batch_scaled_advantages``, with TRL's ``nanstd``). Fillers (only
-when the budget ran out) get a zero loss mask and a zero advantage: they change nothing in the gradient.
+(one ``gather_object`` per step, nothing on one process) and takes its own slice. Advantages are TRL's, per round:
+under ``scale_rewards="group"`` (DAPO's) or ``"none"`` a group's advantages depend on its own rewards only; under
+``"batch"`` the std is that of the trained batch (``batch_scaled_advantages``). Fillers (only when the budget ran out)
+get a zero loss mask and a zero advantage: they change nothing in the gradient.
 """
 
 from __future__ import annotations
@@ -23,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from accelerate.utils import gather_object
-from trl.trainer.utils import nanstd, split_pixel_values_by_grid, unsplit_pixel_values_by_grid
+import torch.nn.functional as F
+from accelerate.utils import gather_object, send_to_device
+from trl.trainer.utils import nanstd, pad, split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
 from trl_ext.scoring import combine_rewards
 
@@ -106,14 +104,6 @@ def column_layout(rounds: list[Round], lists: set[str]) -> dict[str, str]:
     return layout
 
 
-def _pad(row: torch.Tensor, left: int, right: int, value: float) -> torch.Tensor:
-    if left <= 0 and right <= 0:
-        return row
-    before = row.new_full((max(left, 0), *row.shape[1:]), value)
-    after = row.new_full((max(right, 0), *row.shape[1:]), value)
-    return torch.cat([before, row, after])
-
-
 def _pad_beyond_first_dim(values: list[Any]) -> list[Any]:
     """Per-sample entries of TRL's split (one tensor per sample, joined by ``torch.cat`` along dim 0) zero-padded in
     their other dims to the largest, as a processor pads one batch: LLaVA-NeXT's ``[images, patches, C, H, W]`` pixel
@@ -121,43 +111,31 @@ def _pad_beyond_first_dim(values: list[Any]) -> list[Any]:
     if not all(isinstance(v, torch.Tensor) for v in values) or len({v.shape[1:] for v in values}) <= 1:
         return values
     target = [max(v.size(d) for v in values) for d in range(1, values[0].ndim)]
-    padded = []
-    for v in values:
-        out = v.new_zeros((v.size(0), *target))
-        out[(slice(None), *(slice(0, n) for n in v.shape[1:]))] = v
-        padded.append(out)
-    return padded
+    # F.pad takes (before, after) pairs from the last dimension backwards
+    pads = [[x for n, t in zip(v.shape[:0:-1], target[::-1], strict=True) for x in (0, t - n)] for v in values]
+    return [F.pad(v, pad) for v, pad in zip(values, pads, strict=True)]
 
 
 def _stack(
-    samples: list[dict[str, Any]], widths: list[tuple[int, int]], layout: dict[str, str], lists: set[str], pad_id: int
+    samples: list[dict[str, Any]], prompt_widths: list[int], layout: dict[str, str], lists: set[str], pad_id: int
 ) -> dict[str, Any]:
-    """Per-sample dicts (with their round's prompt and completion widths) stacked into one batch."""
-    prompt_width = max(p for p, _ in widths)
-    completion_width = max(c for _, c in widths)
+    """Per-sample dicts (with their round's prompt width) stacked into one batch, padded by TRL's ``pad``."""
     batch: dict[str, Any] = {}
     for key in samples[0]:
         values = [s[key] for s in samples]
+        kind, fill = layout.get(key, "fixed"), pad_id if key in TOKEN_KEYS else 0
         if key in lists:
             batch[key] = _pad_beyond_first_dim(values)
-            continue
-        if not isinstance(values[0], torch.Tensor):
+        elif not isinstance(values[0], torch.Tensor):
             batch[key] = values
-            continue
-        fill = pad_id if key in TOKEN_KEYS else 0
-        kind = layout.get(key, "fixed")
-        rows = []
-        for value, (p, c) in zip(values, widths, strict=True):
-            if kind == "prompt":
-                value = _pad(value, prompt_width - p, 0, fill)
-            elif kind == "completion":
-                value = _pad(value, 0, completion_width - c, fill)
-            elif kind == "both":
-                value = torch.cat(
-                    [_pad(value[:p], prompt_width - p, 0, fill), _pad(value[p:], 0, completion_width - c, fill)]
-                )
-            rows.append(value)
-        batch[key] = torch.stack(rows)
+        elif kind == "both":  # the prompt's columns padded on the left, the completion's on the right
+            prompts = pad([v[:p] for v, p in zip(values, prompt_widths, strict=True)], fill, "left")
+            completions = pad([v[p:] for v, p in zip(values, prompt_widths, strict=True)], fill, "right")
+            batch[key] = torch.cat([prompts, completions], dim=1)
+        elif kind == "fixed":
+            batch[key] = torch.stack(values)
+        else:
+            batch[key] = pad(values, fill, "left" if kind == "prompt" else "right")
     return batch
 
 
@@ -190,24 +168,24 @@ def assemble(
     for position, (r, g) in enumerate(groups):
         for i in range(num_generations):
             wanted[(r, g * num_generations + i)] = position * num_generations + i
-    local, lists = [], set()  # (position, sample, widths) of the wanted rows this process holds
+    local, lists = [], set()  # (position, sample, prompt width) of the wanted rows this process holds
     for r, round_ in enumerate(rounds):
         rows = round_.num_rows // world
         samples, round_lists = _sample_rows(round_.output, rows)
         lists |= round_lists
-        widths = (round_.output["prompt_ids"].size(1), round_.output["completion_ids"].size(1))
+        width = round_.output["prompt_ids"].size(1)
         for i, sample in enumerate(samples):
             position = wanted.get((r, rank * rows + i))
             if position is not None:
-                local.append((position, sample, widths))
+                local.append((position, sample, width))
     if world > 1:
-        local = gather_object([(p, _to(s, "cpu"), w) for p, s, w in local])
+        local = gather_object([(p, send_to_device(s, "cpu"), w) for p, s, w in local])
     per_process = len(groups) * num_generations // world
     mine = sorted((entry for entry in local if entry[0] // per_process == rank), key=lambda entry: entry[0])
     positions = [p for p, _, _ in mine]
     layout = column_layout(rounds, lists)
     batch = _stack([s for _, s, _ in mine], [w for _, _, w in mine], layout, lists, pad_id)
-    batch = {k: _to(v, accelerator.device) for k, v in batch.items()}
+    batch = send_to_device(batch, accelerator.device)
     if batch_weights is not None:
         picked = torch.cat(
             [rounds[r].rewards_per_func[g * num_generations : (g + 1) * num_generations] for r, g in groups]
@@ -222,13 +200,3 @@ def assemble(
     loss_mask = batch["completion_mask"] if "tool_mask" not in batch else batch["completion_mask"] * batch["tool_mask"]
     batch["num_items_in_batch"] = accelerator.gather(loss_mask.sum()).sum()
     return unsplit_pixel_values_by_grid(batch)
-
-
-def _to(value: Any, device: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, list):
-        return [_to(v, device) for v in value]
-    if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
-    return value

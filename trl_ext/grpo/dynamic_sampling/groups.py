@@ -1,19 +1,14 @@
-"""Which groups carry a learning signal: the pure-function core of DAPO's dynamic sampling.
+"""Which groups carry a learning signal: the pure-function core of DAPO's dynamic sampling, shared by the trainer,
+the group-mined DPO pair builder and the pre-flight probe.
 
-DAPO (arXiv 2503.14476, Eq. 11) keeps only groups with ``0 < |{o_i : is_equivalent(a, o_i)}| < G``: groups whose
-rewards are not all equal. A group whose rewards are all equal has a zero group-normalized advantage for every
-completion, so it contributes nothing to the policy gradient and only dilutes the batch. For general (non-binary)
-rewards the same rule reads "the rewards of the group are not all equal", judged with a tolerance rather than exact
-float equality. Unscorable completions (reward NaN, TRL's ``None``) do not count; a group with fewer than two
-scorable completions cannot be compared and is uninformative.
-
-These functions are shared by the dynamic-sampling trainer mixin, the group-mined DPO pair builder and the
-pre-flight probe.
+DAPO (arXiv 2503.14476, Eq. 11) keeps only groups with ``0 < |{o_i : is_equivalent(a, o_i)}| < G``: a group whose
+rewards are all equal has a zero group-normalized advantage for every completion, so it only dilutes the batch. For
+general rewards the rule reads "not all equal", within a tolerance. Unscorable completions (reward NaN, TRL's
+``None``) do not count; a group with fewer than two scorable completions is uninformative.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -32,13 +27,16 @@ def _check_rewards(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     return rewards.detach().to(torch.float64).view(-1, num_generations)
 
 
-def group_reward_range(rewards: torch.Tensor, num_generations: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-group (nan-aware) max and min rewards and the number of scorable completions, as float tensors."""
+def _group_range(rewards: torch.Tensor, num_generations: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per group: the (nan-aware) max and min rewards (-inf / inf when nothing is scorable) and the number of
+    scorable completions."""
     grouped = _check_rewards(rewards, num_generations)
     finite = torch.isfinite(grouped)
-    group_max = torch.where(finite, grouped, torch.full_like(grouped, -torch.inf)).amax(dim=1)
-    group_min = torch.where(finite, grouped, torch.full_like(grouped, torch.inf)).amin(dim=1)
-    return group_max, group_min
+    return (
+        grouped.masked_fill(~finite, -torch.inf).amax(1),
+        grouped.masked_fill(~finite, torch.inf).amin(1),
+        finite.sum(1),
+    )
 
 
 def informative_groups(rewards: torch.Tensor, num_generations: int, atol: float = DEFAULT_ATOL) -> torch.Tensor:
@@ -48,9 +46,7 @@ def informative_groups(rewards: torch.Tensor, num_generations: int, atol: float 
     """
     if atol < 0:
         raise ValueError(f"atol must be >= 0, got {atol}.")
-    grouped = _check_rewards(rewards, num_generations)
-    num_scorable = torch.isfinite(grouped).sum(dim=1)
-    group_max, group_min = group_reward_range(rewards, num_generations)
+    group_max, group_min, num_scorable = _group_range(rewards, num_generations)
     return (num_scorable >= 2) & ((group_max - group_min) > atol)
 
 
@@ -90,7 +86,7 @@ def group_stats(
     scale is unknown and such groups count as neither.
     """
     informative = informative_groups(rewards, num_generations, atol)
-    group_max, group_min = group_reward_range(rewards, num_generations)
+    group_max, group_min, _ = _group_range(rewards, num_generations)
     finite = rewards[torch.isfinite(rewards)].double()
     top = reward_max if reward_max is not None else (finite.max().item() if finite.numel() else None)
     bottom = reward_min if reward_min is not None else (finite.min().item() if finite.numel() else None)
@@ -110,45 +106,28 @@ def group_stats(
 
 
 def expected_rounds(informative_frac: float, max_rounds: int | None = None, num_groups: int = 1) -> float:
-    """Expected generation rounds per step under whole-batch refills (an upper bound on the generation batches a
-    step of the trainer needs, whose refill rounds are right-sized: about ``1 / p`` with carry-over;
-    ``benchmarks/dynamic_sampling.py`` measures both): every
-    round generates a whole generation batch of ``num_groups`` groups, each informative with probability
-    ``p = informative_frac`` independently, until ``num_groups`` informative groups are in hand or ``max_rounds``
-    rounds were made. With R that number of rounds, E[R] = sum_{r >= 0, r < max_rounds} P(R > r) and
-    P(R > r) = P(Binomial(r * num_groups, p) < num_groups) (1 for r = 0).
-
-    ``num_groups=1`` gives the geometric 1/p (uncapped); a larger batch needs more rounds than 1/p on average
-    (e.g. p = 0.5, 2 groups, 3 rounds at most: 1 + 3/4 + 5/16 = 2.06) because a round's surplus is discarded.
-    ``max_rounds=None`` sums until the remaining tail is negligible.
+    """Expected generation rounds per step when every round generates a whole generation batch of ``num_groups``
+    groups, each informative with probability ``p = informative_frac`` independently, until ``num_groups``
+    informative groups are in hand or ``max_rounds`` rounds were made (``None``: until the tail is negligible). An
+    upper bound on the trainer's right-sized refills (``sizing.expected_refill_rounds``). With R that number of
+    rounds, E[R] = sum_{r >= 0, r < max_rounds} P(R > r) and P(R > r) = P(Binomial(r * num_groups, p) < num_groups)
+    (1 for r = 0): 1/p for one group, more for a larger batch, whose surplus is discarded (e.g. p = 0.5, 2 groups,
+    3 rounds at most: 1 + 3/4 + 5/16 = 2.06).
     """
     if num_groups < 1:
         raise ValueError(f"num_groups={num_groups} must be >= 1 (prompts per generation batch).")
     p = min(max(float(informative_frac), 0.0), 1.0)
     if p <= 0.0:
         return float(max_rounds) if max_rounds else float("inf")
+    if p >= 1.0:
+        return 1.0
     limit = max_rounds if max_rounds else 100_000
-    total = 0.0
-    for r in range(limit):
-        n = r * num_groups
-        if n == 0:
-            tail = 1.0
-        else:  # P(Bin(n, p) < num_groups), summed in log space for large n
-            tail = sum(
-                math.exp(
-                    math.lgamma(n + 1)
-                    - math.lgamma(k + 1)
-                    - math.lgamma(n - k + 1)
-                    + _xlogy(k, p)
-                    + _xlogy(n - k, 1.0 - p)
-                )
-                for k in range(min(num_groups, n + 1))
-            )
-        total += tail
-        if max_rounds is None and tail < 1e-12:
+    probs, below = torch.tensor(p, dtype=torch.float64), torch.arange(num_groups, dtype=torch.float64)
+    total = 1.0  # P(R > 0)
+    for start in range(1, limit, 64):  # rounds r in chunks: P(R > r) = P(Binomial(r * num_groups, p) < num_groups)
+        r = torch.arange(start, min(start + 64, limit), dtype=torch.float64).unsqueeze(1)
+        tails = torch.distributions.Binomial(r * num_groups, probs=probs).log_prob(below).exp().sum(1)
+        total += tails.sum().item()
+        if max_rounds is None and tails[-1] < 1e-12:
             break
     return total
-
-
-def _xlogy(k: int, x: float) -> float:
-    return 0.0 if k == 0 else k * math.log(x) if x > 0 else float("-inf")

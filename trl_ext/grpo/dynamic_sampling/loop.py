@@ -14,13 +14,10 @@
 4. assemble the batch (``batch.assemble``): the first informative groups in generation order, zero-weight fillers
    when the budget ran out.
 
-TRL computes what a round holds for every row it generated (reference log-probs, vLLM's importance-sampling
-correction, its logs); only its old-policy pass is deferred to the trained rows where nothing in the round reads it
-(``old_logps``: the round's output then has no such key, never a placeholder). A dropped group costs its generation
-and its scoring. When the first round is all informative the step is exactly TRL's.
-
-TRL's logs (``reward``, ``rewards/*``, the completions table, ``sampling/*``) describe every round generated, as
-TRL logs its own rounds; ``dynamic_sampling/*`` describes what was kept (``DynamicSampler.finish_step``).
+TRL computes what a round holds for every row it generated, except its old-policy pass where nothing in the round
+reads it (``old_logps``: run on the trained rows only). A dropped group costs its generation and its scoring. When the
+first round is all informative the step is exactly TRL's. TRL's logs (``reward``, ``rewards/*``, the completions
+table, ``sampling/*``) describe every round generated; ``dynamic_sampling/*`` describes what was kept.
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
 """The old-policy log-probs of the trained rows only: no forward pass over a group that is then dropped.
 
-TRL computes pi_old's log-probs (the denominator of the clipped ratio, when a rollout trains several optimizer
-steps) in every round, before the rewards say which groups are kept: at p = 0.5 / 0.8 uninformative groups that pass
-took 11% / 26% of a GSPO step on the demo (``benchmarks/results/dynamic_sampling.md``). While a round runs,
-``DeferredOldLogps`` answers TRL's no-grad policy pass with nothing, so the round's output holds no
-``old_per_token_logps`` at all (TRL adds the key only when it has a value: no placeholder stands in for one); after
-assembly ``fill`` runs TRL's own ``_get_per_token_logps_and_entropies`` on the trained rows, with the same batch size
-and multimodal inputs TRL passes, and adds the key. The ratio then compares the training forward with an old pass
-over the very same tensors, as in TRL's own step.
+TRL computes pi_old's log-probs (the denominator of the clipped ratio when a rollout trains several optimizer steps)
+in every round, before the rewards say which groups are kept. While a round runs, ``DeferredOldLogps`` answers TRL's
+no-grad policy pass with nothing, so the round's output holds no ``old_per_token_logps`` (TRL adds the key only when
+it has a value: no placeholder); after assembly ``fill`` runs TRL's own ``_get_per_token_logps_and_entropies`` on the
+trained rows, with TRL's batch size and multimodal inputs. The ratio then compares the training forward with an old
+pass over the very same tensors, as in TRL's own step.
 
-Deferred only where nothing inside the round reads those log-probs: not with vLLM's importance-sampling correction
-(TRL's ratio pi_old / pi_vLLM and its ``sampling/*`` metrics are computed in the round), and not where the reference
-pass also runs on the policy model (a PEFT adapter disabled, ``beta != 0`` without a reference model), which the
-policy pass could not be told apart from. The reference log-probs (``beta != 0``) are TRL's, computed in the round.
+Deferred only where nothing inside a round reads those log-probs: not with vLLM's importance-sampling correction
+(computed in the round), and not where the reference pass also runs on the policy model (a PEFT adapter disabled,
+``beta != 0`` without a reference model), which the policy pass could not be told apart from.
 """
 
 from __future__ import annotations
@@ -42,15 +39,12 @@ class DeferredOldLogps:
         self.active = False
         self.deferred = False  # a round's old-policy pass was skipped: fill() owes it
 
-    def allowed(self) -> bool:
-        """Whether nothing inside a round reads the old-policy log-probs (module docstring)."""
-        trainer = self.trainer
-        vllm_correction = trainer.use_vllm and getattr(trainer, "vllm_importance_sampling_correction", False)
-        return not vllm_correction and (trainer.beta == 0.0 or trainer.ref_model is not None)
-
     @contextmanager
     def during_round(self) -> Iterator[None]:
-        self.active = self.allowed()
+        """Defer the round's old-policy pass where nothing inside the round reads it (module docstring)."""
+        trainer = self.trainer
+        vllm_correction = trainer.use_vllm and getattr(trainer, "vllm_importance_sampling_correction", False)
+        self.active = not vllm_correction and (trainer.beta == 0.0 or trainer.ref_model is not None)
         try:
             yield
         finally:

@@ -7,7 +7,7 @@ own slice. Its position is part of every checkpoint, so a resumed run reads on w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -36,7 +36,7 @@ class PromptStream:
         return out
 
     def state_dict(self) -> dict[str, int]:
-        return {"num_prompts": self.num_prompts, "seed": self.seed, "epoch": self.epoch, "position": self.position}
+        return asdict(self)
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if state.get("num_prompts") != self.num_prompts:

@@ -1,10 +1,5 @@
 """Dynamic sampling's state across steps and its decisions on plain tensors (DAPO, arXiv 2503.14476, section 3.2):
-no trainer, no TRL call, no collective.
-
-``DynamicSampler`` owns the refill prompt stream, the informative-rate estimate (``sizing.InformativeRate``), GRESO's
-skip history (``skip.SkipPredictor``), the reward range seen and the warnings already given; it sizes refill rounds
-(``refill_size``), draws their prompts (``take_indices``) and describes a finished step (``finish_step``). The loop
-that uses it is ``trl_ext.grpo.dynamic_sampling.loop.sample_informative_batch``.
+no trainer, no TRL call, no collective. The loop that uses it is ``loop.sample_informative_batch``.
 """
 
 from __future__ import annotations
@@ -29,7 +24,9 @@ _SKIP_ATTEMPTS = 10
 
 
 class DynamicSampler:
-    """Dynamic sampling's state and decisions (module docstring), configured from a ``GRPOFamilyConfig``."""
+    """Owns the refill prompt stream, the informative-rate estimate, GRESO's skip history, the reward range seen and
+    the warnings given; sizes refill rounds (``refill_size``), draws their prompts (``take_indices``) and describes a
+    finished step (``finish_step``). Configured from a ``GRPOFamilyConfig``."""
 
     def __init__(
         self,
@@ -41,8 +38,8 @@ class DynamicSampler:
         self.num_generations = num_generations
         self.atol = float(args.dynamic_sampling_atol)
         self.max_generation_batches = int(args.dynamic_sampling_max_generation_batches)
-        self.max_round_size = float(getattr(args, "dynamic_sampling_max_round_size", 2.0))
-        margin = getattr(args, "dynamic_sampling_refill_margin", None)
+        self.max_round_size = float(args.dynamic_sampling_max_round_size)
+        margin = args.dynamic_sampling_refill_margin
         self.margin = DEFAULT_MARGIN if margin is None else float(margin)
         self.reward_range = args.dynamic_sampling_reward_range
         self.stream = stream
@@ -76,13 +73,6 @@ class DynamicSampler:
             remaining=self.max_generation_batches * num_groups - generated,
         )
 
-    def observe(self, metric: torch.Tensor) -> None:
-        """Widen the reward range seen in training (labels all-right / all-wrong groups in ``round_stats``)."""
-        finite = metric[torch.isfinite(metric)]
-        if finite.numel():
-            self.reward_low = min(self.reward_low, finite.min().item())
-            self.reward_high = max(self.reward_high, finite.max().item())
-
     def take_indices(self, num_prompts: int) -> list[int]:
         """``num_prompts`` training-set indices from the refill stream; with GRESO's skipping, a prompt predicted to
         give a zero-variance group is skipped, at most 10 candidates per prompt."""
@@ -100,70 +90,62 @@ class DynamicSampler:
         return indices
 
     def finish_step(self, rounds: list[Round], num_groups: int) -> dict[str, float]:
-        """Fold a finished step into the rate estimate and GRESO's history; its ``dynamic_sampling/*`` figures."""
-        informative = sum(int(r.informative.sum()) for r in rounds)
-        self.rate.update(informative, sum(int(r.informative.numel()) for r in rounds))
-        for round_ in rounds:
-            self.observe(round_.metric)
-        stats = self.round_stats(rounds, num_groups)
-        stats.update(self.update_skip_history(rounds))
-        self.skipped = 0
-        return stats
-
-    def update_skip_history(self, fresh_rounds: list[Round]) -> dict[str, float]:
-        """GRESO's per-prompt zero-variance streaks and exploration probability, after a step's rounds."""
-        if self.skip is None:
-            return {}
-        zero, total = 0, 0
-        for round_ in fresh_rounds:
-            keep = round_.informative
-            zero, total = zero + int((~keep).sum()), total + keep.numel()
-            if round_.indices is not None:
-                for index, informative in zip(round_.indices, keep.tolist(), strict=True):
-                    self.skip.record(index, zero_variance=not informative)
-        self.skip.adapt(zero / max(total, 1))
-        return {
-            "dynamic_sampling/skipped_prompts": float(self.skipped),
-            "dynamic_sampling/skip_exploration_p": self.skip.p,
-        }
-
-    def round_stats(self, rounds: list[Round], num_groups: int) -> dict[str, float]:
-        """``dynamic_sampling/*`` figures of one step's fresh rounds; warns (once) when the budget ran out."""
-        all_rewards = torch.cat([r.metric for r in rounds])
-        keep = informative_groups(all_rewards, self.num_generations, self.atol)
+        """Fold a finished step into the rate estimate, the reward range seen (which labels all-right / all-wrong
+        groups) and GRESO's history; its ``dynamic_sampling/*`` figures. Warns (once) when the budget ran out."""
+        metric = torch.cat([r.metric for r in rounds])
+        keep = torch.cat([r.informative for r in rounds])
+        generated, informative = keep.numel(), int(keep.sum())
+        self.rate.update(informative, generated)
+        finite = metric[torch.isfinite(metric)]
+        if finite.numel():
+            self.reward_low = min(self.reward_low, finite.min().item())
+            self.reward_high = max(self.reward_high, finite.max().item())
         low, high = self.reward_range if self.reward_range is not None else (self.reward_low, self.reward_high)
-        stats = group_stats(all_rewards, self.num_generations, self.atol, reward_max=high, reward_min=low)
-        generated = keep.numel()
-        too_easy, too_hard = stats.num_all_max / generated, stats.num_all_min / generated
-        kept = min(int(keep.sum()), num_groups)  # the batch's informative groups
-        dropped_time = sum(r.seconds * (1.0 - r.informative.float().mean().item()) for r in rounds)
-        num_surplus = int(keep.sum()) - kept
-        last = rounds[-1]
+        stats = group_stats(metric, self.num_generations, self.atol, reward_max=high, reward_min=low)
+        kept = min(informative, num_groups)  # the batch's informative groups
         self.empty_steps = self.empty_steps + 1 if kept == 0 else 0
         if kept < num_groups and not self.warned:
             self.warned = True
-            self._warn_budget_spent(kept, num_groups, generated, too_easy, too_hard)
+            self._warn_budget_spent(kept, num_groups, generated, stats.all_max_frac, stats.all_min_frac)
         if self.empty_steps == EMPTY_STEPS_WARNING:
             logger.warning(
                 f"Dynamic sampling found no informative group at all in the last {EMPTY_STEPS_WARNING} steps: the "
                 "policy is not being trained (every step is zero-weight fillers). Stop the run and fix the cold start "
                 "(SFT first), the group size (num_generations) or the reward function."
             )
+        surplus, last = informative - kept, rounds[-1]
+        dropped_time = sum(r.seconds * (1.0 - r.informative.float().mean().item()) for r in rounds)
         return {
             "dynamic_sampling/rounds": float(len(rounds)),
             "dynamic_sampling/generated_groups": float(generated),
             "dynamic_sampling/informative_rate_estimate": self.rate.estimate(),
-            "dynamic_sampling/kept_group_frac": int(keep.sum()) / generated,
-            "dynamic_sampling/all_max_frac": too_easy,
-            "dynamic_sampling/all_min_frac": too_hard,
+            "dynamic_sampling/kept_group_frac": informative / generated,
+            "dynamic_sampling/all_max_frac": stats.all_max_frac,
+            "dynamic_sampling/all_min_frac": stats.all_min_frac,
             "dynamic_sampling/filler_groups": float(num_groups - kept),
-            "dynamic_sampling/surplus_groups": float(num_surplus),
+            "dynamic_sampling/surplus_groups": float(surplus),
             "dynamic_sampling/limit_hit": float(kept < num_groups),
             "dynamic_sampling/generation_time": sum(r.seconds for r in rounds),
             "dynamic_sampling/dropped_time": dropped_time,
             # Surplus groups all come from the last round: the batch was full as soon as it had enough.
-            "dynamic_sampling/surplus_time": last.seconds * num_surplus * self.num_generations / last.num_rows,
+            "dynamic_sampling/surplus_time": last.seconds * surplus * self.num_generations / last.num_rows,
+            **self._update_skip_history(rounds),
         }
+
+    def _update_skip_history(self, rounds: list[Round]) -> dict[str, float]:
+        """GRESO's per-prompt zero-variance streaks and exploration probability, after a step's rounds."""
+        if self.skip is None:
+            return {}
+        zero, total = 0, 0
+        for round_ in rounds:
+            keep = round_.informative
+            zero, total = zero + int((~keep).sum()), total + keep.numel()
+            if round_.indices is not None:
+                for index, informative in zip(round_.indices, keep.tolist(), strict=True):
+                    self.skip.record(index, zero_variance=not informative)
+        self.skip.adapt(zero / max(total, 1))
+        skipped, self.skipped = self.skipped, 0
+        return {"dynamic_sampling/skipped_prompts": float(skipped), "dynamic_sampling/skip_exploration_p": self.skip.p}
 
     def _warn_budget_spent(self, kept: int, num_groups: int, generated: int, too_easy: float, too_hard: float) -> None:
         if too_hard or too_easy:

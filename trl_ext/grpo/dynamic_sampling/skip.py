@@ -15,31 +15,32 @@ and resumed exactly from the checkpointed state).
 from __future__ import annotations
 
 import hashlib
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
+@dataclass
 class SkipPredictor:
     """GRESO's skip rule over training-set indices (see the module docstring)."""
 
-    def __init__(
-        self, seed: int, target: float = 0.25, p: float = 0.5, step: float = 0.01, p_min: float = 0.05
-    ) -> None:
-        self.seed, self.target, self.p, self.step, self.p_min = seed, target, p, step, p_min
-        self.streaks: dict[int, int] = {}
-        self.draws = 0
+    seed: int
+    target: float = 0.25
+    p: float = 0.5
+    step: float = 0.01
+    p_min: float = 0.05
+    streaks: dict[int, int] = field(default_factory=dict)  # index -> consecutive zero-variance visits (z)
+    draws: int = 0
 
     def skip_probability(self, index: int) -> float:
         return 1.0 - self.p ** self.streaks.get(index, 0)
 
     def should_skip(self, index: int) -> bool:
         """Whether to skip ``index`` at this visit (consumes one deterministic draw)."""
-        z = self.streaks.get(index, 0)
         self.draws += 1
-        if z == 0:
+        if not self.streaks.get(index):
             return False
         digest = hashlib.sha256(f"{self.seed}:{index}:{self.draws}".encode()).digest()
-        uniform = int.from_bytes(digest[:8], "big") / 2**64
-        return uniform < 1.0 - self.p**z
+        return int.from_bytes(digest[:8], "big") / 2**64 < self.skip_probability(index)
 
     def record(self, index: int, zero_variance: bool) -> None:
         """One visit's outcome: extend or reset the prompt's zero-variance streak."""
@@ -56,15 +57,7 @@ class SkipPredictor:
             self.p = min(1.0, self.p + self.step)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "seed": self.seed,
-            "target": self.target,
-            "p": self.p,
-            "step": self.step,
-            "p_min": self.p_min,
-            "draws": self.draws,
-            "streaks": {str(k): v for k, v in self.streaks.items()},
-        }
+        return {**asdict(self), "streaks": {str(k): v for k, v in self.streaks.items()}}  # JSON keys are strings
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.seed, self.target, self.p = state["seed"], state["target"], state["p"]

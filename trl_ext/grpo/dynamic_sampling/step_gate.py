@@ -1,17 +1,12 @@
 """An optimizer step whose accumulation window trained no token changes nothing.
 
 Dynamic sampling fills a batch with zero-weight groups when its generation budget runs out. Their gradient is zero,
-but AdamW would still apply its momentum and weight decay and advance its step count. While the current generation
-batch holds fillers (``arm``, set by the dynamic-sampling loop: the same decision on every process),
-``UntrainedStepGate`` counts the tokens each micro-batch trains on (``count``, called from the trainer's
-``compute_loss``, no host synchronisation) and, in the Trainer's ``on_pre_optimizer_step`` callback, when no process
-trained a single token in the window (one all-reduce per optimizer step, only then), drops every gradient
-(``p.grad = None``): torch's optimizers skip a parameter without a gradient, so the weights and the optimizer state
-(moments, step counts) stay exactly as they were. The Trainer still counts the step: ``global_step`` and the LR
-schedule advance (the schedule stays a function of the step count, so ``max_steps``, logging, saving and exact
-resume are unchanged). ``dynamic_sampling/skipped_optimizer_steps`` logs it.
-
-Not applied under DeepSpeed, whose engine keeps the gradients in its own buffers and owns the step.
+but AdamW would still apply its momentum and weight decay and advance its step count. While the generation batch holds
+fillers (``arm``, the same decision on every process), ``UntrainedStepGate`` counts the tokens each micro-batch trains
+on (``count``, from ``compute_loss``, no host synchronisation) and, before the optimizer step, when no process trained
+a token in the window (one all-reduce, only then), drops every gradient: torch's optimizers skip a parameter without
+one, so the weights and the optimizer state stay as they were. ``global_step`` and the LR schedule still advance, so
+``max_steps``, logging, saving and exact resume are unchanged. Not applied under DeepSpeed, whose engine owns the step.
 """
 
 from __future__ import annotations
@@ -47,18 +42,17 @@ class UntrainedStepGate(TrainerCallback):
             mask = mask * inputs["tool_mask"]
         self.window_tokens = self.window_tokens + mask.sum()
 
-    def window_trained_nothing(self) -> bool:
-        """Whether no process trained a token since the last call (a collective: every process calls it)."""
+    def on_pre_optimizer_step(self, args, state, control, optimizer: Any = None, **kwargs: Any):
+        if optimizer is None or not self.armed:
+            return
+        # whether no process trained a token in the window (a collective: every process gets here)
         tokens = torch.as_tensor(self.window_tokens, dtype=torch.float32, device=self.accelerator.device)
         self.window_tokens = 0
         if self.accelerator.num_processes > 1:
             tokens = self.accelerator.reduce(tokens, reduction="sum")
         empty = bool(tokens.item() == 0)
         self.record(float(empty))
-        return empty
-
-    def on_pre_optimizer_step(self, args, state, control, optimizer: Any = None, **kwargs: Any):
-        if optimizer is None or not self.armed or not self.window_trained_nothing():
+        if not empty:
             return
         for group in optimizer.param_groups:
             for param in group["params"]:
