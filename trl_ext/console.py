@@ -157,11 +157,10 @@ def columns(
     return chosen
 
 
-def figures(logs: dict[str, Any], shown: Sequence[tuple[str, str, str]] | None = None) -> list[str]:
-    """``["reward 0.412", "kept 0.78", "held-out -    ", ...]``: one entry per column of ``shown`` (default:
-    ``columns(logs)``), ``-`` padded to the figure's width where ``logs`` has no number for it (a step that did not
-    generate, or did not measure held-out accuracy)."""
-    shown = columns(logs) if shown is None else shown
+def figures(logs: dict[str, Any], shown: Sequence[tuple[str, str, str]]) -> list[str]:
+    """``["reward 0.412", "kept 0.78", "held-out -    ", ...]``: one entry per column of ``shown``, ``-`` padded to
+    the figure's width where ``logs`` has no number for it (a step that did not generate, or did not measure held-out
+    accuracy)."""
     out = []
     for key, label, fmt in shown:
         value = logs.get(key)
@@ -177,9 +176,8 @@ class ConsoleCallback(TrainerCallback):
     columns (``columns``). Install with :func:`use_console`. Prints on the local main process only; changes nothing
     in ``logs``."""
 
-    def __init__(self, phase: str, leave: bool = True, bar: bool | None = None, held_out: bool = False):
+    def __init__(self, phase: str, bar: bool | None = None, held_out: bool = False):
         self.phase = phase
-        self.leave = leave
         self.show_bar = bar  # None: a bar unless the training arguments say disable_tqdm
         self.held_out = held_out
         self.bar: tqdm | None = None
@@ -195,7 +193,6 @@ class ConsoleCallback(TrainerCallback):
                 desc=self.phase,
                 unit="step",
                 dynamic_ncols=True,
-                leave=self.leave,
                 mininterval=0.5,
             )
 
@@ -227,9 +224,7 @@ class ConsoleCallback(TrainerCallback):
             self.bar = None
 
 
-def use_console(
-    trainer: Any, phase: str, leave: bool = True, bar: bool | None = None, held_out: bool = False
-) -> ConsoleCallback:
+def use_console(trainer: Any, phase: str, bar: bool | None = None, held_out: bool = False) -> ConsoleCallback:
     """Swap ``trainer``'s ``ProgressCallback`` / ``PrinterCallback`` (raw metrics dicts) for a :class:`ConsoleCallback`
     (``bar=None``: a progress bar unless ``disable_tqdm``; the compact lines are printed either way; ``held_out``:
     the phase logs held-out accuracy now and then, so its lines carry that column from the first)."""
@@ -237,7 +232,7 @@ def use_console(
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    console = ConsoleCallback(phase, leave=leave, bar=bar, held_out=held_out)
+    console = ConsoleCallback(phase, bar=bar, held_out=held_out)
     trainer.add_callback(console)
     return console
 
