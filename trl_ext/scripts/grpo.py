@@ -22,7 +22,7 @@ from transformers import set_seed
 from trl import ModelConfig, get_peft_config
 
 from trl_ext import GRPOFamilyConfig, trainer_class_for
-from trl_ext.data import format_prompts
+from trl_ext.data import format_prompts, load_task_data
 from trl_ext.demo_tools import ToolDemo
 from trl_ext.recipe.args import RLScriptArguments
 from trl_ext.recipe.evaluation import held_out_evaluator
@@ -39,7 +39,7 @@ from trl_ext.recipe.grpo import (
 )
 from trl_ext.recipe.models import demo_threads, load_policy
 from trl_ext.recipe.rewards import gold_reward, task_rewards
-from trl_ext.recipe.steps import load_script_data, run
+from trl_ext.recipe.steps import run
 from trl_ext.recipe.tools import load_tools, tool_evaluator
 from trl_ext.reward_model import reward_processing_classes
 
@@ -59,7 +59,7 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     # Tools for TRL's multi-turn rollout; with no model and no dataset, the tool demo (trl_ext.demo_tools)
     named = task_rewards(script_args, None) if script_args.reward_funcs else None
     tools, tool_demo = load_tools(script_args.tools), ToolDemo.of(script_args, model_args)
-    data = tool_demo.data if tool_demo else load_script_data(script_args)
+    data = tool_demo.data if tool_demo else load_task_data(script_args, hold_out=True)
     reward_funcs, reward_names = (tool_demo and tool_demo.rewards) or named or task_rewards(script_args, data.layout)
 
     trainer_class = trainer_class_for(training_args)
