@@ -41,7 +41,6 @@ from trl_ext.recipe.models import demo_threads, load_policy
 from trl_ext.recipe.rewards import gold_reward, task_rewards
 from trl_ext.recipe.steps import run
 from trl_ext.recipe.tools import load_tools, tool_evaluator
-from trl_ext.reward_model import reward_processing_classes
 
 
 def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_args: ModelConfig) -> dict:
@@ -107,7 +106,6 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
         args=training_args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
-        reward_processing_classes=reward_processing_classes(reward_funcs),  # a reward model's own tokenizer
         peft_config=get_peft_config(model_args),
         callbacks=[MetricsFileCallback(metrics_path)],
         tools=tools,
