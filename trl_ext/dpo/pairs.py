@@ -43,16 +43,16 @@ class PairStats:
     def informative_frac(self) -> float:
         return self.num_informative / self.num_groups if self.num_groups else 0.0
 
-    def as_dict(self, prefix: str = "mining/") -> dict[str, float]:
+    def as_dict(self) -> dict[str, float]:
         return {
-            f"{prefix}num_groups": self.num_groups,
-            f"{prefix}informative_frac": self.informative_frac,
-            f"{prefix}num_pairs": self.num_pairs,
-            f"{prefix}mean_reward": self.mean_reward,
-            f"{prefix}length_gap": self.mean_length_gap,
-            f"{prefix}abs_length_gap": self.mean_abs_length_gap,
-            f"{prefix}truncated": self.num_truncated,
-            f"{prefix}not_round_trip": self.num_not_round_trip,
+            "mining/num_groups": self.num_groups,
+            "mining/informative_frac": self.informative_frac,
+            "mining/num_pairs": self.num_pairs,
+            "mining/mean_reward": self.mean_reward,
+            "mining/length_gap": self.mean_length_gap,
+            "mining/abs_length_gap": self.mean_abs_length_gap,
+            "mining/truncated": self.num_truncated,
+            "mining/not_round_trip": self.num_not_round_trip,
         }
 
 
