@@ -82,17 +82,12 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
 
     # Held-out greedy accuracy before RL, by the first rule reward (with only a reward model: the data's task reward)
     is_main = training_args.process_index == 0
+    gold = gold_reward(reward_funcs, script_args, data.layout)
     evaluate = held_out_evaluator(
-        script_args,
-        data.layout,
-        tokenizer,
-        eval_dataset,
-        training_args.max_completion_length,
-        gold_reward(reward_funcs, script_args, data.layout),
-        is_main,
+        script_args, data.layout, tokenizer, eval_dataset, training_args.max_completion_length, gold, is_main
     )
     if tools:  # with the tools run, as the rollouts run them
-        evaluate = tool_evaluator(tokenizer, eval_dataset, tools, gold_reward(reward_funcs, script_args, data.layout))
+        evaluate = tool_evaluator(tokenizer, eval_dataset, tools, gold)
     before = evaluate(model, "before RL")
     if before is not None and is_main:
         print(
