@@ -74,7 +74,7 @@ def test_input_output_code_layouts_pick_the_code_reward_with_their_checker(layou
     data = load_task_data(_namespace(dataset_name=str(layout_dir / layout / "train.jsonl")))
     name, tests_layout = IO_CODE_LAYOUTS[layout]
     assert data.layout.name == name and data.layout.task_rewards == ("code",)
-    assert data.layout.describe().endswith("checker) -> tests")
+    assert data.describe().endswith("checker) -> tests")
     row = next(r for r in data.train if "26+18=" in str(r["prompt"]))
     assert read_tests(row["tests"]).layout == tests_layout
     funcs, names = rewards.task_rewards(_namespace(reward_funcs=None, reward_options=None), data.layout)

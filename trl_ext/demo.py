@@ -192,17 +192,11 @@ def make_problems(config: DemoTaskConfig | None = None) -> tuple[Dataset, Datase
     return Dataset.from_dict(rows(train)), Dataset.from_dict(rows(held_out))
 
 
-def greedy_accuracy(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerFast,
-    dataset: Dataset,
-    batch_size: int = 128,
-    progress: bool | str = False,
-) -> float:
+def greedy_accuracy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, dataset: Dataset) -> float:
     """Held-out greedy accuracy: the fraction of prompts whose greedy completion (4 new tokens) has the answer as its
-    first integer, i.e. the ``arithmetic`` reward of the greedy completion (``progress``: a tqdm bar's title)."""
+    first integer, i.e. the ``arithmetic`` reward of the greedy completion."""
     return evaluation.greedy_accuracy(
-        model, tokenizer, dataset, arithmetic_reward, max_new_tokens=4, prompts_per_call=batch_size, progress=progress
+        model, tokenizer, dataset, arithmetic_reward, max_new_tokens=4, prompts_per_call=128
     )
 
 
@@ -304,9 +298,9 @@ def warm_start_record(path: str) -> dict[str, Any]:
         return json.load(f)
 
 
-def warm_start_is_cached(output_dir: str | None = None, sft: WarmStartConfig | None = None) -> bool:
-    """Whether ``warm_start(output_dir, sft=sft)`` with the default task and model would load a cached warm start."""
-    return os.path.exists(os.path.join(warm_start_dir(output_dir, sft=sft), "warm_start.json"))
+def warm_start_is_cached(sft: WarmStartConfig | None = None) -> bool:
+    """Whether ``warm_start(sft=sft)`` with the default task and model would load a cached warm start."""
+    return os.path.exists(os.path.join(warm_start_dir(sft=sft), "warm_start.json"))
 
 
 def warm_start(

@@ -39,6 +39,10 @@ class TaskData:
     held_out: Dataset | None
     layout: Layout
 
+    def describe(self) -> str:
+        """The opening line's data part: ``GSM8K layout: question -> prompt, answer after '####' -> answer``."""
+        return self.layout.describe()
+
 
 def is_data_file(name: str | None) -> bool:
     """Whether ``name`` names a local data file by its extension (``.json/.jsonl/.csv/.parquet``)."""

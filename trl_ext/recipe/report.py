@@ -141,7 +141,7 @@ def announce_eval(args: Any, data: TaskData, split: str, problems: int, models: 
     parts = [
         f"{len(models)} model{'s' if len(models) > 1 else ''}: {', '.join(models)}",
         f"data {name} ({problems} problems of {split})",
-        data.layout.describe() if args.dataset_name is not None else None,
+        data.describe() if args.dataset_name is not None else None,
         f"reward {', '.join(args.reward_funcs) if args.reward_funcs else ', '.join(data.layout.task_rewards)}",
         sampling + (" + greedy" if settings.greedy else ""),
         f"up to {settings.max_new_tokens} new tokens",
