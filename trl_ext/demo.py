@@ -19,8 +19,11 @@ import shutil
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import accelerate
 import datasets
 import torch
+import transformers
+import trl
 from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -252,9 +255,6 @@ def warm_start_key(
     TRL releases (TRL 1.12 and 1.16 train different weights). Not accelerate, datasets or the thread count (the SFT
     runs on one thread), so recipes, notebooks and tests share one cached warm start. ``warm_start.json`` also records
     the machine and every release (another CPU may round differently under the same key)."""
-    import transformers
-    import trl
-
     task, model_config, sft = task or DemoTaskConfig(), model_config or DemoModelConfig(), sft or WarmStartConfig()
     functions = (build_tokenizer, build_model, make_problems, warm_start_sft_kwargs, _train_warm_start)
     code = hashlib.sha256("".join(inspect.getsource(f) for f in functions).encode()).hexdigest()[:12]
@@ -320,10 +320,6 @@ def warm_start(
     partial = f"{run_dir}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     losses = _train_warm_start(partial, task, model_config, sft)
-    import accelerate
-    import transformers
-    import trl
-
     key = warm_start_key(task, model_config, sft)
     record = {
         "key_hash": key_hash(key),

@@ -43,10 +43,12 @@ def finish(
     evaluate: Callable[[Any, str], float | None],
     before: float | None,
     started: float,
+    **extra: Any,
 ) -> dict:
-    """After ``trainer.train()``: save model and tokenizer, measure ``policy``'s held-out accuracy and ``report``."""
+    """After ``trainer.train()``: save model and tokenizer, measure ``policy``'s held-out accuracy and ``report``
+    (``extra``: its ``metric`` and more summary fields)."""
     output_dir = trainer.args.output_dir
     trainer.save_model(output_dir)
     tokenizer.save_pretrained(output_dir)
     after = evaluate(policy, "after")
-    return report(recipe, output_dir, before, after, trainer.state.global_step, started)
+    return report(recipe, output_dir, before, after, trainer.state.global_step, started, **extra)
