@@ -353,20 +353,20 @@ def test_held_out_split_can_be_a_file_of_its_own(tmp_path):
 
 
 def test_large_held_out_split_is_cut_to_a_seeded_subset_with_a_warning(tmp_path, caplog):
+    from trl_ext.data import load_task_data
     from trl_ext.recipe.args import RLScriptArguments
-    from trl_ext.recipe.steps import load_script_data
 
     _write_jsonl(tmp_path / "train.jsonl", [{"prompt": "1+1=", "solution": "2"}] * 3)
     _write_jsonl(tmp_path / "test.jsonl", [{"prompt": f"{a}+1=", "solution": str(a + 1)} for a in range(30)])
     args = RLScriptArguments(dataset_name=str(tmp_path), held_out_max_problems=8)
     with caplog.at_level("WARNING", logger="trl_ext"):
-        held_out = load_script_data(args).held_out
+        held_out = load_task_data(args, hold_out=True).held_out
     assert len(held_out) == 8 and len(set(held_out["prompt"])) == 8
     assert "has 30 problems: evaluating a seeded random 8" in caplog.text and "held_out_max_problems" in caplog.text
-    assert load_script_data(args).held_out["prompt"] == held_out["prompt"]  # the same subset on every run
+    assert load_task_data(args, hold_out=True).held_out["prompt"] == held_out["prompt"]  # the same subset on every run
     for keep_all in (None, 0, 30):
         args.held_out_max_problems = keep_all
-        assert len(load_script_data(args).held_out) == 30
+        assert len(load_task_data(args, hold_out=True).held_out) == 30
     assert RLScriptArguments().held_out_max_problems == 500  # the demo's 240 problems are all kept
 
 

@@ -9,9 +9,9 @@ import os
 
 import pytest
 
+from trl_ext.data import load_task_data
 from trl_ext.recipe.parsing import parse
 from trl_ext.recipe.rewards import task_rewards
-from trl_ext.recipe.steps import load_script_data
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
@@ -44,7 +44,7 @@ def test_no_arguments_parse_to_the_demo_yaml():
     script_args, training_args, model_args = _parse(dpo, [])
     assert model_args.model_name_or_path is None and script_args.dataset_name is None
     assert script_args.reward_funcs is None  # the task reward of the data: arithmetic on the demo
-    assert task_rewards(script_args, load_script_data(script_args).layout)[1] == ["arithmetic"]
+    assert task_rewards(script_args, load_task_data(script_args, hold_out=True).layout)[1] == ["arithmetic"]
     assert training_args.loss_type == ["sigmoid", "sft"] and training_args.loss_weights == [1.0, 1.0]
     assert training_args.mining_rounds == 2 and training_args.num_generations == 8
     assert training_args.output_dir == "outputs/dpo"

@@ -50,11 +50,10 @@ def test_a_lone_file_gets_a_seeded_held_out_split_removed_from_training(tmp_path
 
 def test_the_opening_line_says_what_was_held_out(tmp_path, capsys):
     from trl_ext.recipe.grpo import announce, parse
-    from trl_ext.recipe.steps import load_script_data
 
     path = _file(tmp_path / "gsm8k_like.jsonl")
     script_args, training_args, model_args = parse("dapo", argv=["--dataset_name", path, "--output_dir", "o"])
-    data = load_script_data(script_args)
+    data = load_task_data(script_args, hold_out=True)
     announce("dapo", "DAPOTrainer", script_args, training_args, model_args, data, ["accuracy"])
     line = capsys.readouterr().out
     assert f"data {path} (180 train / 20 held-out, carved from its 200 rows with seed 0;" in line

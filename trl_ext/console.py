@@ -1,13 +1,6 @@
 """What a recipe prints: one opening line, one tqdm progress bar per phase, one compact line per log, a summary table.
-
-- :func:`quiet_libraries` hides library output a user cannot act on (renamed-argument ``FutureWarning``s, notices,
-  DeepSpeed's accelerator guess, loading progress bars); trl-ext's own warnings are always shown.
-  ``TRL_EXT_LIBRARY_WARNINGS=1`` shows everything as the libraries print it.
-- :class:`ConsoleCallback` replaces transformers' ``ProgressCallback`` / ``PrinterCallback`` (raw metrics dicts): a
-  bar whose postfix carries the figures that matter, and one line per log in fixed columns (:func:`columns`). It only
-  prints: every metric still reaches ``state.log_history``, ``metrics.jsonl`` and ``report_to``.
-- :func:`library_lines_dropped` drops whole lines a library prints (TRL's PPOTrainer's ``===training policy===``).
-"""
+It only prints: every metric still reaches ``state.log_history``, ``metrics.jsonl`` and ``report_to``; library output
+a user cannot act on is hidden unless ``TRL_EXT_LIBRARY_WARNINGS=1``."""
 
 from __future__ import annotations
 
@@ -51,8 +44,9 @@ def _show_library_output() -> bool:
 
 
 def quiet_libraries() -> None:
-    """Hide library output a user cannot act on (see the module docstring); ``TRL_EXT_LIBRARY_WARNINGS=1`` shows it.
-    Idempotent; call it at a recipe's entry point, before the configs are parsed."""
+    """Hide library output a user cannot act on (renamed-argument ``FutureWarning``s, notices, DeepSpeed's accelerator
+    guess, loading progress bars); trl-ext's own warnings are always shown. ``TRL_EXT_LIBRARY_WARNINGS=1`` shows
+    everything as the libraries print it. Idempotent; call it at a recipe's entry point, before parsing the configs."""
     _our_warnings_through_tqdm()
     if _show_library_output():
         return
@@ -103,8 +97,8 @@ class _DropLines:
 
 @contextlib.contextmanager
 def library_lines_dropped(*lines: str):
-    """Within the block, whole stdout lines equal to one of ``lines`` are not printed (``TRL_EXT_LIBRARY_WARNINGS=1``
-    prints them); everything else is, in order."""
+    """Within the block, whole stdout lines equal to one of ``lines`` (TRL's PPOTrainer's ``===training policy===``)
+    are not printed (``TRL_EXT_LIBRARY_WARNINGS=1`` prints them); everything else is, in order."""
     if _show_library_output():
         yield
         return
@@ -157,11 +151,10 @@ def columns(
     return chosen
 
 
-def figures(logs: dict[str, Any], shown: Sequence[tuple[str, str, str]] | None = None) -> list[str]:
-    """``["reward 0.412", "kept 0.78", "held-out -    ", ...]``: one entry per column of ``shown`` (default:
-    ``columns(logs)``), ``-`` padded to the figure's width where ``logs`` has no number for it (a step that did not
-    generate, or did not measure held-out accuracy)."""
-    shown = columns(logs) if shown is None else shown
+def figures(logs: dict[str, Any], shown: Sequence[tuple[str, str, str]]) -> list[str]:
+    """``["reward 0.412", "kept 0.78", "held-out -    ", ...]``: one entry per column of ``shown``, ``-`` padded to
+    the figure's width where ``logs`` has no number for it (a step that did not generate, or did not measure held-out
+    accuracy)."""
     out = []
     for key, label, fmt in shown:
         value = logs.get(key)
@@ -173,13 +166,13 @@ def figures(logs: dict[str, Any], shown: Sequence[tuple[str, str, str]] | None =
 
 
 class ConsoleCallback(TrainerCallback):
-    """A tqdm bar named after the phase, its postfix the latest figures, and one compact line per log in the phase's
-    columns (``columns``). Install with :func:`use_console`. Prints on the local main process only; changes nothing
-    in ``logs``."""
+    """In place of transformers' ``ProgressCallback`` / ``PrinterCallback`` (raw metrics dicts): a tqdm bar named
+    after the phase, its postfix the latest figures, and one compact line per log in the phase's columns
+    (``columns``). Install with :func:`use_console`. Prints on the local main process only; changes nothing in
+    ``logs``."""
 
-    def __init__(self, phase: str, leave: bool = True, bar: bool | None = None, held_out: bool = False):
+    def __init__(self, phase: str, bar: bool | None = None, held_out: bool = False):
         self.phase = phase
-        self.leave = leave
         self.show_bar = bar  # None: a bar unless the training arguments say disable_tqdm
         self.held_out = held_out
         self.bar: tqdm | None = None
@@ -195,7 +188,6 @@ class ConsoleCallback(TrainerCallback):
                 desc=self.phase,
                 unit="step",
                 dynamic_ncols=True,
-                leave=self.leave,
                 mininterval=0.5,
             )
 
@@ -227,9 +219,7 @@ class ConsoleCallback(TrainerCallback):
             self.bar = None
 
 
-def use_console(
-    trainer: Any, phase: str, leave: bool = True, bar: bool | None = None, held_out: bool = False
-) -> ConsoleCallback:
+def use_console(trainer: Any, phase: str, bar: bool | None = None, held_out: bool = False) -> ConsoleCallback:
     """Swap ``trainer``'s ``ProgressCallback`` / ``PrinterCallback`` (raw metrics dicts) for a :class:`ConsoleCallback`
     (``bar=None``: a progress bar unless ``disable_tqdm``; the compact lines are printed either way; ``held_out``:
     the phase logs held-out accuracy now and then, so its lines carry that column from the first)."""
@@ -237,7 +227,7 @@ def use_console(
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    console = ConsoleCallback(phase, leave=leave, bar=bar, held_out=held_out)
+    console = ConsoleCallback(phase, bar=bar, held_out=held_out)
     trainer.add_callback(console)
     return console
 

@@ -19,8 +19,11 @@ import shutil
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import accelerate
 import datasets
 import torch
+import transformers
+import trl
 from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -192,17 +195,11 @@ def make_problems(config: DemoTaskConfig | None = None) -> tuple[Dataset, Datase
     return Dataset.from_dict(rows(train)), Dataset.from_dict(rows(held_out))
 
 
-def greedy_accuracy(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerFast,
-    dataset: Dataset,
-    batch_size: int = 128,
-    progress: bool | str = False,
-) -> float:
+def greedy_accuracy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, dataset: Dataset) -> float:
     """Held-out greedy accuracy: the fraction of prompts whose greedy completion (4 new tokens) has the answer as its
-    first integer, i.e. the ``arithmetic`` reward of the greedy completion (``progress``: a tqdm bar's title)."""
+    first integer, i.e. the ``arithmetic`` reward of the greedy completion."""
     return evaluation.greedy_accuracy(
-        model, tokenizer, dataset, arithmetic_reward, max_new_tokens=4, prompts_per_call=batch_size, progress=progress
+        model, tokenizer, dataset, arithmetic_reward, max_new_tokens=4, prompts_per_call=128
     )
 
 
@@ -258,9 +255,6 @@ def warm_start_key(
     TRL releases (TRL 1.12 and 1.16 train different weights). Not accelerate, datasets or the thread count (the SFT
     runs on one thread), so recipes, notebooks and tests share one cached warm start. ``warm_start.json`` also records
     the machine and every release (another CPU may round differently under the same key)."""
-    import transformers
-    import trl
-
     task, model_config, sft = task or DemoTaskConfig(), model_config or DemoModelConfig(), sft or WarmStartConfig()
     functions = (build_tokenizer, build_model, make_problems, warm_start_sft_kwargs, _train_warm_start)
     code = hashlib.sha256("".join(inspect.getsource(f) for f in functions).encode()).hexdigest()[:12]
@@ -304,9 +298,9 @@ def warm_start_record(path: str) -> dict[str, Any]:
         return json.load(f)
 
 
-def warm_start_is_cached(output_dir: str | None = None, sft: WarmStartConfig | None = None) -> bool:
-    """Whether ``warm_start(output_dir, sft=sft)`` with the default task and model would load a cached warm start."""
-    return os.path.exists(os.path.join(warm_start_dir(output_dir, sft=sft), "warm_start.json"))
+def warm_start_is_cached(sft: WarmStartConfig | None = None) -> bool:
+    """Whether ``warm_start(sft=sft)`` with the default task and model would load a cached warm start."""
+    return os.path.exists(os.path.join(warm_start_dir(sft=sft), "warm_start.json"))
 
 
 def warm_start(
@@ -326,10 +320,6 @@ def warm_start(
     partial = f"{run_dir}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     losses = _train_warm_start(partial, task, model_config, sft)
-    import accelerate
-    import transformers
-    import trl
-
     key = warm_start_key(task, model_config, sft)
     record = {
         "key_hash": key_hash(key),

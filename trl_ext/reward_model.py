@@ -53,13 +53,6 @@ def reward_model_name(model: PreTrainedModel) -> str:
     return model.config._name_or_path.rstrip("/").split("/")[-1]
 
 
-def reward_processing_classes(funcs: Sequence[Callable]) -> list[Any] | None:
-    """One entry per reward function: the reward model's tokenizer, None for a rule; None when there is no model."""
-    if not any(is_reward_model(f) for f in funcs):
-        return None
-    return [reward_tokenizer(f) if is_reward_model(f) else None for f in funcs]
-
-
 def check_preferences(dataset: Dataset, name: str) -> None:
     """A preference dataset has ``chosen`` and ``rejected`` (and maybe ``prompt``): TRL's layouts for rewards."""
     missing = [c for c in PREFERENCE_COLUMNS if c not in dataset.column_names]

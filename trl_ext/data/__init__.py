@@ -3,30 +3,23 @@ for the model (``prompts``): the one place that maps columns, for every recipe, 
 
 from trl_ext.data.layouts import Layout, apply_layout, detect_layout, reference_answer
 from trl_ext.data.loading import (
-    DEMO_LAYOUT,
-    NO_HELD_OUT,
     TaskData,
     cap_held_out,
-    carve_held_out,
     held_out_label,
     held_out_size,
     is_data_file,
     load_data,
     load_task_data,
 )
-from trl_ext.data.prompts import format_prompts, has_chat_template
+from trl_ext.data.prompts import format_prompts
 
 __all__ = [
-    "DEMO_LAYOUT",
     "Layout",
     "TaskData",
     "apply_layout",
-    "NO_HELD_OUT",
     "cap_held_out",
-    "carve_held_out",
     "detect_layout",
     "format_prompts",
-    "has_chat_template",
     "held_out_label",
     "held_out_size",
     "is_data_file",

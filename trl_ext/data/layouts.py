@@ -186,8 +186,7 @@ def reference_answer(value: Any) -> str | None:
     if not text:
         return None
     if "####" in text:
-        found = gsm8k_answer(text)
-        return found.strip() if found and found.strip() else None
+        return gsm8k_answer(text)  # the rest of the line, stripped; None when empty
     boxes = boxed_contents(text)
     if boxes:
         return boxes[-1].strip() or None

@@ -43,16 +43,16 @@ class PairStats:
     def informative_frac(self) -> float:
         return self.num_informative / self.num_groups if self.num_groups else 0.0
 
-    def as_dict(self, prefix: str = "mining/") -> dict[str, float]:
+    def as_dict(self) -> dict[str, float]:
         return {
-            f"{prefix}num_groups": self.num_groups,
-            f"{prefix}informative_frac": self.informative_frac,
-            f"{prefix}num_pairs": self.num_pairs,
-            f"{prefix}mean_reward": self.mean_reward,
-            f"{prefix}length_gap": self.mean_length_gap,
-            f"{prefix}abs_length_gap": self.mean_abs_length_gap,
-            f"{prefix}truncated": self.num_truncated,
-            f"{prefix}not_round_trip": self.num_not_round_trip,
+            "mining/num_groups": self.num_groups,
+            "mining/informative_frac": self.informative_frac,
+            "mining/num_pairs": self.num_pairs,
+            "mining/mean_reward": self.mean_reward,
+            "mining/length_gap": self.mean_length_gap,
+            "mining/abs_length_gap": self.mean_abs_length_gap,
+            "mining/truncated": self.num_truncated,
+            "mining/not_round_trip": self.num_not_round_trip,
         }
 
 
@@ -78,12 +78,10 @@ def select_pairs(
     if max_length_gap is not None and max_length_gap < 0:
         raise ValueError(f"max_length_gap={max_length_gap} must be >= 0 or None (no limit).")
     rewards = rewards.detach().float().flatten()
-    if len(lengths) != rewards.numel():
-        raise ValueError(f"lengths has {len(lengths)} entries for {rewards.numel()} rewards; give one per completion.")
-    for name, flags in (("truncated", truncated), ("excluded", excluded)):
-        if flags is not None and len(flags) != rewards.numel():
+    for name, values in (("lengths", lengths), ("truncated", truncated), ("excluded", excluded)):
+        if values is not None and len(values) != rewards.numel():
             raise ValueError(
-                f"{name} has {len(flags)} entries for {rewards.numel()} rewards; give one per completion."
+                f"{name} has {len(values)} entries for {rewards.numel()} rewards; give one per completion."
             )
     truncated = [False] * rewards.numel() if truncated is None else [bool(t) for t in truncated]
     excluded = [False] * rewards.numel() if excluded is None else [bool(e) for e in excluded]
@@ -99,20 +97,20 @@ def select_pairs(
         worst = min(rewards[i].item() for i in scorable)
         top = [i for i in ended if rewards[i].item() >= best - atol]
         bottom = [i for i in scorable if rewards[i].item() <= worst + atol]
-        candidates = [(c, r) for c, r in itertools.product(top, bottom) if rewards[c] - rewards[r] > atol]
+        candidates = [
+            (c, r)
+            for c, r in itertools.product(top, bottom)
+            if rewards[c] - rewards[r] > atol
+            and (max_length_gap is None or abs(lengths[c] - lengths[r]) <= max_length_gap)
+        ]
         candidates.sort(key=lambda cr: (abs(lengths[cr[0]] - lengths[cr[1]]), cr[0], cr[1]))
         used: set[int] = set()
-        taken = 0
         for c, r in candidates:
-            if taken == pairs_per_group:
+            if len(used) == 2 * pairs_per_group:
                 break
-            if c in used or r in used:
-                continue
-            if max_length_gap is not None and abs(lengths[c] - lengths[r]) > max_length_gap:
-                break  # sorted by gap: every later candidate is at least as far apart
-            pairs.append((c, r))
-            used.update((c, r))
-            taken += 1
+            if c not in used and r not in used:
+                pairs.append((c, r))
+                used.update((c, r))
     return pairs
 
 

@@ -88,14 +88,18 @@ class DPOConfig(trl.DPOConfig):
             ),
             "pairs_per_group": (self.pairs_per_group >= 1, "must be >= 1"),
             "reward_atol": (self.reward_atol >= 0, "must be >= 0"),
+            "prompts_per_round": (
+                self.prompts_per_round is None or self.prompts_per_round >= 1,
+                "must be >= 1, or None for all",
+            ),
+            "max_length_gap": (
+                self.max_length_gap is None or self.max_length_gap >= 0,
+                "must be >= 0, or None for no limit",
+            ),
         }
         for name, (ok, why) in checks.items():
             if not ok:
                 raise ValueError(f"DPOConfig.{name}={getattr(self, name)!r}: {why}.")
-        if self.prompts_per_round is not None and self.prompts_per_round < 1:
-            raise ValueError(f"DPOConfig.prompts_per_round={self.prompts_per_round}: must be >= 1, or None for all.")
-        if self.max_length_gap is not None and self.max_length_gap < 0:
-            raise ValueError(f"DPOConfig.max_length_gap={self.max_length_gap}: must be >= 0, or None for no limit.")
 
 
 def length_margin_decomposition(

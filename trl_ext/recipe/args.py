@@ -3,23 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from transformers import TrainingArguments
 
 from trl_ext.demo import WarmStartConfig
-
-
-def reward_funcs_field() -> Any:
-    """``reward_funcs``, the same field in every recipe that scores completions."""
-    return field(
-        default=None,
-        metadata={
-            "help": "Reward functions by registry name (trl_ext.rewards.available_rewards()). None: the task reward "
-            "that fits the data layout (accuracy for math, code for code tests, arithmetic for the built-in demo), "
-            "named in the opening line."
-        },
-    )
 
 
 @dataclass
@@ -77,13 +64,30 @@ class DataArguments:
 
 
 @dataclass
-class RLScriptArguments(DataArguments):
+class RewardDataArguments(DataArguments):
+    """Data and the reward functions that score completions on it: the fields of every recipe that scores some."""
+
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Reward functions by registry name (trl_ext.rewards.available_rewards()). None: the task reward "
+            "that fits the data layout (accuracy for math, code for code tests, arithmetic for the built-in demo), "
+            "named in the opening line."
+        },
+    )
+    reward_options: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": 'Options per reward name: a mapping (YAML) or JSON text, e.g. \'{"accuracy": {"extraction": '
+            '"boxed"}}\'.'
+        },
+    )
+
+
+@dataclass
+class RLScriptArguments(RewardDataArguments):
     """Data, rewards and run options of the GRPO-family recipes (the training options are the preset's config)."""
 
-    reward_funcs: list[str] | None = reward_funcs_field()
-    reward_options: str | None = field(
-        default=None, metadata={"help": 'JSON options per reward, e.g. \'{"accuracy": {"extraction": "boxed"}}\'.'}
-    )
     preset: str | None = field(
         default=None,
         metadata={
@@ -130,14 +134,9 @@ class SFTScriptArguments(DataArguments):
 
 
 @dataclass
-class DPOScriptArguments(SFTScriptArguments):
+class DPOScriptArguments(RewardDataArguments):
     """Data, and the rule-based rewards that score mined groups (unused on a preference dataset). Their weights are
     ``DPOConfig.reward_weights``."""
-
-    reward_funcs: list[str] | None = reward_funcs_field()
-    reward_options: dict | str | None = field(
-        default=None, metadata={"help": "Options per reward name: a mapping (YAML) or JSON text."}
-    )
 
 
 @dataclass
@@ -167,7 +166,7 @@ class RewardScriptArguments(DPOScriptArguments):
 
 
 @dataclass
-class EvalArguments(DataArguments):
+class EvalArguments(RewardDataArguments):
     """``trl-ext eval`` (``recipes/eval.py``): the models, the held-out split (the recipes' data fields and layouts),
     the task reward, and the sampling of ``trl_ext.diagnostics.evaluation.EvalSettings``."""
 
@@ -178,10 +177,6 @@ class EvalArguments(DataArguments):
             "checkpoint-N folders (LoRA adapters too). None: the demo's SFT warm start and, if trained, "
             "outputs/dapo-demo."
         },
-    )
-    reward_funcs: list[str] | None = reward_funcs_field()
-    reward_options: str | None = field(
-        default=None, metadata={"help": 'JSON options per reward, e.g. \'{"accuracy": {"extraction": "boxed"}}\'.'}
     )
     num_samples: int = field(
         default=32, metadata={"help": "Samples per problem K (avg@K, pass@k, maj@K); DAPO reports avg@32."}

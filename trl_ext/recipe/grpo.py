@@ -69,17 +69,17 @@ def parse(
     name = _preset_name(argv)
     if name is None and isinstance(preset, str):
         name = preset
+    row = None
     if name is not None:
         with as_user_errors(ValueError):
-            lookup(name)  # an unknown name fails here, listing the known ones
+            row = lookup(name)  # an unknown name fails here, listing the known ones
         name = name.lower().replace("-", "_")
-    row = PRESETS[name] if name is not None else None
+        # A row's fixed fields become flags unless given: the YAML cannot undo them, a flag can
+        for key, value in row.overrides.items():
+            if f"--{key}" not in argv:
+                argv += [f"--{key}", str(value)]
     config_class = row.config if row is not None else preset
     recipe = recipe or _demo_preset(name)
-    # A row's fixed fields become flags unless given: the YAML cannot undo them, a flag can
-    for key, value in (row.overrides if row is not None else {}).items():
-        if f"--{key}" not in argv:
-            argv += [f"--{key}", str(value)]
     script_args, training_args, model_args = parsing.parse(
         (RLScriptArguments, config_class, ModelConfig), recipe, argv
     )

@@ -72,15 +72,9 @@ def config_yaml(argv: Sequence[str]) -> dict[str, Any]:
     return config if isinstance(config, dict) else {}
 
 
-def given_fields(argv: Sequence[str]) -> set[str]:
-    """The fields the user set: ``--name`` flags and the keys of the ``--config`` YAML."""
-    given = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")} - {"config"}
-    return given | set(config_yaml(argv))
-
-
 def given_sources(argv: Sequence[str]) -> dict[str, str]:
-    """Where each field of ``given_fields`` was set, for the opening line: ``"--name"`` (a flag wins over the YAML),
-    ``"demo config"`` (the demo YAML) or ``"config YAML"``."""
+    """The fields the user set (``--name`` flags and the keys of the ``--config`` YAML) and where, for the opening
+    line: ``"--name"`` (a flag wins over the YAML), ``"demo config"`` (the demo YAML) or ``"config YAML"``."""
     config = resolve_config(config_arg(argv) or "")
     demo = os.path.realpath(config).startswith(os.path.realpath(DEMO_CONFIG_DIR) + os.sep)
     sources = dict.fromkeys(config_yaml(argv), "demo config" if demo else "config YAML")
@@ -152,14 +146,13 @@ def parse(dataclass_types: Sequence[type], recipe: str | None, argv: list[str] |
         if "--config" in argv:
             check_config_file(argv)
             check_config_keys(argv[argv.index("--config") + 1], list(dataclass_types))
-        given = given_fields(argv)
         trains = any("bf16" in getattr(t, "__dataclass_fields__", {}) for t in dataclass_types)
         parsed = parser.parse_args_and_config(args=supported_precision(argv) if trains else argv)
         for values in parsed:
             if hasattr(values, "report_to"):
                 check_report_to(values.report_to)
-    parsed[0].given_fields = given
     parsed[0].given_sources = given_sources(argv)
+    parsed[0].given_fields = set(parsed[0].given_sources)
     return parsed
 
 

@@ -43,25 +43,24 @@ def report(
     output_dir: str,
     before: float | None,
     after: float | None,
-    steps: int | None = None,
-    started: float | None = None,
+    steps: int | None,
+    started: float,
     metric: str = "held-out greedy accuracy",
     **extra: Any,
 ) -> dict:
     """Print the summary table (``metric`` before / after / gain, steps, wall time since ``started``, outputs) and
     write the same to ``output_dir/summary.json``."""
-    wall = round(time.time() - started, 1) if started is not None else None
+    wall = round(time.time() - started, 1)
     result = {"recipe": recipe, "accuracy_before": before, "accuracy_after": after, **extra}
     if steps is not None:
         result["optimizer_steps"] = steps
-    if wall is not None:
-        result["wall_time_s"] = wall
+    result["wall_time_s"] = wall
     measured = before is not None and after is not None
     rows = [
         (metric, f"{before:.3f} -> {after:.3f}" if measured else None),
         ("gain", f"{100 * (after - before):+.1f} points" if measured else None),
         ("optimizer steps", steps),
-        ("wall time", format_duration(wall) if wall is not None else None),
+        ("wall time", format_duration(wall)),
         ("outputs", f"{output_dir}/: {', '.join(written_files(output_dir))}"),
     ]
     print(summary_table(f"== {recipe} ==", rows), flush=True)
@@ -128,10 +127,8 @@ def learning_rate_part(script_args: Any, training_args: Any) -> str | None:
     if not isinstance(lr, int | float):
         return None
     source = getattr(script_args, "given_sources", {}).get("learning_rate")
-    if source is None and "learning_rate" in getattr(script_args, "given_fields", set()):
-        source = "given"
-    preset = getattr(script_args, "preset", None)
     if source is None:
+        preset = getattr(script_args, "preset", None)
         source = f"{preset} preset default" if preset else f"{type(training_args).__name__} default"
     return f"lr {lr:g} ({source})"
 

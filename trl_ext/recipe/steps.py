@@ -10,7 +10,7 @@ from datasets import Dataset
 from transformers import set_seed
 
 from trl_ext.console import quiet_libraries
-from trl_ext.data import Layout, TaskData, load_task_data
+from trl_ext.data import Layout, load_task_data
 from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.models import demo_threads
 from trl_ext.recipe.report import report
@@ -31,7 +31,7 @@ def start(
     started = time.time()
     set_seed(training_args.seed)
     demo_threads(model_args)
-    data = load_script_data(script_args, strict=strict, with_completion=with_completion)
+    data = load_task_data(script_args, strict=strict, with_completion=with_completion, hold_out=True)
     return started, data.train, data.held_out, data.layout
 
 
@@ -43,17 +43,12 @@ def finish(
     evaluate: Callable[[Any, str], float | None],
     before: float | None,
     started: float,
+    **extra: Any,
 ) -> dict:
-    """After ``trainer.train()``: save model and tokenizer, measure ``policy``'s held-out accuracy and ``report``."""
+    """After ``trainer.train()``: save model and tokenizer, measure ``policy``'s held-out accuracy and ``report``
+    (``extra``: its ``metric`` and more summary fields)."""
     output_dir = trainer.args.output_dir
     trainer.save_model(output_dir)
     tokenizer.save_pretrained(output_dir)
     after = evaluate(policy, "after")
-    return report(recipe, output_dir, before, after, trainer.state.global_step, started)
-
-
-def load_script_data(
-    script_args: Any, strict: bool = True, with_completion: bool = False, hold_out: bool = True
-) -> TaskData:
-    """``trl_ext.data.load_task_data``, carving a held-out split unless ``hold_out=False`` (``trl-ext eval``)."""
-    return load_task_data(script_args, strict=strict, with_completion=with_completion, hold_out=hold_out)
+    return report(recipe, output_dir, before, after, trainer.state.global_step, started, **extra)

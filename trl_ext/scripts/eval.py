@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from trl_ext.data import format_prompts, is_data_file
+from trl_ext.data import format_prompts, is_data_file, load_task_data
 from trl_ext.diagnostics.eval_report import print_report, write_report
 from trl_ext.diagnostics.evaluation import EvalSettings, check_vllm, evaluate_model
 from trl_ext.recipe.args import EvalArguments
@@ -24,7 +24,7 @@ from trl_ext.recipe.models import demo_models, demo_threads, load_for_vllm, load
 from trl_ext.recipe.parsing import parse
 from trl_ext.recipe.report import announce_eval
 from trl_ext.recipe.rewards import evaluation_reward, task_rewards
-from trl_ext.recipe.steps import load_script_data, run
+from trl_ext.recipe.steps import run
 from trl_ext.reliability.checks import longest_prompt
 
 DEMO_ANSWER_TOKENS = 4  # the demo's own check reads the first integer of 4 new tokens (trl_ext.demo.greedy_accuracy)
@@ -36,7 +36,7 @@ def main(args: EvalArguments) -> dict:
     demo_threads(demo=demo)
 
     # The recipes' held-out split and the reward that scores it
-    data = load_script_data(args, hold_out=False)  # a lone file is evaluated whole, nothing carved
+    data = load_task_data(args)  # a lone file is evaluated whole, nothing carved
     problems, split = data.held_out, args.dataset_test_split
     if problems is None and is_data_file(args.dataset_name):
         problems, split = data.train, "the whole file"

@@ -22,7 +22,7 @@ from transformers import set_seed
 from trl import ModelConfig, get_peft_config
 
 from trl_ext import GRPOFamilyConfig, trainer_class_for
-from trl_ext.data import format_prompts
+from trl_ext.data import format_prompts, load_task_data
 from trl_ext.demo_tools import ToolDemo
 from trl_ext.recipe.args import RLScriptArguments
 from trl_ext.recipe.evaluation import held_out_evaluator
@@ -39,9 +39,8 @@ from trl_ext.recipe.grpo import (
 )
 from trl_ext.recipe.models import demo_threads, load_policy
 from trl_ext.recipe.rewards import gold_reward, task_rewards
-from trl_ext.recipe.steps import load_script_data, run
+from trl_ext.recipe.steps import run
 from trl_ext.recipe.tools import load_tools, tool_evaluator
-from trl_ext.reward_model import reward_processing_classes
 
 
 def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_args: ModelConfig) -> dict:
@@ -59,7 +58,7 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     # Tools for TRL's multi-turn rollout; with no model and no dataset, the tool demo (trl_ext.demo_tools)
     named = task_rewards(script_args, None) if script_args.reward_funcs else None
     tools, tool_demo = load_tools(script_args.tools), ToolDemo.of(script_args, model_args)
-    data = tool_demo.data if tool_demo else load_script_data(script_args)
+    data = tool_demo.data if tool_demo else load_task_data(script_args, hold_out=True)
     reward_funcs, reward_names = (tool_demo and tool_demo.rewards) or named or task_rewards(script_args, data.layout)
 
     trainer_class = trainer_class_for(training_args)
@@ -83,17 +82,12 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
 
     # Held-out greedy accuracy before RL, by the first rule reward (with only a reward model: the data's task reward)
     is_main = training_args.process_index == 0
+    gold = gold_reward(reward_funcs, script_args, data.layout)
     evaluate = held_out_evaluator(
-        script_args,
-        data.layout,
-        tokenizer,
-        eval_dataset,
-        training_args.max_completion_length,
-        gold_reward(reward_funcs, script_args, data.layout),
-        is_main,
+        script_args, data.layout, tokenizer, eval_dataset, training_args.max_completion_length, gold, is_main
     )
     if tools:  # with the tools run, as the rollouts run them
-        evaluate = tool_evaluator(tokenizer, eval_dataset, tools, gold_reward(reward_funcs, script_args, data.layout))
+        evaluate = tool_evaluator(tokenizer, eval_dataset, tools, gold)
     before = evaluate(model, "before RL")
     if before is not None and is_main:
         print(
@@ -107,7 +101,6 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
         args=training_args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
-        reward_processing_classes=reward_processing_classes(reward_funcs),  # a reward model's own tokenizer
         peft_config=get_peft_config(model_args),
         callbacks=[MetricsFileCallback(metrics_path)],
         tools=tools,

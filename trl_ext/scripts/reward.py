@@ -20,9 +20,9 @@ from trl_ext.dpo.pairs import mine_pairs
 from trl_ext.recipe.args import RewardScriptArguments
 from trl_ext.recipe.models import load_tokenizer
 from trl_ext.recipe.parsing import parse
-from trl_ext.recipe.report import announce, report
+from trl_ext.recipe.report import announce
 from trl_ext.recipe.rewards import task_rewards
-from trl_ext.recipe.steps import run, start
+from trl_ext.recipe.steps import finish, run, start
 from trl_ext.reward_model import PREFERENCE_COLUMNS, preference_splits
 
 
@@ -76,22 +76,12 @@ def main(script_args: RewardScriptArguments, training_args: RewardConfig, model_
     use_console(trainer, "reward model")
 
     # Pairwise accuracy on held-out pairs before and after; save a folder TRL's trainers load as a reward function
-    before = trainer.evaluate()["eval_accuracy"]
+    pairwise_accuracy = lambda *_: trainer.evaluate()["eval_accuracy"]  # noqa: E731
+    before = pairwise_accuracy()
     trainer.train()
-    after = trainer.evaluate()["eval_accuracy"]
-    trainer.save_model(training_args.output_dir)
-    tokenizer.save_pretrained(training_args.output_dir)
-    return report(
-        "reward",
-        training_args.output_dir,
-        before,
-        after,
-        trainer.state.global_step,
-        started,
-        metric="held-out pairwise accuracy",
-        train_pairs=len(train_pairs),
-        held_out_pairs=len(held_out_pairs),
-    )
+    pairs = {"train_pairs": len(train_pairs), "held_out_pairs": len(held_out_pairs)}
+    metric = "held-out pairwise accuracy"
+    return finish("reward", trainer, tokenizer, model, pairwise_accuracy, before, started, metric=metric, **pairs)
 
 
 def cli(argv: list[str] | None = None) -> dict:
