@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from trl_ext.errors import did_you_mean
-from trl_ext.reliability.reward_guard import reward_columns  # noqa: F401  (re-exported: checks use it)
+from trl_ext.reliability.reward_guard import reward_columns
 
 _PROMPT_SAMPLE = 256  # prompts tokenized to estimate the longest prompt (cheap at any dataset size)
 
@@ -62,10 +62,8 @@ def check_dataset_size(dataset: Any, args: Any, name: str = "train_dataset") -> 
 
 
 def _guess_prompt(columns: Sequence[str]) -> str:
-    for candidate in ("question", "problem", "query", "instruction", "input", "text", "messages"):
-        if candidate in columns:
-            return candidate
-    return columns[0] if columns else "<column>"
+    candidates = ("question", "problem", "query", "instruction", "input", "text", "messages")
+    return next((c for c in candidates if c in columns), columns[0] if columns else "<column>")
 
 
 def check_reward_columns(
@@ -151,7 +149,7 @@ def context_length(model_config: Any) -> int | None:
 
 def longest_prompt(dataset: Any, tokenizer: Any, sample: int = _PROMPT_SAMPLE) -> tuple[int, int] | None:
     """``(tokens, row)`` of the longest of the first ``sample`` prompts (text or chat), or None if unknown."""
-    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    tokenizer = tokenizer_of(tokenizer)
     if tokenizer is None or dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "select"):
         return None
     try:
@@ -267,18 +265,6 @@ def check_vllm(args: Any) -> None:
         )
 
 
-PPO_INSTALL = 'pip install -e ".[ppo]"'  # in the clone, in a venv of its own: the `ppo` extra pins trl==1.12.0
-
-
-def ppo_unavailable_message(trl_version: str) -> str:
-    return (
-        f"PPO needs trl.experimental.ppo.PPOTrainer, which the installed trl=={trl_version} does not have (TRL "
-        f"removed PPO in 1.13; trl-ext supports trl 1.12-1.16, and PPO only on 1.12). Install the PPO extra, which pins "
-        f'trl 1.12: {PPO_INSTALL} (or pip install "trl==1.12.0"), ideally in its own virtual environment; or train '
-        "with a GRPO-family recipe (recipes/dapo.py, recipes/grpo.py), which work on every supported TRL."
-    )
-
-
 def require_ppo() -> tuple[type, type]:
     """``(PPOConfig, PPOTrainer)`` from TRL, or an ImportError saying which TRL has them."""
     try:
@@ -286,7 +272,13 @@ def require_ppo() -> tuple[type, type]:
     except ImportError as error:
         import trl
 
-        raise ImportError(ppo_unavailable_message(trl.__version__)) from error
+        raise ImportError(
+            f"PPO needs trl.experimental.ppo.PPOTrainer, which the installed trl=={trl.__version__} does not have (TRL "
+            "removed PPO in 1.13; trl-ext supports trl 1.12-1.16, and PPO only on 1.12). Install the PPO extra, which "
+            'pins trl 1.12: pip install -e ".[ppo]" in the clone (or pip install "trl==1.12.0"), ideally in its own '
+            "virtual environment; or train with a GRPO-family recipe (recipes/dapo.py, recipes/grpo.py), which work "
+            "on every supported TRL."
+        ) from error
     return PPOConfig, PPOTrainer
 
 

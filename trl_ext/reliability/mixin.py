@@ -43,17 +43,13 @@ class NonFiniteLossError(RuntimeError):
 
 
 def _prompt_texts(trainer: Any, inputs: dict[str, Any], limit: int = 3) -> list[str]:
+    """The first ``limit`` prompts of a GRPO batch (``prompt_ids`` under ``prompt_mask``), decoded."""
     tokenizer = checks.tokenizer_of(getattr(trainer, "processing_class", None))
-    for key, mask_key in (("prompt_ids", "prompt_mask"), ("prompt_input_ids", None), ("input_ids", "attention_mask")):
-        ids = inputs.get(key)
-        if isinstance(ids, torch.Tensor) and tokenizer is not None:
-            mask = inputs.get(mask_key) if mask_key else None
-            rows = []
-            for i in range(min(limit, ids.size(0))):
-                row = ids[i][mask[i].bool()] if isinstance(mask, torch.Tensor) else ids[i]
-                rows.append(tokenizer.decode(row, skip_special_tokens=True))
-            return rows
-    return []
+    ids, mask = inputs.get("prompt_ids"), inputs.get("prompt_mask")
+    if tokenizer is None or not isinstance(ids, torch.Tensor) or not isinstance(mask, torch.Tensor):
+        return []
+    rows = [row[m.bool()] for row, m in zip(ids[:limit], mask[:limit], strict=True)]
+    return tokenizer.batch_decode(rows, skip_special_tokens=True)
 
 
 class FiniteLossMixin:
@@ -98,21 +94,12 @@ class FiniteLossMixin:
         )
 
 
-def find_seeded_sampler(dataloader: Any, depth: int = 4) -> Any:
-    """TRL's seeded ``RepeatSampler`` under a (possibly accelerate-prepared) dataloader, or ``None``."""
-    level = [dataloader]
-    for _ in range(depth):
-        found = [
-            getattr(obj, name)
-            for obj in level
-            for name in ("sampler", "batch_sampler", "base_dataloader")
-            if getattr(obj, name, None) is not None
-        ]
-        for candidate in found:
-            if all(hasattr(candidate, a) for a in ("generator", "seed", "num_samples", "shuffle")):
-                return candidate
-        level = found
-    return None
+def find_seeded_sampler(dataloader: Any) -> Any:
+    """TRL's seeded ``RepeatSampler`` under a (possibly accelerate-prepared) dataloader, or ``None``: the sampler of
+    its batch sampler, which accelerate wraps in a ``BatchSamplerShard`` on several processes (as in the Trainer)."""
+    batch_sampler = getattr(dataloader, "batch_sampler", None)
+    sampler = getattr(getattr(batch_sampler, "batch_sampler", batch_sampler), "sampler", None)
+    return sampler if all(hasattr(sampler, a) for a in ("generator", "seed", "num_samples", "shuffle")) else None
 
 
 class SamplerSeekOnResume(TrainerCallback):

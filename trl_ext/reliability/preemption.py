@@ -82,16 +82,15 @@ class SignalLatch:
         self.received: str | None = None
         self._previous: dict[signal.Signals, Any] = {}
 
-    def install(self) -> bool:
+    def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             logger.warning(
                 "train() runs outside the main thread: graceful preemption is off (signal handlers can only be set "
                 "in the main thread); a SIGTERM stops the process at once."
             )
-            return False
+            return
         for sig in self.signals:
             self._previous[sig] = signal.signal(sig, self._handle)
-        return True
 
     def restore(self) -> None:
         for sig, previous in self._previous.items():
