@@ -242,8 +242,7 @@ def save_failure_cause(
 
 
 def _rows_digest(dataset: Any, count: int = 8) -> str | None:
-    """A content hash of the first rows (deterministic across processes, unlike a processed ``Dataset``'s
-    fingerprint)."""
+    """A content hash of the first rows (the same on every process, unlike a processed ``Dataset``'s fingerprint)."""
     try:
         rows = [dataset[i] for i in range(min(count, len(dataset)))]
     except Exception:  # noqa: BLE001 - iterable datasets, exotic rows: no digest
@@ -328,7 +327,14 @@ class AtomicCheckpointMixin:
         self.accelerator.wait_for_everyone()
         resume = self._resolve_resume(resume_from_checkpoint, output_dir)
         self._identity = self.run_identity()  # before the model is wrapped or sharded; stored in each checkpoint
-        self._check_run_identity(resume, output_dir)
+        if resume is None:
+            check_fresh_output_dir(output_dir, self._identity)
+        elif diff := identity_difference(resume, self._identity):
+            raise ValueError(
+                f"resume_from_checkpoint={resume!r} was written by another run ({'; '.join(diff)}). Resume from a "
+                "checkpoint of this run, or start this run without resume_from_checkpoint in a new output_dir. If the "
+                f"change is intended, delete {os.path.join(resume, RUN_FILE)} to resume anyway."
+            )
         if self.args.should_save:
             shutil.rmtree(os.path.join(output_dir, STAGING_DIR), ignore_errors=True)  # killed saves: garbage
         if resume is not None:
@@ -373,23 +379,10 @@ class AtomicCheckpointMixin:
             )
         return resume
 
-    def _check_run_identity(self, resume: str | None, output_dir: str) -> None:
-        if resume is None:
-            return check_fresh_output_dir(output_dir, self._identity)
-        diff = identity_difference(resume, self._identity)
-        if diff:
-            raise ValueError(
-                f"resume_from_checkpoint={resume!r} was written by another run ({'; '.join(diff)}). Resume from a "
-                "checkpoint of this run, or start this run without resume_from_checkpoint in a new output_dir. If the "
-                f"change is intended, delete {os.path.join(resume, RUN_FILE)} to resume anyway."
-            )
-
     # -- saving --------------------------------------------------------------------------------------------------
 
     def _get_output_dir(self, trial: Any) -> str:
-        if self._staging_parent is not None:
-            return self._staging_parent
-        return super()._get_output_dir(trial)
+        return self._staging_parent or super()._get_output_dir(trial)
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         run_dir = self._get_output_dir(trial)
@@ -459,9 +452,8 @@ class AtomicCheckpointMixin:
         raise CheckpointSaveError(message) from error
 
     def _rotate(self, run_dir: str) -> None:
-        """``save_total_limit`` as the Trainer applies it (newest and best kept, oldest deleted first), each folder
-        renamed into the staging area before it is deleted; one that cannot be removed stays, with a warning.
-        ``sort_checkpoints`` puts the best checkpoint just before the newest: the oldest are the first ones."""
+        """``save_total_limit`` as the Trainer applies it (``sort_checkpoints`` puts the best just before the newest:
+        both stay, the oldest go first), each folder renamed into the staging area before it is deleted."""
         limit = self.args.save_total_limit
         if limit is None or limit <= 0:
             return

@@ -78,8 +78,7 @@ def check_reward_columns(
     for func in reward_funcs if isinstance(reward_funcs, list | tuple) else [reward_funcs]:
         if isinstance(func, str) or not callable(func) or hasattr(func, "config"):  # reward models read text only
             continue
-        needed = reward_columns(func) or []
-        missing = [c for c in needed if c not in columns]
+        missing = [c for c in reward_columns(func) or [] if c not in columns]
         if missing:
             func_name = getattr(func, "__name__", type(func).__name__)
             column = missing[0]

@@ -108,12 +108,7 @@ class SamplerSeekOnResume(TrainerCallback):
     def on_train_begin(self, args, state, control, train_dataloader: Any = None, **kwargs: Any):
         epoch = int(state.epoch or 0)  # the resumed state's: whole epochs done, as the Trainer counts them
         sampler = find_seeded_sampler(train_dataloader)  # None for an IterableDataset (resumed by position)
-        if epoch == 0 or sampler is None or not sampler.shuffle:
-            return
-        if sampler.seed is None:
-            logger.warning(
-                "The train sampler has no seed: the resumed epoch's prompt order differs from the original."
-            )
+        if epoch == 0 or sampler is None or not sampler.shuffle or sampler.seed is None:  # TRL seeds it: args.seed
             return
         sampler.generator.manual_seed(sampler.seed)
         for _ in range(epoch):

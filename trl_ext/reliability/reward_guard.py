@@ -16,7 +16,6 @@ trainers wrap every callable reward at construction):
   only work on the main thread).
 
 The wrapper keeps the function's ``__name__`` (TRL logs ``rewards/<name>/mean`` under it) and pickles like it.
-Async reward functions are left to TRL unwrapped.
 """
 
 from __future__ import annotations
