@@ -124,8 +124,7 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
         params = bound.arguments
         config = params.get("args")
         dataset = params.get("train_dataset")
-        # reward_funcs are optional, as in TRL (an environment may own the reward); reward_errors / reward_timeout are
-        # validated even when there is no function to wrap
+        # reward_funcs are optional, as in TRL; reward_errors / reward_timeout are validated even without functions
         funcs = guard_reward_funcs(
             params.get("reward_funcs"),
             errors=getattr(config, "reward_errors", "raise"),

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 from trl.trainer.utils import get_callable_name
 
 logger = logging.getLogger(__name__)
@@ -322,8 +323,6 @@ class GuardedReward:
 def guard_reward_funcs(reward_funcs: Any, errors: str = "raise", timeout: float | None = None) -> Any:
     """Wrap every plain callable of ``reward_funcs`` (a callable or a list) in ``GuardedReward``; reward models, model
     names, async functions and already guarded functions are returned as they are."""
-    import torch
-
     validate_reward_settings(errors, timeout)  # also when there is no function to wrap
 
     def wrap(func: Any) -> Any:
