@@ -1,20 +1,15 @@
 """Checkpoints that are complete or absent, and resumes that refuse another run's checkpoints (docs/PREEMPTION.md).
 
-transformers' ``Trainer._save_checkpoint`` writes straight into ``output_dir/checkpoint-N`` and
-``get_last_checkpoint`` returns the highest-numbered folder whatever it holds: a process killed while saving leaves a
-half-written checkpoint that the next ``resume_from_checkpoint=True`` picks up. ``AtomicCheckpointMixin`` (first in
-the bases of any ``transformers.Trainer`` subclass) points ``_get_output_dir`` at ``output_dir/.incomplete/`` while the
-Trainer, TRL and the mixins save; once every process is done, the main process writes a completion marker
-(``trl_ext_checkpoint.json``), fsyncs, and renames the folder to ``output_dir/checkpoint-N`` (atomic on POSIX).
-Rotation (``save_total_limit``) and the replacement of a checkpoint of the same step also rename through the staging
-area, so a kill never leaves a half-written or half-deleted ``checkpoint-N`` (``recover_interrupted_publish`` repairs
-an interrupted replacement).
+transformers' ``Trainer._save_checkpoint`` writes straight into ``output_dir/checkpoint-N`` and ``get_last_checkpoint``
+returns the highest-numbered folder whatever it holds: a process killed while saving leaves a half-written checkpoint
+that the next ``resume_from_checkpoint=True`` picks up. ``AtomicCheckpointMixin`` (first in the bases of any
+``transformers.Trainer`` subclass) stages every save in ``output_dir/.incomplete/``; once every process is done, the
+main process writes a completion marker (``trl_ext_checkpoint.json``), fsyncs, and renames the folder to
+``output_dir/checkpoint-N`` (atomic on POSIX). Rotation (``save_total_limit``) and the replacement of a checkpoint of
+the same step rename through the staging area too, so a kill never leaves a half-written or half-deleted checkpoint.
 
-``train()`` resumes from the newest *complete* checkpoint and refuses a checkpoint (or a fresh start in an
-``output_dir``) of another run, by the run identity stored in ``trl_ext_run.json``. A failed save raises
-``CheckpointSaveError`` on every process, naming the cause (torch's zip writer reports a full disk without an errno:
-the filesystem is then asked for the bytes a checkpoint needs), the free space and the last complete checkpoint.
-Subclasses add state through ``_save_extra_state(folder)`` / ``_load_extra_state(checkpoint)`` (every process).
+``train()`` resumes from the newest *complete* checkpoint and refuses another run's checkpoints by the run identity
+stored in ``trl_ext_run.json``. A failed save raises ``CheckpointSaveError`` on every process.
 """
 
 from __future__ import annotations
@@ -54,15 +49,8 @@ def is_complete_checkpoint(path: str) -> bool:
 
 def list_checkpoints(output_dir: str) -> list[tuple[int, str, bool]]:
     """``(step, path, complete)`` of every ``checkpoint-N`` folder of ``output_dir``, by step."""
-    if not os.path.isdir(output_dir):
-        return []
-    found = []
-    for name in os.listdir(output_dir):
-        match = _CHECKPOINT_RE.match(name)
-        path = os.path.join(output_dir, name)
-        if match and os.path.isdir(path):
-            found.append((int(match.group(1)), path, is_complete_checkpoint(path)))
-    return sorted(found)
+    paths = [p for p in sort_checkpoints(output_dir) if _CHECKPOINT_RE.match(os.path.basename(p))]
+    return [(int(p.rsplit("-", 1)[1]), p, is_complete_checkpoint(p)) for p in paths]
 
 
 def last_complete_checkpoint(output_dir: str) -> str | None:
@@ -254,8 +242,7 @@ def save_failure_cause(
 
 
 def _rows_digest(dataset: Any, count: int = 8) -> str | None:
-    """A content hash of the first rows (deterministic across processes, unlike a processed ``Dataset``'s
-    fingerprint)."""
+    """A content hash of the first rows (the same on every process, unlike a processed ``Dataset``'s fingerprint)."""
     try:
         rows = [dataset[i] for i in range(min(count, len(dataset)))]
     except Exception:  # noqa: BLE001 - iterable datasets, exotic rows: no digest
@@ -264,22 +251,19 @@ def _rows_digest(dataset: Any, count: int = 8) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def describe_run_difference(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``["seed: 0 (checkpoint) vs 1 (now)", ...]`` for the identity fields present in both and different."""
-    return [
-        f"{key}: {saved[key]!r} (checkpoint) vs {current[key]!r} (now)"
-        for key in sorted(set(saved) & set(current))
-        if saved[key] != current[key]
-    ]
-
-
-def saved_identity(checkpoint: str) -> dict[str, Any] | None:
-    """The run identity stored in a checkpoint (``trl_ext_run.json``), None for checkpoints of other trainers."""
+def identity_difference(checkpoint: str, identity: dict[str, Any] | None) -> list[str]:
+    """``["seed: 0 (checkpoint) vs 1 (now)", ...]``: the fields of the run identity stored in ``checkpoint``
+    (``trl_ext_run.json``; none in checkpoints of other trainers) that ``identity`` holds with another value."""
     path = os.path.join(checkpoint, RUN_FILE)
-    if not os.path.isfile(path):
-        return None
+    if identity is None or not os.path.isfile(path):
+        return []
     with open(path) as f:
-        return json.load(f)
+        saved = json.load(f)
+    return [
+        f"{key}: {saved[key]!r} (checkpoint) vs {identity[key]!r} (now)"
+        for key in sorted(set(saved) & set(identity))
+        if saved[key] != identity[key]
+    ]
 
 
 def check_fresh_output_dir(output_dir: str, identity: dict[str, Any] | None = None) -> None:
@@ -289,8 +273,7 @@ def check_fresh_output_dir(output_dir: str, identity: dict[str, Any] | None = No
     if not existing:
         return
     names = [os.path.basename(p) for p in existing]
-    saved = saved_identity(existing[-1])
-    diff = describe_run_difference(saved, identity) if saved and identity else []
+    diff = identity_difference(existing[-1], identity)
     whose = f"another run ({'; '.join(diff)})" if diff else "an earlier run"
     raise ValueError(
         f"output_dir={output_dir!r} already holds checkpoints of {whose}: {names}. Training from scratch there would "
@@ -344,7 +327,14 @@ class AtomicCheckpointMixin:
         self.accelerator.wait_for_everyone()
         resume = self._resolve_resume(resume_from_checkpoint, output_dir)
         self._identity = self.run_identity()  # before the model is wrapped or sharded; stored in each checkpoint
-        self._check_run_identity(resume, output_dir)
+        if resume is None:
+            check_fresh_output_dir(output_dir, self._identity)
+        elif diff := identity_difference(resume, self._identity):
+            raise ValueError(
+                f"resume_from_checkpoint={resume!r} was written by another run ({'; '.join(diff)}). Resume from a "
+                "checkpoint of this run, or start this run without resume_from_checkpoint in a new output_dir. If the "
+                f"change is intended, delete {os.path.join(resume, RUN_FILE)} to resume anyway."
+            )
         if self.args.should_save:
             shutil.rmtree(os.path.join(output_dir, STAGING_DIR), ignore_errors=True)  # killed saves: garbage
         if resume is not None:
@@ -389,24 +379,10 @@ class AtomicCheckpointMixin:
             )
         return resume
 
-    def _check_run_identity(self, resume: str | None, output_dir: str) -> None:
-        if resume is None:
-            return check_fresh_output_dir(output_dir, self._identity)
-        saved = saved_identity(resume)
-        diff = describe_run_difference(saved, self._identity) if saved else []
-        if diff:
-            raise ValueError(
-                f"resume_from_checkpoint={resume!r} was written by another run ({'; '.join(diff)}). Resume from a "
-                "checkpoint of this run, or start this run without resume_from_checkpoint in a new output_dir. If the "
-                f"change is intended, delete {os.path.join(resume, RUN_FILE)} to resume anyway."
-            )
-
     # -- saving --------------------------------------------------------------------------------------------------
 
     def _get_output_dir(self, trial: Any) -> str:
-        if self._staging_parent is not None:
-            return self._staging_parent
-        return super()._get_output_dir(trial)
+        return self._staging_parent or super()._get_output_dir(trial)
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         run_dir = self._get_output_dir(trial)
@@ -476,17 +452,16 @@ class AtomicCheckpointMixin:
         raise CheckpointSaveError(message) from error
 
     def _rotate(self, run_dir: str) -> None:
-        """``save_total_limit`` as the Trainer applies it (newest and best kept, oldest deleted first), each folder
-        renamed into the staging area before it is deleted; one that cannot be removed stays, with a warning."""
+        """``save_total_limit`` as the Trainer applies it (``sort_checkpoints`` puts the best just before the newest:
+        both stay, the oldest go first), each folder renamed into the staging area before it is deleted."""
         limit = self.args.save_total_limit
         if limit is None or limit <= 0:
             return
-        checkpoints = sort_checkpoints(run_dir, PREFIX_CHECKPOINT_DIR, use_mtime=True)
         best = self.state.best_model_checkpoint
-        protected = {checkpoints[-1], *([str(Path(best))] if best is not None else [])} if checkpoints else set()
-        excess = len(checkpoints) - max(limit, len(protected))
+        checkpoints = sort_checkpoints(run_dir, PREFIX_CHECKPOINT_DIR, use_mtime=True, best_model_checkpoint=best)
+        protected = len(set(checkpoints[-1:]) | ({str(Path(best))} if best is not None else set()))
         trash_dir = os.path.join(run_dir, STAGING_DIR)
-        for checkpoint in [c for c in checkpoints if c not in protected][: max(excess, 0)]:
+        for checkpoint in checkpoints[: max(len(checkpoints) - max(limit, protected), 0)]:
             trash = os.path.join(trash_dir, DELETING_PREFIX + os.path.basename(checkpoint))
             try:
                 os.makedirs(trash_dir, exist_ok=True)

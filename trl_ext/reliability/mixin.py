@@ -1,7 +1,6 @@
-"""What makes a GRPO-family run survive pre-emption and bad data: ``GRPOReliabilityMixin``, a base of every trainer of
-``trl_ext.grpo.trainers``, combines construction checks (``checks``), guarded reward functions (``reward_guard``),
-the stop on a non-finite loss (``FiniteLossMixin``, here), graceful preemption (``preemption``), atomic checkpoints
-(``checkpoints``) and an exact resume (here).
+"""``GRPOReliabilityMixin``, a base of every trainer of ``trl_ext.grpo.trainers``: the package's checks, guarded
+rewards, preemption and atomic checkpoints, with the stop on a non-finite loss (``FiniteLossMixin``) and an exact
+resume.
 
 Exact resume: TRL's ``GRPOTrainer`` generates once per ``steps_per_generation * num_iterations`` micro-steps and keeps
 the split generation batch in ``_buffered_inputs``; a resumed trainer starts with ``_step = 0`` and no buffer, so a
@@ -43,17 +42,13 @@ class NonFiniteLossError(RuntimeError):
 
 
 def _prompt_texts(trainer: Any, inputs: dict[str, Any], limit: int = 3) -> list[str]:
+    """The first ``limit`` prompts of a GRPO batch (``prompt_ids`` under ``prompt_mask``), decoded."""
     tokenizer = checks.tokenizer_of(getattr(trainer, "processing_class", None))
-    for key, mask_key in (("prompt_ids", "prompt_mask"), ("prompt_input_ids", None), ("input_ids", "attention_mask")):
-        ids = inputs.get(key)
-        if isinstance(ids, torch.Tensor) and tokenizer is not None:
-            mask = inputs.get(mask_key) if mask_key else None
-            rows = []
-            for i in range(min(limit, ids.size(0))):
-                row = ids[i][mask[i].bool()] if isinstance(mask, torch.Tensor) else ids[i]
-                rows.append(tokenizer.decode(row, skip_special_tokens=True))
-            return rows
-    return []
+    ids, mask = inputs.get("prompt_ids"), inputs.get("prompt_mask")
+    if tokenizer is None or not isinstance(ids, torch.Tensor) or not isinstance(mask, torch.Tensor):
+        return []
+    rows = [row[m.bool()] for row, m in zip(ids[:limit], mask[:limit], strict=True)]
+    return tokenizer.batch_decode(rows, skip_special_tokens=True)
 
 
 class FiniteLossMixin:
@@ -98,21 +93,12 @@ class FiniteLossMixin:
         )
 
 
-def find_seeded_sampler(dataloader: Any, depth: int = 4) -> Any:
-    """TRL's seeded ``RepeatSampler`` under a (possibly accelerate-prepared) dataloader, or ``None``."""
-    level = [dataloader]
-    for _ in range(depth):
-        found = [
-            getattr(obj, name)
-            for obj in level
-            for name in ("sampler", "batch_sampler", "base_dataloader")
-            if getattr(obj, name, None) is not None
-        ]
-        for candidate in found:
-            if all(hasattr(candidate, a) for a in ("generator", "seed", "num_samples", "shuffle")):
-                return candidate
-        level = found
-    return None
+def find_seeded_sampler(dataloader: Any) -> Any:
+    """TRL's seeded ``RepeatSampler`` under a (possibly accelerate-prepared) dataloader, or ``None``: the sampler of
+    its batch sampler, which accelerate wraps in a ``BatchSamplerShard`` on several processes (as in the Trainer)."""
+    batch_sampler = getattr(dataloader, "batch_sampler", None)
+    sampler = getattr(getattr(batch_sampler, "batch_sampler", batch_sampler), "sampler", None)
+    return sampler if all(hasattr(sampler, a) for a in ("generator", "seed", "num_samples", "shuffle")) else None
 
 
 class SamplerSeekOnResume(TrainerCallback):
@@ -120,22 +106,9 @@ class SamplerSeekOnResume(TrainerCallback):
     ``on_train_begin`` the Trainer has loaded its state and built the dataloader."""
 
     def on_train_begin(self, args, state, control, train_dataloader: Any = None, **kwargs: Any):
-        if state.global_step == 0 or train_dataloader is None:
-            return
-        try:
-            batches = len(train_dataloader)
-        except TypeError:  # an IterableDataset: no epochs to seek (its stream is resumed by position)
-            return
-        accumulation = args.gradient_accumulation_steps
-        steps_per_epoch = max(batches // accumulation + int(batches % accumulation > 0), 1)  # the Trainer's rule
-        epoch = state.global_step // steps_per_epoch
-        sampler = find_seeded_sampler(train_dataloader)
-        if epoch == 0 or sampler is None or not sampler.shuffle:
-            return
-        if sampler.seed is None:
-            logger.warning(
-                "The train sampler has no seed: the resumed epoch's prompt order differs from the original."
-            )
+        epoch = int(state.epoch or 0)  # the resumed state's: whole epochs done, as the Trainer counts them
+        sampler = find_seeded_sampler(train_dataloader)  # None for an IterableDataset (resumed by position)
+        if epoch == 0 or sampler is None or not sampler.shuffle or sampler.seed is None:  # TRL seeds it: args.seed
             return
         sampler.generator.manual_seed(sampler.seed)
         for _ in range(epoch):
@@ -151,12 +124,15 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
         params = bound.arguments
         config = params.get("args")
         dataset = params.get("train_dataset")
-        funcs = params.get("reward_funcs")  # optional, as in TRL (an environment may own the reward)
-        funcs_list = list(funcs) if isinstance(funcs, list | tuple) else [] if funcs is None else [funcs]
+        # reward_funcs are optional, as in TRL; reward_errors / reward_timeout are validated even without functions
+        funcs = guard_reward_funcs(
+            params.get("reward_funcs"),
+            errors=getattr(config, "reward_errors", "raise"),
+            timeout=getattr(config, "reward_timeout", None),
+        )
         checks.check_prompt_column(dataset, environment_factory=params.get("environment_factory"))
-        checks.check_reward_columns(funcs_list, dataset, rollout_func=params.get("rollout_func"))
+        checks.check_reward_columns(funcs, dataset, rollout_func=params.get("rollout_func"))
         checks.check_dataset_size(dataset, config)
-        checks.check_vllm(config)
         checks.check_tokenizer(params.get("processing_class"))
         checks.check_tools(params.get("tools"), params.get("environment_factory"), params.get("processing_class"))
         model = params["model"]
@@ -164,14 +140,9 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
             checks.check_context_length(
                 getattr(model, "config", None), config, params.get("processing_class"), dataset
             )
-        # validates reward_errors / reward_timeout (once per trainer) even when there are no functions to wrap
-        guarded = guard_reward_funcs(
-            funcs, errors=getattr(config, "reward_errors", "raise"), timeout=getattr(config, "reward_timeout", None)
-        )
-        if funcs is not None:
-            params["reward_funcs"] = guarded
+        params["reward_funcs"] = funcs
         super().__init__(*bound.args[1:], **bound.kwargs)
-        checks.check_tokenizer(checks.tokenizer_of(self.processing_class))
+        checks.check_tokenizer(self.processing_class)
         if isinstance(model, str):  # loaded by TRL
             checks.check_context_length(
                 getattr(self.model, "config", None), self.args, checks.tokenizer_of(self.processing_class), dataset

@@ -1,15 +1,10 @@
 """Graceful preemption: on SIGTERM or SIGUSR1 the run finishes the optimizer step in progress, writes a checkpoint
-through the atomic path (``trl_ext.reliability.checkpoints``), says so and exits with ``PREEMPTED_EXIT_CODE`` (75,
-``EX_TEMPFAIL``: "temporary failure, retry"). Schedulers send such a signal and allow a grace period before SIGKILL
-(Kubernetes, spot VMs, Slurm's ``--signal=USR1@120``); ``docs/PREEMPTION.md`` has the Slurm and torchrun recipes.
+through the atomic path (``checkpoints``), says so and exits with ``PREEMPTED_EXIT_CODE`` (75, ``EX_TEMPFAIL``:
+"temporary failure, retry"). Schedulers send such a signal and allow a grace period before SIGKILL (Kubernetes, spot
+VMs, Slurm's ``--signal=USR1@120``); ``docs/PREEMPTION.md`` has the Slurm and torchrun recipes.
 
-``PreemptionMixin`` (before ``AtomicCheckpointMixin`` in the bases): during ``train()`` the signals of
-``args.preemption_signals`` only set a flag (``SignalLatch``); a second signal restores the default action and
-re-delivers itself (the process stops at once). At every step end and after every checkpoint, one all-reduce makes
-all ranks agree on whether a signal arrived (``PreemptionCallback``), so they stop at the same step even when one
-rank was signalled: the Trainer writes that step's checkpoint, then ``Preempted`` (a ``SystemExit``, code 75) is
-raised after the main process logged how to resume and wrote ``output_dir/preempted.json`` for launchers that do not
-pass the exit code on (``torchrun`` exits 1). A signal after the last step's check is logged and otherwise ignored.
+All ranks stop at the same step even when one rank was signalled; the main process also writes
+``output_dir/preempted.json`` for launchers that do not pass the exit code on (``torchrun`` exits 1).
 """
 
 from __future__ import annotations
@@ -82,16 +77,15 @@ class SignalLatch:
         self.received: str | None = None
         self._previous: dict[signal.Signals, Any] = {}
 
-    def install(self) -> bool:
+    def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             logger.warning(
                 "train() runs outside the main thread: graceful preemption is off (signal handlers can only be set "
                 "in the main thread); a SIGTERM stops the process at once."
             )
-            return False
+            return
         for sig in self.signals:
             self._previous[sig] = signal.signal(sig, self._handle)
-        return True
 
     def restore(self) -> None:
         for sig, previous in self._previous.items():
@@ -115,8 +109,8 @@ class SignalLatch:
 
 
 class PreemptionCallback(TrainerCallback):
-    """Agrees across processes, at each step end and after each checkpoint, on whether a signal arrived; stops the run
-    right after the checkpoint of that step."""
+    """Agrees across processes (one all-reduce at each step end and after each checkpoint) on whether a signal
+    arrived; raises ``Preempted`` right after that step's checkpoint, once the main process logged how to resume."""
 
     def __init__(self, latch: SignalLatch, accelerator: Any) -> None:
         self.latch = latch
@@ -159,7 +153,8 @@ class PreemptionCallback(TrainerCallback):
 
 
 class PreemptionMixin:
-    """Graceful preemption (module docstring), before ``AtomicCheckpointMixin`` in the bases."""
+    """Graceful preemption (module docstring), before ``AtomicCheckpointMixin`` in the bases: during ``train()`` the
+    signals of ``args.preemption_signals`` only set a flag; one after the last step's check is logged and ignored."""
 
     def train(self, *args: Any, **kwargs: Any):
         signals = parse_signals(getattr(self.args, "preemption_signals", DEFAULT_PREEMPTION_SIGNALS))

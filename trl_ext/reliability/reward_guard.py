@@ -16,7 +16,6 @@ trainers wrap every callable reward at construction):
   only work on the main thread).
 
 The wrapper keeps the function's ``__name__`` (TRL logs ``rewards/<name>/mean`` under it) and pickles like it.
-Async reward functions are left to TRL unwrapped.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 from trl.trainer.utils import get_callable_name
 
 logger = logging.getLogger(__name__)
@@ -74,10 +74,6 @@ def _batch_size(call: dict[str, Any]) -> int | None:
     return None
 
 
-def _ignore(*args: Any, **kwargs: Any) -> None:
-    """Stands in for TRL's ``log_extra`` / ``log_metric`` during one-completion retries."""
-
-
 def _short(value: Any, limit: int = 200) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 15] + f"... ({len(text)} chars)"
@@ -115,10 +111,8 @@ class GuardedReward:
         errors: str = "raise",
         timeout: float | None = None,
         max_consecutive_timeouts: int = 3,
-        validate: bool = True,
     ):
-        if validate:  # guard_reward_funcs validates once for all the functions it wraps
-            validate_reward_settings(errors, timeout)
+        validate_reward_settings(errors, timeout)
         self.func = func
         self.errors = errors
         self.timeout = timeout
@@ -219,7 +213,7 @@ class GuardedReward:
         row = {}
         for key, value in call.items():
             if key in ("log_extra", "log_metric"):
-                row[key] = _ignore
+                row[key] = lambda *args, **kwargs: None
             elif key != "trainer_state" and isinstance(value, list | tuple) and len(value) == n:
                 row[key] = value[i : i + 1]
             else:
@@ -329,16 +323,14 @@ class GuardedReward:
 def guard_reward_funcs(reward_funcs: Any, errors: str = "raise", timeout: float | None = None) -> Any:
     """Wrap every plain callable of ``reward_funcs`` (a callable or a list) in ``GuardedReward``; reward models, model
     names, async functions and already guarded functions are returned as they are."""
-    import torch
-
-    validate_reward_settings(errors, timeout)  # once per trainer (the mixin calls this once)
+    validate_reward_settings(errors, timeout)  # also when there is no function to wrap
 
     def wrap(func: Any) -> Any:
         if isinstance(func, str | torch.nn.Module | GuardedReward) or not callable(func):
             return func
         if inspect.iscoroutinefunction(func):  # TRL awaits these itself (asyncio.gather)
             return func
-        return GuardedReward(func, errors=errors, timeout=timeout, validate=False)
+        return GuardedReward(func, errors=errors, timeout=timeout)
 
     if isinstance(reward_funcs, list | tuple):
         return [wrap(f) for f in reward_funcs]

@@ -1,14 +1,12 @@
 """Unscorable completions made visible: per-function None/NaN fractions, one warning, and a stop when it lasts.
 
-A reward function returns ``None`` (TRL stores NaN) for a completion it does not apply to; TRL skips it in the
-weighted sum and the mean, leaves a completion no function scores out of its group's baseline (advantage 0), warns
-and trains on. That is right for a function that scores part of the data, and silent when a function scores nothing:
-a run whose only task reward is NaN everywhere trains on zero advantages and exits 0. :class:`UnscorableWatch` reads
-every round's per-function rewards (``_calculate_rewards``, gathered across processes, so every process decides
-alike), returns ``rewards/<name>/none_frac``, warns once at the first training round where a function scores nothing
-or a completion is scored by no function, and stops the run (``RewardFunctionError``) when no task reward (shaping
-rewards, ``trl_ext.rewards.shaping``, aside) scores any completion for ``max_unscorable_rounds`` consecutive training
-rounds (each dynamic-sampling refill is a round; ``None`` or 0, what TRL's own ``GRPOConfig`` gets: never).
+A reward function returns ``None`` (TRL stores NaN) for a completion it does not apply to; TRL leaves it out of the
+weighted sum, a completion no function scores out of its group's baseline (advantage 0), and trains on: right for a
+function that scores part of the data, silent when one scores nothing (a run whose only task reward is NaN everywhere
+trains on zero advantages and exits 0). :class:`UnscorableWatch` reads every round's per-function rewards, gathered
+across processes so that every process decides alike, and stops the run when no task reward (shaping rewards,
+``trl_ext.rewards.shaping``, aside) scores any completion for ``max_unscorable_rounds`` consecutive training rounds
+(each dynamic-sampling refill is a round; ``None`` or 0, what TRL's own ``GRPOConfig`` gets: never).
 """
 
 from __future__ import annotations
@@ -35,8 +33,9 @@ class UnscorableWatch:
         self.warned = False
 
     def observe(self, rewards_per_func: torch.Tensor, training: bool = True, main_process: bool = True) -> dict:
-        """``rewards/<name>/none_frac`` for this round; for a training round, also the warning (on the main process)
-        and the count of unscored rounds, which raises when it reaches ``rounds``."""
+        """``rewards/<name>/none_frac`` for this round; for a training round, also the warning (once, on the main
+        process, when a function scores nothing or a completion is scored by no function) and the count of unscored
+        rounds, which raises ``RewardFunctionError`` when it reaches ``rounds``."""
         unscorable = torch.isnan(rewards_per_func.detach().float().cpu())
         if unscorable.numel() == 0:
             return {}

@@ -33,16 +33,13 @@ class ZeroRewardWatch:
         self.column = column
         self.calls = calls
         self.__name__ = get_callable_name(func)
+        self.required_columns = reward_columns(func)
         self.seen_calls = 0
         self.seen_completions = 0
         self.unscorable = 0
         self.armed = True
         self.warned = False
         self.example: tuple[Any, str] | None = None
-
-    @property
-    def required_columns(self) -> list[str] | None:
-        return reward_columns(self.func)
 
     def __call__(self, *args: Any, **kwargs: Any) -> list:
         values = self.func(*args, **kwargs)
