@@ -1,25 +1,17 @@
 """Weight sync from the policy to a vLLM engine that works wherever vLLM runs, its CPU build included.
 
-TRL's colocate sync (``VLLMGeneration.sync_weights``) loads the policy one parameter at a time,
-``model.load_weights([(name, tensor)])``, which needs every engine parameter to still carry its ``weight_loader``.
-vLLM's CPU platform repacks every linear weight for its kernels after loading and leaves an empty parameter behind:
-the first sync dies with ``'Parameter' object has no attribute 'weight_loader'``.
-
-:class:`ReloadingVLLMGeneration` is TRL's object with ``sync_weights`` changed. The route is chosen by vLLM's platform
-(:func:`platform_repacks_weights`): on CPU, vLLM's layer-wise reload (``model_runner.reload_weights(weights_iterator=
-..., is_checkpoint_format=True)``: restore the checkpoint-format parameters, load, repack), after TRL's sleep-mode
-wake-up; elsewhere TRL's own sync. The weights come from TRL's ``_iter_named_params`` (PEFT merge, DeepSpeed and FSDP
-gathering stay TRL's); with ``vllm_lora_sync="adapter"`` only the adapter travels (``vllm_lora``). A layer sharing its
-weight (a tied LM head) receives no weights of its own and keeps the packed copy of the old embedding on vLLM 0.31's
-CPU build: :func:`refresh_tied_layers` re-runs its post-load processing.
-
-A colocated CPU engine also replaces ``torch.set_num_threads`` with a no-op (``CPUWorker.init_device``, meant for the
-thread binding of its own worker processes, which an engine inside the trainer's process does not have):
-:func:`restore_set_num_threads` puts torch's back, so the thread count stays the user's to set.
+TRL's colocate sync loads one parameter at a time through each parameter's ``weight_loader``; vLLM's CPU platform
+repacks every linear weight after loading and leaves an empty parameter behind, so the first sync dies with
+``'Parameter' object has no attribute 'weight_loader'``. :class:`ReloadingVLLMGeneration` is TRL's object with
+``sync_weights`` routed by platform (:func:`platform_repacks_weights`): on CPU, vLLM's layer-wise reload of TRL's
+``_iter_named_params`` (PEFT merge, DeepSpeed and FSDP gathering stay TRL's) plus :func:`refresh_tied_layers`, since a
+tied LM head receives no weights of its own and keeps the packed old embedding; elsewhere TRL's own sync. With
+``vllm_lora_sync="adapter"`` only the adapter travels (``vllm_lora``).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Iterator
@@ -46,7 +38,8 @@ def platform_repacks_weights() -> bool:
 
 
 def restore_set_num_threads() -> bool:
-    """Put back torch's ``set_num_threads`` where vLLM's CPU worker replaced it with a no-op (module docstring);
+    """Put back torch's ``set_num_threads`` where a colocated CPU engine replaced it with a no-op
+    (``CPUWorker.init_device``, meant for its own worker processes), so the thread count stays the user's to set;
     returns whether it had been replaced."""
     if torch.set_num_threads is torch._C.set_num_threads:
         return False
@@ -61,21 +54,15 @@ def tied_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     for module in model.modules():
         for param in module.parameters(recurse=False):
             owners.setdefault(id(param), []).append(module)
-    layers: dict[int, torch.nn.Module] = {}
-    for modules in owners.values():
-        if len(modules) > 1:
-            for module in modules:
-                if getattr(module, "quant_method", None) is not None:
-                    layers[id(module)] = module
-    return list(layers.values())
+    shared = [module for modules in owners.values() if len(modules) > 1 for module in modules]
+    return list({id(m): m for m in shared if getattr(m, "quant_method", None) is not None}.values())
 
 
 @torch.no_grad()
 def refresh_tied_layers(model: torch.nn.Module) -> int:
     """Re-run the post-load processing of every layer sharing a weight (:func:`tied_layers`) whose weight is still a
     full tensor, so that what its kernel reads (on CPU, the packed copy of a tied LM head) is the shared weight as it
-    is now; returns how many layers were refreshed. Idempotent for unquantized layers, which is all the reload path
-    serves (a layer whose weight processing replaced its tensor is left alone)."""
+    is now (idempotent for the unquantized layers the reload serves); returns how many layers were refreshed."""
     refreshed = 0
     for layer in tied_layers(model):
         weight = getattr(layer, "weight", None)
@@ -134,10 +121,9 @@ class ReloadingVLLMGeneration(VLLMGeneration):
 
 
 def _drain(weights: Iterator[Any]) -> None:
-    """Read ``weights`` to the end (a no-op when the reload consumed it), so that TRL's generator reaches the code
-    after its last ``yield`` (``model.unmerge_adapter()`` under PEFT) even when the engine stopped reading early."""
-    for _ in weights:
-        pass
+    """Read ``weights`` to the end, so that TRL's generator reaches ``model.unmerge_adapter()`` after its last
+    ``yield`` (PEFT) even when the engine stopped reading early."""
+    collections.deque(weights, maxlen=0)
 
 
 def adopt_for_trainer(trainer: Any) -> None:
