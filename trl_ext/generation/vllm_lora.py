@@ -29,9 +29,8 @@ TRL_ENGINE_ARGS = (
 
 
 def check_adapter(peft_config: Any, serveable: set[str] | None = None, sleep: bool = False) -> None:
-    """Raise a ``UserError`` naming the fix for what adapter sync cannot serve: no LoRA config, DoRA,
-    ``modules_to_save``, a trained bias, a rank over 512, target modules outside ``serveable`` (the engine's), and
-    sleep mode (it discards the base weights, which adapter sync never sends again)."""
+    """Raise a ``UserError`` naming the fix for what adapter sync cannot serve, among them target modules outside
+    ``serveable`` (the engine's) and ``sleep`` mode (it discards the base weights, never sent again)."""
     targets = getattr(peft_config, "target_modules", None) or ()
     targets = {targets} if isinstance(targets, str) else set(targets)
     unserved = sorted(targets - serveable) if serveable is not None and "all-linear" not in targets else []

@@ -121,10 +121,9 @@ def _drain(weights: Iterator[Any]) -> None:
 
 
 def adopt_for_trainer(trainer: Any) -> None:
-    """Give ``trainer`` (a ``trl.GRPOTrainer`` generating with vLLM) :class:`ReloadingVLLMGeneration` in place of
-    TRL's object: the sync route by platform, ``min_tokens`` kept from vLLM where it would bias the importance-sampling
-    correction (``vllm_setup.vllm_generation_kwargs``), adapter-only LoRA sync when ``vllm_lora_sync="adapter"``,
-    and torch's ``set_num_threads`` restored after a colocated CPU engine. Nothing without vLLM."""
+    """Give ``trainer`` (a ``trl.GRPOTrainer`` generating with vLLM; nothing otherwise) :class:`ReloadingVLLMGeneration`
+    in place of TRL's object, with vLLM's ``generation_kwargs`` (``vllm_setup.vllm_generation_kwargs``), adapter sync
+    when ``vllm_lora_sync="adapter"``, and torch's ``set_num_threads`` restored after a colocated CPU engine."""
     generation = getattr(trainer, "vllm_generation", None)
     if generation is None or isinstance(generation, ReloadingVLLMGeneration):
         return
