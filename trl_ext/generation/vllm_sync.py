@@ -1,25 +1,17 @@
 """Weight sync from the policy to a vLLM engine that works wherever vLLM runs, its CPU build included.
 
-TRL's colocate sync (``VLLMGeneration.sync_weights``) loads the policy one parameter at a time,
-``model.load_weights([(name, tensor)])``, which needs every engine parameter to still carry its ``weight_loader``.
-vLLM's CPU platform repacks every linear weight for its kernels after loading and leaves an empty parameter behind:
-the first sync dies with ``'Parameter' object has no attribute 'weight_loader'``.
-
-:class:`ReloadingVLLMGeneration` is TRL's object with ``sync_weights`` changed. The route is chosen by vLLM's platform
-(:func:`platform_repacks_weights`): on CPU, vLLM's layer-wise reload (``model_runner.reload_weights(weights_iterator=
-..., is_checkpoint_format=True)``: restore the checkpoint-format parameters, load, repack), after TRL's sleep-mode
-wake-up; elsewhere TRL's own sync. The weights come from TRL's ``_iter_named_params`` (PEFT merge, DeepSpeed and FSDP
-gathering stay TRL's); with ``vllm_lora_sync="adapter"`` only the adapter travels (``vllm_lora``). A layer sharing its
-weight (a tied LM head) receives no weights of its own and keeps the packed copy of the old embedding on vLLM 0.31's
-CPU build: :func:`refresh_tied_layers` re-runs its post-load processing.
-
-A colocated CPU engine also replaces ``torch.set_num_threads`` with a no-op (``CPUWorker.init_device``, meant for the
-thread binding of its own worker processes, which an engine inside the trainer's process does not have):
-:func:`restore_set_num_threads` puts torch's back, so the thread count stays the user's to set.
+TRL's colocate sync loads one parameter at a time through each parameter's ``weight_loader``; vLLM's CPU platform
+repacks every linear weight after loading and leaves an empty parameter behind, so the first sync dies with
+``'Parameter' object has no attribute 'weight_loader'``. :class:`ReloadingVLLMGeneration` is TRL's object with
+``sync_weights`` routed by platform (:func:`platform_repacks_weights`): on CPU, vLLM's layer-wise reload of TRL's
+``_iter_named_params`` (PEFT merge, DeepSpeed and FSDP gathering stay TRL's) plus :func:`refresh_tied_layers`, since a
+tied LM head receives no weights of its own and keeps the packed old embedding; elsewhere TRL's own sync. With
+``vllm_lora_sync="adapter"`` only the adapter travels (``vllm_lora``).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Iterator
@@ -46,7 +38,8 @@ def platform_repacks_weights() -> bool:
 
 
 def restore_set_num_threads() -> bool:
-    """Put back torch's ``set_num_threads`` where vLLM's CPU worker replaced it with a no-op (module docstring);
+    """Put back torch's ``set_num_threads`` where a colocated CPU engine replaced it with a no-op
+    (``CPUWorker.init_device``, meant for its own worker processes), so the thread count stays the user's to set;
     returns whether it had been replaced."""
     if torch.set_num_threads is torch._C.set_num_threads:
         return False
@@ -61,38 +54,27 @@ def tied_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     for module in model.modules():
         for param in module.parameters(recurse=False):
             owners.setdefault(id(param), []).append(module)
-    layers: dict[int, torch.nn.Module] = {}
-    for modules in owners.values():
-        if len(modules) > 1:
-            for module in modules:
-                if getattr(module, "quant_method", None) is not None:
-                    layers[id(module)] = module
-    return list(layers.values())
+    shared = [module for modules in owners.values() if len(modules) > 1 for module in modules]
+    return list({id(m): m for m in shared if getattr(m, "quant_method", None) is not None}.values())
 
 
 @torch.no_grad()
 def refresh_tied_layers(model: torch.nn.Module) -> int:
     """Re-run the post-load processing of every layer sharing a weight (:func:`tied_layers`) whose weight is still a
     full tensor, so that what its kernel reads (on CPU, the packed copy of a tied LM head) is the shared weight as it
-    is now; returns how many layers were refreshed. Idempotent for unquantized layers, which is all the reload path
-    serves (a layer whose weight processing replaced its tensor is left alone)."""
-    refreshed = 0
-    for layer in tied_layers(model):
-        weight = getattr(layer, "weight", None)
-        if not isinstance(weight, torch.Tensor) or weight.numel() == 0:
-            continue
+    is now (idempotent for the unquantized layers the reload serves); returns how many layers were refreshed."""
+    full = [layer for layer in tied_layers(model) if isinstance(getattr(layer, "weight", None), torch.Tensor)]
+    full = [layer for layer in full if layer.weight.numel() > 0]
+    for layer in full:
         layer.quant_method.process_weights_after_loading(layer)
-        refreshed += 1
-    return refreshed
+    return len(full)
 
 
 class ReloadingVLLMGeneration(VLLMGeneration):
-    """TRL's ``VLLMGeneration`` whose weight sync works where the engine repacks its weights, or sends only a LoRA
-    adapter (module docstring). Built from the object TRL's trainer made (:meth:`adopt`), sharing its state, so the
-    engine is not built twice; generation, server mode and everything else are TRL's.
-
-    ``route`` says how the weights reach the engine (``RELOAD``, ``PER_PARAMETER`` or ``vllm_lora.ADAPTER``);
-    ``sync_seconds`` adds up the time spent in :meth:`sync_weights` (TRL's profiling only reaches wandb / mlflow)."""
+    """TRL's ``VLLMGeneration`` with the weight sync of the module docstring, built over the state of the object TRL's
+    trainer made (:meth:`adopt`), so the engine is not built twice; everything but the sync is TRL's. ``route`` says
+    how the weights reach the engine (``RELOAD``, ``PER_PARAMETER`` or ``vllm_lora.ADAPTER``); ``sync_seconds`` adds
+    up the time spent in :meth:`sync_weights` (TRL's profiling only reaches wandb / mlflow)."""
 
     route: str
     adapter: vllm_lora.AdapterSync | None = None
@@ -104,8 +86,7 @@ class ReloadingVLLMGeneration(VLLMGeneration):
         shared, not copied), the route chosen by the platform (``repacks``: :func:`platform_repacks_weights`)."""
         adopted = cls.__new__(cls)
         adopted.__dict__ = generation.__dict__
-        colocate = generation.mode == "colocate"
-        repacks = colocate and (platform_repacks_weights() if repacks is None else repacks)
+        repacks = generation.mode == "colocate" and (platform_repacks_weights() if repacks is None else repacks)
         adopted.route = RELOAD if repacks else PER_PARAMETER
         return adopted
 
@@ -134,17 +115,15 @@ class ReloadingVLLMGeneration(VLLMGeneration):
 
 
 def _drain(weights: Iterator[Any]) -> None:
-    """Read ``weights`` to the end (a no-op when the reload consumed it), so that TRL's generator reaches the code
-    after its last ``yield`` (``model.unmerge_adapter()`` under PEFT) even when the engine stopped reading early."""
-    for _ in weights:
-        pass
+    """Read ``weights`` to the end, so that TRL's generator reaches ``model.unmerge_adapter()`` after its last
+    ``yield`` (PEFT) even when the engine stopped reading early."""
+    collections.deque(weights, maxlen=0)
 
 
 def adopt_for_trainer(trainer: Any) -> None:
-    """Give ``trainer`` (a ``trl.GRPOTrainer`` generating with vLLM) :class:`ReloadingVLLMGeneration` in place of
-    TRL's object: the sync route by platform, ``min_tokens`` kept from vLLM where it would bias the importance-sampling
-    correction (``vllm_setup.vllm_generation_kwargs``), adapter-only LoRA sync when ``vllm_lora_sync="adapter"``,
-    and torch's ``set_num_threads`` restored after a colocated CPU engine. Nothing without vLLM."""
+    """Give ``trainer`` (a ``trl.GRPOTrainer`` generating with vLLM; nothing otherwise) :class:`ReloadingVLLMGeneration`
+    in place of TRL's object, with vLLM's ``generation_kwargs`` (``vllm_setup.vllm_generation_kwargs``), adapter sync
+    when ``vllm_lora_sync="adapter"``, and torch's ``set_num_threads`` restored after a colocated CPU engine."""
     generation = getattr(trainer, "vllm_generation", None)
     if generation is None or isinstance(generation, ReloadingVLLMGeneration):
         return
