@@ -106,13 +106,11 @@ def group_stats(
 
 
 def expected_rounds(informative_frac: float, max_rounds: int | None = None, num_groups: int = 1) -> float:
-    """Expected generation rounds per step when every round generates a whole generation batch of ``num_groups``
-    groups, each informative with probability ``p = informative_frac`` independently, until ``num_groups``
-    informative groups are in hand or ``max_rounds`` rounds were made (``None``: until the tail is negligible). An
-    upper bound on the trainer's right-sized refills (``sizing.expected_refill_rounds``). With R that number of
-    rounds, E[R] = sum_{r >= 0, r < max_rounds} P(R > r) and P(R > r) = P(Binomial(r * num_groups, p) < num_groups)
-    (1 for r = 0): 1/p for one group, more for a larger batch, whose surplus is discarded (e.g. p = 0.5, 2 groups,
-    3 rounds at most: 1 + 3/4 + 5/16 = 2.06).
+    """Expected generation rounds per step when every round generates a whole batch of ``num_groups`` groups, each
+    informative with probability ``p = informative_frac``, until ``num_groups`` informative groups are in hand or
+    ``max_rounds`` rounds were made (``None``: until the tail is negligible); an upper bound on the trainer's
+    right-sized refills. E[R] = sum_{r < max_rounds} P(R > r), P(R > r) = P(Binomial(r * num_groups, p) < num_groups)
+    (1 for r = 0), e.g. p = 0.5, 2 groups, 3 rounds at most: 1 + 3/4 + 5/16 = 2.06.
     """
     if num_groups < 1:
         raise ValueError(f"num_groups={num_groups} must be >= 1 (prompts per generation batch).")
