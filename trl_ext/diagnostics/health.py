@@ -85,8 +85,7 @@ class HealthMonitor(HealthChecks, FirstCallback, ExportableState):
         return {"args": {"thresholds": asdict(self.thresholds)}, "attributes": {"levels": levels}}
 
     def load_levels(self, levels: dict[str, Any]) -> None:
-        """Restore what ``state()`` saved (called at the start of a resumed run); a level that is absent keeps its
-        current value."""
+        """Restore what ``state()`` saved (at the start of a resumed run); an absent level keeps its value."""
         for name in self._LEVELS:
             if name in levels:
                 setattr(self, name, levels[name])

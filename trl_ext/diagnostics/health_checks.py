@@ -82,9 +82,8 @@ class HealthChecks:
     def evaluate(
         self, logs: dict[str, Any], step: int = 0, args: Any = None
     ) -> tuple[dict[str, tuple[bool | None, str]], dict[str, float]]:
-        """Run every check on one log. Returns each condition's ``(active, message)`` (``active`` is None when the
-        check was not evaluated: metric absent or level warming up) and the ``health/kl_ratio`` and
-        ``health/entropy_ratio`` metrics when computed. ``args`` only enriches messages with current settings."""
+        """Run every check on one log: each condition's ``(active, message)`` (``active`` None when not evaluated) and
+        the ``health/kl_ratio`` / ``health/entropy_ratio`` metrics. ``args`` only enriches messages."""
         metrics: dict[str, float] = {}
         results = {
             "non_finite": self._non_finite(logs, args),

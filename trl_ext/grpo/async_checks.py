@@ -12,8 +12,7 @@ logger = logging.getLogger(__name__)
 
 
 def truncated_sampling(args: Any) -> list[str]:
-    """The settings of ``args`` that truncate the sampling distribution (top-p < 1, top-k > 0, min-p > 0), also
-    where ``generation_kwargs`` sets them."""
+    """The settings of ``args`` or ``generation_kwargs`` that truncate sampling (top-p < 1, top-k > 0, min-p > 0)."""
     extra = getattr(args, "generation_kwargs", None) or {}
     top_p = extra.get("top_p", getattr(args, "top_p", 1.0))
     top_k = extra.get("top_k", getattr(args, "top_k", 0))

@@ -42,8 +42,7 @@ _STREAM_SEED_OFFSET = 2_000_029  # the prompt stream of the prefetched rounds, i
 
 
 class AsyncGenerationMixin:
-    """``async_generation`` for the GRPO-family trainers (module docstring). With the switch off every method defers
-    to the next class."""
+    """``async_generation`` for the GRPO-family trainers (module docstring); with the switch off it defers to TRL."""
 
     overlaps_generation = True
 
@@ -103,8 +102,7 @@ class AsyncGenerationMixin:
         return batch
 
     def sync_engine(self, block: int) -> None:
-        """Push the current weights to the server (TRL's ``sync_weights``), once per generation block, while
-        nothing is in flight (``PrefetchingClient.sync`` checks)."""
+        """Push the current weights to the server (TRL's ``sync_weights``), once per generation block."""
         if self.engine_block == block:
             return
         client = self.prefetching_client
@@ -116,8 +114,7 @@ class AsyncGenerationMixin:
         self._metrics["train"]["async/weight_syncs"].append(1.0)
 
     def prefetch(self, template: list[dict[str, Any]]) -> None:
-        """Draw the next batch's first round (with dynamic sampling, and a refill round ahead) from the prompt stream
-        and submit them to the server (main process)."""
+        """Submit the next batch's first round (with dynamic sampling, a refill round too) to the server."""
         world = self.accelerator.num_processes
         num_groups = len(template) * world // self.num_generations
         sizes = [num_groups]

@@ -59,17 +59,14 @@ class GRPOFamilyConfig(GRPOConfig):
 
     Each field's help says what it does; what it leaves out:
         dynamic_sampling: DAPO section 3.2 / Eq. 11 (``trl_ext.grpo.dynamic_sampling``, docs/DYNAMIC_SAMPLING.md).
-        dynamic_sampling_max_rounds: given without the new name it sets it with a ``FutureWarning`` (with it, the new
-            name wins); after construction it reads the new field's value.
+        dynamic_sampling_max_rounds: sets the new name with a ``FutureWarning`` (the new name wins when both are set).
         dynamic_sampling_metric: shaping functions are those marked in ``trl_ext.rewards.shaping``. Unknown names
             fail when the trainer is built; advantages still use every function.
-        dynamic_sampling_skip_predicted: GRESO (arXiv 2506.02177). Needs a ``datasets.Dataset`` (its history is per
-            training-set index, checkpointed).
+        dynamic_sampling_skip_predicted: GRESO (arXiv 2506.02177); needs a ``datasets.Dataset`` (history per index).
         reward_errors, reward_timeout, max_unscorable_rounds, preemption_signals: ``trl_ext.reliability``
             (``reward_guard``, ``unscorable``, ``preemption``; ``docs/PREEMPTION.md``). A plain ``trl.GRPOConfig``
             never stops on unscorable rounds.
-        async_generation: ``trl_ext.grpo.async_rollout`` (``docs/ASYNC_GENERATION.md``); also needs
-            ``vllm_importance_sampling_correction=True`` (it corrects the one-batch lag).
+        async_generation: ``trl_ext.grpo.async_rollout`` (``docs/ASYNC_GENERATION.md``).
         bf16: TRL's default is bf16 everywhere, which stops a CPU-only machine at construction and, once a trainer has
             run in fp32 in the same process (the demo's warm start), the next one.
         gradient_checkpointing: off on a CPU, where it saves no accelerator memory and costs a second forward. Passed
@@ -338,9 +335,8 @@ def _set_minibatches(config: GRPOFamilyConfig, paper: str) -> None:
 
 @dataclass
 class GRPOPaperConfig(GRPOFamilyConfig):
-    """GRPO as DeepSeekMath (arXiv 2402.03300, Eq. 3) defines it: per-sequence mean loss (``loss_type="grpo"``) and a
-    k3 KL term in the loss with beta 0.04 (section 4.2). TRL's own ``GRPOConfig`` defaults differ (DAPO loss, no KL).
-    """
+    """GRPO as DeepSeekMath (arXiv 2402.03300, Eq. 3) defines it: per-sequence mean loss and a k3 KL term with beta
+    0.04 (section 4.2). TRL's own ``GRPOConfig`` defaults differ (DAPO loss, no KL)."""
 
     loss_type: str = field(default="grpo", metadata={"help": "GRPO Eq. 3: (1/|o_i|) sum_t, then mean over i."})
     beta: float = field(default=0.04, metadata={"help": "DeepSeekMath 4.2: KL coefficient 0.04."})
@@ -411,8 +407,7 @@ class GSPOConfig(GRPOFamilyConfig):
     ``loss_type="grpo"`` is (1/G) sum_i min(s_i A_i, clip(s_i) A_i) (Eq. 5), where a token sum ("dapo", "bnpo") would
     weigh each sequence by its length (TRL issue #3823). ``num_minibatches`` sets ``steps_per_generation`` as in
     ``DAPOConfig`` (with one on-policy update s_i = 1 and GSPO equals GRPO). ``gspo_token``: GSPO-token (Eq. 13-14,
-    ``trl_ext.grpo.gspo_token``) formed from ``importance_sampling_level="token"``, which every supported TRL accepts;
-    ``"sequence_token"`` (TRL 1.12's spelling, rejected by TRL >= 1.14) means the same.
+    ``trl_ext.grpo.gspo_token``); TRL 1.12's ``"sequence_token"`` level means the same.
     """
 
     importance_sampling_level: str = field(default="sequence", metadata={"help": "GSPO: sequence-level ratio."})

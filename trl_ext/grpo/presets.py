@@ -71,7 +71,6 @@ def trainer_class_for(args: trl.GRPOConfig) -> type[GRPOTrainer]:
     for row in PRESETS.values():
         if row.config not in mro or any(getattr(args, k, None) != v for k, v in row.overrides.items()):
             continue
-        # nearest config class first (DAPOConfig before GRPOFamilyConfig), then the row that fixes more fields
         rank = (-mro.index(row.config), len(row.overrides))
         if best is None or rank > best:
             best, chosen = rank, row.trainer

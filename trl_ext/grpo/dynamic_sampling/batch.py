@@ -73,9 +73,8 @@ def _sample_rows(output: dict[str, Any], rows: int) -> tuple[list[dict[str, Any]
 
 
 def column_layout(rounds: list[Round], lists: set[str]) -> dict[str, str]:
-    """Where each per-row tensor's columns sit: ``prompt`` (left-padded, like ``prompt_ids``), ``completion``
-    (right-padded), ``both`` (prompt then completion columns) or ``fixed`` (never padded). A key is sequence-aligned
-    when its width matches the same part in every round (so a per-image field never is, once widths differ)."""
+    """Where each per-row tensor's columns sit: ``prompt`` (left-padded), ``completion`` (right-padded), ``both`` or
+    ``fixed`` (never padded); a key is sequence-aligned when its width matches the same part in every round."""
     kinds: dict[str, set[str]] = {}
     for round_ in rounds:
         prompt, completion = round_.output["prompt_ids"].size(1), round_.output["completion_ids"].size(1)

@@ -1,10 +1,9 @@
 """Which groups carry a learning signal: the pure-function core of DAPO's dynamic sampling, shared by the trainer,
 the group-mined DPO pair builder and the pre-flight probe.
 
-DAPO (arXiv 2503.14476, Eq. 11) keeps only groups with ``0 < |{o_i : is_equivalent(a, o_i)}| < G``: a group whose
-rewards are all equal has a zero group-normalized advantage for every completion, so it only dilutes the batch. For
-general rewards the rule reads "not all equal", within a tolerance. Unscorable completions (reward NaN, TRL's
-``None``) do not count; a group with fewer than two scorable completions is uninformative.
+DAPO (arXiv 2503.14476, Eq. 11) keeps only groups with ``0 < |{o_i : is_equivalent(a, o_i)}| < G``: an all-equal group
+has zero advantage everywhere and only dilutes the batch. For general rewards the rule reads "not all equal", within a
+tolerance; unscorable completions (NaN) do not count, and fewer than two scorable ones make a group uninformative.
 """
 
 from __future__ import annotations
@@ -40,10 +39,8 @@ def _group_range(rewards: torch.Tensor, num_generations: int) -> tuple[torch.Ten
 
 
 def informative_groups(rewards: torch.Tensor, num_generations: int, atol: float = DEFAULT_ATOL) -> torch.Tensor:
-    """Boolean mask over groups: True where the group's scorable rewards span more than ``atol``.
-
-    ``rewards`` is the flat vector of all completions' rewards, groups contiguous (TRL's order: ``view(-1, G)``).
-    """
+    """Boolean mask over groups (``rewards`` flat, groups contiguous): True where the scorable rewards span more than
+    ``atol``."""
     if atol < 0:
         raise ValueError(f"atol must be >= 0, got {atol}.")
     group_max, group_min, num_scorable = _group_range(rewards, num_generations)
@@ -81,9 +78,8 @@ def group_stats(
 ) -> GroupStats:
     """Informative / all-max ("too easy") / all-min ("too hard") group counts.
 
-    ``reward_max`` / ``reward_min`` are the top and bottom of the reward scale (e.g. 1 and 0 for a correctness
-    reward). When not given, the extremes observed in ``rewards`` are used; when every reward is the same value the
-    scale is unknown and such groups count as neither.
+    ``reward_max`` / ``reward_min``: the reward scale (e.g. 1 and 0 for correctness); by default the extremes observed,
+    and when every reward is the same the scale is unknown and such groups count as neither.
     """
     informative = informative_groups(rewards, num_generations, atol)
     group_max, group_min, _ = _group_range(rewards, num_generations)

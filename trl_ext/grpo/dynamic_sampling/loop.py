@@ -29,10 +29,9 @@ from trl_ext.grpo.dynamic_sampling.prompts import IterablePromptStream
 def sample_informative_batch(
     trainer: Any, inputs: list[dict[str, Any]], rounds_ahead: Sequence[tuple[list[dict], list | None]] = ()
 ) -> dict[str, Any]:
-    """One generation batch of informative groups for ``trainer`` (a ``trl_ext`` GRPO-family trainer with a
-    ``dynamic_sampler``), from TRL's batch ``inputs`` (this process's rows). ``rounds_ahead``: rounds whose prompts
-    were submitted to the engine ahead (overlapped generation), as (inputs, prompt indices): the first round, then
-    the first refills, whatever size they have; a refill beyond them is sized and drawn here."""
+    """One generation batch of informative groups, from TRL's batch ``inputs`` (this process's rows).
+    ``rounds_ahead``: (inputs, prompt indices) of rounds already submitted to the engine (overlapped generation), used
+    first; a refill beyond them is sized and drawn here."""
     sampler, accelerator = trainer.dynamic_sampler, trainer.accelerator
     world, group_size = accelerator.num_processes, trainer.num_generations
     num_groups = len(inputs) * world // group_size
