@@ -190,10 +190,9 @@ class AsyncGenerationMixin:
 def refill_ahead_groups(
     rate: float, first: int, num_groups: int, margin: float, world_size: int, cap: int, budget: int
 ) -> int:
-    """Groups of the refill round submitted behind a first round of ``first`` groups: its expected shortfall of
-    informative groups at ``rate`` plus one standard deviation of Binomial(``first``, ``rate``); 0 when the first
-    round is likely enough. One deviation balances a surplus round's scoring cost against a synchronous refill's
-    stall of a whole engine call."""
+    """Groups of the refill round submitted behind a first round of ``first`` groups: its expected shortfall at
+    ``rate`` plus one standard deviation of Binomial(``first``, ``rate``), 0 when the first round is likely enough.
+    One deviation balances a surplus round's scoring cost against a synchronous refill's stall of an engine call."""
     shortfall = num_groups - rate * first + math.sqrt(first * rate * (1 - rate))
     return refill_groups(math.ceil(shortfall - 1e-9), rate, margin, world_size, cap, budget - first)
 

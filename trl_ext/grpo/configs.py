@@ -64,8 +64,7 @@ class GRPOFamilyConfig(GRPOConfig):
             fail when the trainer is built; advantages still use every function.
         dynamic_sampling_skip_predicted: GRESO (arXiv 2506.02177); needs a ``datasets.Dataset`` (history per index).
         reward_errors, reward_timeout, max_unscorable_rounds, preemption_signals: ``trl_ext.reliability``
-            (``reward_guard``, ``unscorable``, ``preemption``; ``docs/PREEMPTION.md``). A plain ``trl.GRPOConfig``
-            never stops on unscorable rounds.
+            (``docs/PREEMPTION.md``); a plain ``trl.GRPOConfig`` never stops on unscorable rounds.
         async_generation: ``trl_ext.grpo.async_rollout`` (``docs/ASYNC_GENERATION.md``).
         bf16: TRL's default is bf16 everywhere, which stops a CPU-only machine at construction and, once a trainer has
             run in fp32 in the same process (the demo's warm start), the next one.

@@ -69,9 +69,8 @@ def sample_informative_batch(
 def refill_inputs(
     trainer: Any, template: list[dict[str, Any]], num_prompts: int, stream: Any = None
 ) -> tuple[list[dict], list | None]:
-    """Fresh prompts for one round of ``num_prompts`` groups, laid out as TRL's ``RepeatSampler`` lays out a batch
-    (this process's slice, ``template``'s columns), and each prompt's training-set index (None for an
-    ``IterableDataset``). Every process reads the same stream: ``stream`` when given, else the dynamic sampler's."""
+    """Fresh prompts for one round of ``num_prompts`` groups in TRL's ``RepeatSampler`` layout (this process's slice)
+    and each prompt's training-set index (None for an ``IterableDataset``); every process reads the same stream."""
     accelerator = trainer.accelerator
     world, rank, group_size = accelerator.num_processes, accelerator.process_index, trainer.num_generations
     if num_prompts % world:
