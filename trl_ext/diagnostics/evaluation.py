@@ -1,7 +1,6 @@
 """Evaluation of a model on held-out problems as the papers report it: a greedy completion and K samples per problem,
 scored by the task reward as TRL calls it, and the figures of :mod:`trl_ext.diagnostics.eval_metrics`. The recipes'
-held-out accuracy (:func:`greedy_accuracy`) and ``trl-ext eval``'s ``pass@1 (greedy)`` are one code path. Generation
-is ``model.generate`` or vLLM; majority-vote answers are the reward's own extraction (:func:`answer_extractor`)."""
+held-out accuracy and ``trl-ext eval``'s ``pass@1 (greedy)`` are one code path (:func:`greedy_accuracy`)."""
 
 from __future__ import annotations
 
@@ -67,8 +66,7 @@ GREEDY = Sampling()
 @dataclass
 class EvalSettings:
     """How a model is evaluated. Sampling defaults are DAPO's evaluation (arXiv 2503.14476, section 4.1: avg@32 at
-    temperature 1.0, top-p 0.7). ``batch_size``: completions per generation call (prompts per call = batch_size // K,
-    at least 1); the greedy pass uses ``greedy_batch_size`` prompts per call, as the recipes' held-out figure does."""
+    temperature 1.0, top-p 0.7). ``batch_size``: completions per generation call; ``greedy_batch_size``: prompts."""
 
     num_samples: int = 32
     temperature: float = 1.0

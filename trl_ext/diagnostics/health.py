@@ -1,15 +1,13 @@
 """Training-health monitor: plain-words warnings, with the suggested fix, while an RL run can still be saved.
 
 :class:`HealthMonitor` is a ``TrainerCallback`` for any TRL trainer: at every log it runs the checks of
-:mod:`trl_ext.diagnostics.health_checks` on the logged metrics. A condition warns (logger
-``trl_ext.diagnostics.health``, main process only) once per episode: when it becomes active, then not until it has
-cleared and come back. Every log gains ``health/<condition>`` (1.0 active, 0.0 not) for each condition evaluated, plus
-``health/kl_ratio`` and ``health/entropy_ratio``, in ``logs`` and in the matching ``state.log_history`` entry.
+:mod:`trl_ext.diagnostics.health_checks`. A condition warns once per episode (when it becomes active, then not until
+it has cleared and come back), and every log gains ``health/<condition>`` (1.0 active, 0.0 not) for each condition
+evaluated.
 
 A non-finite metric stops training (``stop_on_non_finite``; ``transformers`` hides a non-finite ``loss`` by default,
-``grad_norm`` still shows it: use ``logging_steps=1`` to stop at the first bad step), saving only with
-``save_on_non_finite`` (its help says why). The running levels, episodes and warnings are saved in every checkpoint
-(an ``ExportableState``), so that a resumed run warns exactly as the uninterrupted one would.
+``grad_norm`` still shows it: use ``logging_steps=1`` to stop at the first bad step). The running levels and episodes
+are checkpointed (an ``ExportableState``), so that a resumed run warns exactly as the uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -64,8 +62,7 @@ class HealthMonitor(HealthChecks, FirstCallback, ExportableState):
     """Watches logged metrics and warns, once per episode, with the suggested action (module docstring).
 
     ``check(logs, step)`` is the whole logic and needs no trainer. ``events`` holds every warning given;
-    ``summary_at_end=False`` leaves out the end-of-training list. The levels are plain attributes inherited from
-    :class:`HealthChecks`, the layout pickles and checkpoints keep.
+    ``summary_at_end=False`` leaves out the end-of-training list.
     """
 
     def __init__(self, thresholds: HealthThresholds | dict | None = None, summary_at_end: bool = True):
@@ -88,8 +85,7 @@ class HealthMonitor(HealthChecks, FirstCallback, ExportableState):
         return {"args": {"thresholds": asdict(self.thresholds)}, "attributes": {"levels": levels}}
 
     def load_levels(self, levels: dict[str, Any]) -> None:
-        """Restore what ``state()`` saved (called at the start of a resumed run); a level that is absent keeps its
-        current value."""
+        """Restore what ``state()`` saved (at the start of a resumed run); an absent level keeps its value."""
         for name in self._LEVELS:
             if name in levels:
                 setattr(self, name, levels[name])

@@ -1,9 +1,7 @@
 """The training-health checks: what the metrics a trainer logs say about an RL run, and the fix to suggest.
 
-:class:`HealthChecks` keeps the running levels the relative checks compare against and evaluates every check on one
-log (no trainer needed); :class:`trl_ext.diagnostics.health.HealthMonitor` builds on it. Each ``_<condition>`` method
-says what its condition means and its message names the fix; a check whose metric is absent from a log (e.g. ``kl``
-with ``beta=0``) is skipped for that log.
+:class:`HealthChecks` evaluates every check on one log, no trainer needed (``HealthMonitor`` builds on it). Each
+``_<condition>`` method says what its condition means; a check whose metric is absent from a log is skipped.
 """
 
 from __future__ import annotations
@@ -84,9 +82,8 @@ class HealthChecks:
     def evaluate(
         self, logs: dict[str, Any], step: int = 0, args: Any = None
     ) -> tuple[dict[str, tuple[bool | None, str]], dict[str, float]]:
-        """Run every check on one log. Returns each condition's ``(active, message)`` (``active`` is None when the
-        check was not evaluated: metric absent or level warming up) and the ``health/kl_ratio`` and
-        ``health/entropy_ratio`` metrics when computed. ``args`` only enriches messages with current settings."""
+        """Run every check on one log: each condition's ``(active, message)`` (``active`` None when not evaluated) and
+        the ``health/kl_ratio`` / ``health/entropy_ratio`` metrics. ``args`` only enriches messages."""
         metrics: dict[str, float] = {}
         results = {
             "non_finite": self._non_finite(logs, args),
@@ -125,9 +122,8 @@ class HealthChecks:
 
     def _kl_spike(self, logs: dict[str, Any], args: Any, metrics: dict[str, float]) -> tuple[bool | None, str]:
         """KL to the reference jumps above its running level: the policy moved much further in one log than
-        before, the usual prelude to a collapse. The level is the mean of the first ``warmup_logs`` values, then
-        an EMA that also absorbs each new value (a sustained new level stops counting as a jump), floored at
-        ``kl_min`` (near-zero KL at the start makes any ratio large)."""
+        before, the usual prelude to a collapse. The level is an EMA (a sustained new level stops counting as a
+        jump), floored at ``kl_min`` (near-zero KL at the start makes any ratio large)."""
         kl, th = _finite(logs, "kl"), self.thresholds
         if kl is None:
             return None, ""
@@ -197,9 +193,8 @@ class HealthChecks:
 
     def _kept_groups_low(self, logs: dict[str, Any], args: Any) -> tuple[bool | None, str]:
         """Few groups carry a learning signal (rewards not all equal): the gradient comes from a shrinking part of
-        the batch and dynamic sampling generates about ``1 / kept`` groups per trained group (its ideal; the rounds
-        it took are quoted from ``dynamic_sampling/rounds`` when it runs). The all-max / all-min split (logged by
-        dynamic sampling) tells whether the prompts became too easy or are too hard."""
+        the batch and dynamic sampling generates about ``1 / kept`` groups per trained group. The all-max / all-min
+        split tells whether the prompts became too easy or are too hard."""
         th = self.thresholds
         kept = _value(logs, "dynamic_sampling/kept_group_frac")
         if kept is None:
@@ -295,11 +290,9 @@ class HealthChecks:
         )
 
     def _reward_stall(self, logs: dict[str, Any], args: Any) -> tuple[bool | None, str]:
-        """The optimizer keeps changing the loss but the reward does not rise: updates are not paying off (a
-        reward that misreads the answers, a too-hard or too-easy dataset, a learning rate too low to matter or so
-        high that it thrashes). The rise is the least-squares slope times the window, which spans at least
-        ``stall_window`` logs and, when ``logging_steps`` is known, ``stall_steps`` steps: 20 single-step logs of a
-        healthy run often show no least-squares rise."""
+        """The optimizer keeps changing the loss but the reward does not rise: updates are not paying off (a reward
+        that misreads the answers, a too-hard or too-easy dataset, a bad learning rate). The window spans at least
+        ``stall_window`` logs and ``stall_steps`` steps: 20 single-step logs of a healthy run often show no rise."""
         reward, loss, th = _finite(logs, "reward"), _finite(logs, "loss"), self.thresholds
         if reward is None or loss is None:
             return None, ""

@@ -12,12 +12,10 @@ class HealthThresholds:
     """When the monitor speaks; each field's help says what it sets, each check's method what it means.
 
     ``ema_decay`` 0.8 follows the early, quadratic-like growth of KL closely enough not to call it a spike, and still
-    remembers the last few logs; ``kl_min`` keeps near-zero KL early in training from firing (with the defaults a
-    spike is at least 0.03 nats per token). ``is_ratio_tolerance`` and ``logp_gap_max``: a same-weights bf16 engine
-    typically stays within a few hundredths of a nat; 0.1 nats per token is a ratio of about 1.1 on every token. The
-    over-optimization defaults (``overopt_window`` 6, ``overopt_gold_drop`` 0.05) are above the noise of greedy
-    accuracy on a few hundred problems (standard error about 0.03): watched as if its rule reward were learned, the
-    demo's 1000-step DAPO run never triggers them, while 4 values and 0.02 fire five times on it.
+    remembers the last few logs; ``kl_min`` keeps near-zero KL early in training from firing. ``is_ratio_tolerance``
+    and ``logp_gap_max``: a same-weights bf16 engine typically stays within a few hundredths of a nat. The
+    over-optimization defaults are above the noise of greedy accuracy on a few hundred problems (standard error about
+    0.03).
     """
 
     warmup_logs: int = option(3, "Logs that set the running levels before checks fire.")

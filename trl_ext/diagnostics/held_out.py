@@ -1,11 +1,9 @@
 """Held-out greedy accuracy before, during and after training, and the callback that logs it as ``held_out/accuracy``.
 
 The metric is ``trl-ext eval``'s ``pass@1 (greedy)``, computed by the same function: the fraction of held-out prompts
-whose greedy completion the run's task reward scores 1.0 (partial credit and None are wrong); on the demo task, the
-``arithmetic`` reward of a 4-token greedy completion. :class:`HeldOutEvaluation` adds it to the log of its step (so to
-``log_history``, ``metrics.jsonl`` and every tracker). With ``every=None`` the interval starts at ``logging_steps`` and
-widens whenever evaluating has taken more than ``target_frac`` of the run, so that one evaluation costs ``target_frac``
-of the steps between two.
+whose greedy completion the run's task reward scores 1.0 (partial credit and None are wrong). With ``every=None``
+:class:`HeldOutEvaluation`'s interval starts at ``logging_steps`` and widens whenever evaluating has taken more than
+``target_frac`` of the run.
 """
 
 from __future__ import annotations

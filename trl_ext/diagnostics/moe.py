@@ -4,9 +4,8 @@ one, and a guard that lets checkpoints with ``output_router_logits=True`` genera
 GSPO (arXiv 2507.18071) argues from expert-activation volatility: after an update about 10% of a token's experts
 change, so the token ratio (GRPO, Eq. 3) compares two sub-networks while GSPO's sequence ratio (Eq. 7) averages it.
 :class:`MoERoutingMonitor` logs per optimizer step ``moe/routing_change_frac``, the fraction of (completion token, MoE
-layer) routings whose top-k expert set differs between TRL's old-policy and training forwards (router hooks, no second
-forward; not logged on-policy, where it is 0 by construction), and ``moe/max_expert_load``, the busiest expert's share
-of the training forward's top-k assignments (worst layer).
+layer) routings whose top-k expert set differs between TRL's old-policy and training forwards (not logged on-policy,
+where it is 0), and ``moe/max_expert_load``, the busiest expert's share of top-k assignments (worst layer).
 """
 
 from __future__ import annotations
@@ -134,9 +133,8 @@ class MoERoutingMonitor(TrainerCallback):
 
 
 def attach_moe_monitor(trainer: Any) -> MoERoutingMonitor | None:
-    """For an MoE policy: guard its router logits and add a :class:`MoERoutingMonitor` logging into TRL's metric table;
-    returns it (None for a dense model). Call on a built ``GRPOTrainer``, after its reference model exists, so that the
-    hooks stay on the policy."""
+    """For an MoE policy: guard its router logits and add a :class:`MoERoutingMonitor` (returned; None for a dense
+    model). Call on a built ``GRPOTrainer``, after its reference model exists, so that the hooks stay on the policy."""
     model = trainer.accelerator.unwrap_model(trainer.model)
     if not router_modules(model):
         return None

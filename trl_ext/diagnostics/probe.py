@@ -1,10 +1,9 @@
 """Pre-flight probe: will RL learn anything on this model and data, and what will dynamic sampling cost?
 
-It samples ``num_generations`` completions for each of a sample of prompts (``transformers.generate``, or vLLM when
-installed and a GPU is present), scores them with the run's reward functions and reports the figures of
-``probe_stats`` (pass@k, the groups dynamic sampling keeps (DAPO Eq. 11) and what refilling them costs under the run's
-own refill policy, ``probe_args.dynamic_sampling_policy``) as a ``ProbeReport``. ``trl-ext probe --config <training
-YAML>`` takes the run's model, data, rewards, sampling and config (``preset:``, default DAPO); flags override them.
+It samples ``num_generations`` completions for each of a sample of prompts, scores them with the run's reward functions
+and reports the figures of ``probe_stats`` (pass@k, the groups dynamic sampling keeps (DAPO Eq. 11) and what refilling
+them costs under the run's own refill policy) as a ``ProbeReport``. ``trl-ext probe --config <training YAML>`` takes
+the run's model, data, rewards, sampling and config; flags override them.
 
 A completion *passes* when its weighted reward is ``>= success_threshold`` (default 1.0), not "the highest reward
 observed": a cold model that never succeeds would then pass everywhere. Sampling is the model's plain ``generate``, so
@@ -68,8 +67,7 @@ RUN_ONLY_KEYS = {"use_vllm", "output_dir", "generation_batch_size"}
 def sample_transformers(
     model: Any, tokenizer: Any, prompts: Sequence[str], args: ProbeArguments, max_completion_length: int
 ) -> tuple[list[str], torch.Tensor, torch.Tensor]:
-    """G seeded samples per prompt with ``model.generate`` (``evaluation.generate``): the texts (groups contiguous,
-    TRL's order), their lengths in tokens (up to and including the first EOS) and whether each was truncated."""
+    """G seeded samples per prompt with ``model.generate``: texts (groups contiguous), lengths and truncation flags."""
     torch.manual_seed(args.seed)
     per_call = max(1, args.generation_batch_size // args.num_generations)
     return _columns(generate(model, tokenizer, prompts, max_completion_length, _sampling(args), per_call))

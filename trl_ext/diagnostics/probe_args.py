@@ -118,7 +118,7 @@ class ProbeArguments:
 
 def default_run_config(args: ProbeArguments) -> GRPOFamilyConfig:
     """The run the probe projects for when given none: ``GRPOFamilyConfig``'s defaults with dynamic sampling on, the
-    probe's sampling and ``DEFAULT_GROUPS_PER_BATCH`` prompts per generation batch, on-policy (no surplus carried)."""
+    probe's sampling and ``DEFAULT_GROUPS_PER_BATCH`` prompts per generation batch."""
     defaults = {
         "output_dir": "outputs/probe",
         "dynamic_sampling": True,
@@ -130,9 +130,7 @@ def default_run_config(args: ProbeArguments) -> GRPOFamilyConfig:
 
 
 def dynamic_sampling_policy(training_args: GRPOFamilyConfig) -> dict[str, Any]:
-    """The refill policy of the run ``training_args`` describes, as ``summarize`` takes it: its budget
-    (``dynamic_sampling_max_generation_batches``), prompts per generation batch (``generation_batch_size /
-    num_generations``), refill margin and round size."""
+    """The refill policy of the run ``training_args`` describes, as ``summarize`` takes it."""
     return {
         "max_generation_batches": training_args.dynamic_sampling_max_generation_batches,
         "groups_per_batch": max(1, training_args.generation_batch_size // training_args.num_generations),

@@ -53,11 +53,10 @@ def _log_beta(a: float, b: float) -> float:
 def mixed_group_prob(num_samples: int, num_correct: int, k: int, prior: tuple[float, float] | None = None) -> float:
     """Probability that a fresh group of ``k`` completions of this prompt is mixed (some pass, some fail).
 
-    For ``k <= n`` it is the unbiased estimate ``1 - [C(n - c, k) + C(c, k)] / C(n, k)`` (the chance that ``k`` of
-    the ``n`` observed samples, drawn without replacement, are mixed). No unbiased estimate exists for ``k > n``: a
-    prompt never solved in ``n`` samples may or may not be solved in ``k``. There the prompt's success probability
-    ``p`` gets the posterior ``Beta(alpha + c, beta + n - c)`` under the dataset-wide ``prior`` (see
-    :func:`fit_beta_prior`) and the result is ``1 - E[p^k] - E[(1 - p)^k]``; without a prior, 0.
+    For ``k <= n`` it is the unbiased estimate ``1 - [C(n - c, k) + C(c, k)] / C(n, k)``. No unbiased estimate exists
+    for ``k > n`` (a prompt never solved in ``n`` samples may be solved in ``k``): there ``p`` gets the posterior
+    ``Beta(alpha + c, beta + n - c)`` under the dataset-wide ``prior`` and the result is ``1 - E[p^k] - E[(1 - p)^k]``;
+    without a prior, 0.
     """
     n, c = num_samples, num_correct
     if k <= n:

@@ -12,8 +12,7 @@ logger = logging.getLogger(__name__)
 
 
 def truncated_sampling(args: Any) -> list[str]:
-    """The settings of ``args`` that truncate the sampling distribution (top-p < 1, top-k > 0, min-p > 0), also
-    where ``generation_kwargs`` sets them."""
+    """The settings of ``args`` or ``generation_kwargs`` that truncate sampling (top-p < 1, top-k > 0, min-p > 0)."""
     extra = getattr(args, "generation_kwargs", None) or {}
     top_p = extra.get("top_p", getattr(args, "top_p", 1.0))
     top_k = extra.get("top_k", getattr(args, "top_k", 0))
@@ -29,9 +28,8 @@ def truncated_sampling(args: Any) -> list[str]:
 
 
 def warn_truncated_importance_sampling(args: Any) -> bool:
-    """Warn when vLLM's importance-sampling correction meets truncated sampling (TRL issue #6789): vLLM returns the
-    log-probs of the truncated, renormalized distribution while the trainer scores the full one, so the ratio is
-    biased (tokens outside the nucleus never appear; the ones inside are up-weighted). Returns whether it warned."""
+    """Warn when vLLM's importance-sampling correction meets truncated sampling, which biases the ratio (TRL issue
+    #6789, the warning says why); True if it warned."""
     if not (getattr(args, "use_vllm", False) and getattr(args, "vllm_importance_sampling_correction", False)):
         return False
     found = truncated_sampling(args)
@@ -53,24 +51,21 @@ def check_async_config(args: Any) -> None:
         return
     if not getattr(args, "use_vllm", False):
         raise ValueError(
-            "async_generation=True overlaps generation with training only where generation runs on other devices: "
-            "TRL's vLLM server mode (use_vllm=True, vllm_mode='server', a `trl vllm-serve` process). With "
-            "use_vllm=False the policy generates with transformers inside the training process, on the training "
-            "devices, so generation keeps the synchronous path. Set use_vllm=True and vllm_mode='server', or "
-            "async_generation=False."
+            "async_generation=True overlaps generation only where it runs on other devices (TRL's vLLM server "
+            "mode); with use_vllm=False the policy generates with transformers on the training devices. Set "
+            "use_vllm=True and vllm_mode='server' (a `trl vllm-serve` process), or async_generation=False."
         )
     if getattr(args, "vllm_mode", "server") != "server":
         raise ValueError(
-            f"async_generation=True with vllm_mode={args.vllm_mode!r}: a colocated vLLM engine shares the training "
-            "devices and the process (it would generate with the weights of the previous step while the optimizer "
-            "changes them, on the same GPUs), so colocate mode keeps the synchronous path. Set vllm_mode='server' "
-            "(start `trl vllm-serve` on other GPUs), or async_generation=False."
+            f"async_generation=True with vllm_mode={args.vllm_mode!r}: a colocated engine shares the training GPUs "
+            "and process, so colocate mode keeps the synchronous path. Set vllm_mode='server' (start `trl "
+            "vllm-serve` on other GPUs), or async_generation=False."
         )
     if not getattr(args, "vllm_importance_sampling_correction", False):
         raise ValueError(
-            "async_generation=True with vllm_importance_sampling_correction=False: a one-step-old rollout is "
-            "corrected by the importance weight pi_current / pi_generating that TRL's vLLM correction applies; "
-            "without it the lag would go uncorrected. Set vllm_importance_sampling_correction=True (TRL's default)."
+            "async_generation=True with vllm_importance_sampling_correction=False: nothing would correct the "
+            "one-step-old rollout (TRL's correction weighs it by pi_current / pi_generating). Set "
+            "vllm_importance_sampling_correction=True (TRL's default)."
         )
     if int(getattr(args, "max_staleness", 1)) < 1:
         raise ValueError(
@@ -80,9 +75,8 @@ def check_async_config(args: Any) -> None:
     level = getattr(args, "importance_sampling_level", "token")
     if level == "sequence" or getattr(args, "gspo_token", False):
         logger.warning(
-            "async_generation=True with a sequence-level ratio (GSPO): the rollout is one generation batch old, and "
-            "GSPO's clip band (3e-4 / 4e-4 on a per-token geometric mean) and its stability claim are for on-policy "
-            "rollouts. The lag is carried by vLLM's importance weight, not by the clipped ratio; prefer "
+            "async_generation=True with a sequence-level ratio (GSPO): GSPO's clip band (3e-4 / 4e-4) and stability "
+            "claim are for on-policy rollouts, and this one is a generation batch old. Prefer "
             "vllm_importance_sampling_mode='token_truncate' and watch sampling/importance_sampling_ratio/*."
         )
 

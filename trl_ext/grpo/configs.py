@@ -43,13 +43,12 @@ def warn_step_like_overlong_buffer(max_completion_length: int, buffer_len: int, 
     penalized = f"{first}" if first == max_completion_length else f"{first}-{max_completion_length}"
     logger.warning(
         f"overlong_buffer_len={buffer_len} token(s) (20% of max_completion_length={max_completion_length}): DAPO's "
-        f"soft overlong punishment (Eq. 13) ramps over that many tokens, so it is a step, not a ramp. Completions of "
-        f"{penalized} tokens (the last {buffer_len} of {max_completion_length} lengths) are "
-        f"penalized, and every completion cut at max_completion_length gets the full -{factor:g} "
-        "(overlong_penalty_factor), added to the logged reward (a model that rarely stops early gets it on most "
-        "completions: the total reward can be negative while rewards/<accuracy>/mean is positive). Raise "
-        f"max_completion_length (the buffer is 20% of it: {5 * MIN_RAMP_TOKENS} or more gives a ramp of "
-        f"{MIN_RAMP_TOKENS}+ tokens), set overlong_buffer_len explicitly, or set soft_overlong_punishment=False."
+        f"soft overlong punishment (Eq. 13) is then a step, not a ramp. Completions of {penalized} tokens (the last "
+        f"{buffer_len} of {max_completion_length} lengths) are penalized, and every completion cut at "
+        f"max_completion_length gets the full -{factor:g} (overlong_penalty_factor), so the logged reward can be "
+        "negative while rewards/<accuracy>/mean is positive. Raise max_completion_length (20% of "
+        f"{5 * MIN_RAMP_TOKENS} or more is a ramp of {MIN_RAMP_TOKENS}+ tokens), set overlong_buffer_len explicitly, "
+        "or set soft_overlong_punishment=False."
     )
     return True
 
@@ -59,21 +58,14 @@ class GRPOFamilyConfig(GRPOConfig):
     r"""TRL's ``GRPOConfig`` plus DAPO's dynamic sampling, which any preset of the family can switch on.
 
     Each field's help says what it does; what it leaves out:
-        dynamic_sampling: DAPO section 3.2 / Eq. 11 (``trl_ext.grpo.dynamic_sampling``). When the generation budget
-            is spent, the missing groups are zero-weight fillers, a warning is printed once and
-            ``dynamic_sampling/limit_hit`` is logged.
-        dynamic_sampling_max_rounds: given without the new name it sets it with a ``FutureWarning`` (with it, the new
-            name wins); after construction it reads the new field's value.
-        dynamic_sampling_metric: shaping functions are those marked in ``trl_ext.rewards.shaping`` (DAPO's soft
-            overlong punishment, ``soft_overlong``, ``repetition``, ``length_budget``, ``len_reward``,
-            ``mark_shaping``). Unknown names fail when the trainer is built; advantages still use every function.
-        dynamic_sampling_skip_predicted: GRESO (arXiv 2506.02177). Needs a ``datasets.Dataset`` (its history is per
-            training-set index, checkpointed).
+        dynamic_sampling: DAPO section 3.2 / Eq. 11 (``trl_ext.grpo.dynamic_sampling``, docs/DYNAMIC_SAMPLING.md).
+        dynamic_sampling_max_rounds: sets the new name with a ``FutureWarning`` (the new name wins when both are set).
+        dynamic_sampling_metric: shaping functions are those marked in ``trl_ext.rewards.shaping``. Unknown names
+            fail when the trainer is built; advantages still use every function.
+        dynamic_sampling_skip_predicted: GRESO (arXiv 2506.02177); needs a ``datasets.Dataset`` (history per index).
         reward_errors, reward_timeout, max_unscorable_rounds, preemption_signals: ``trl_ext.reliability``
-            (``reward_guard``, ``unscorable``, ``preemption``; ``docs/PREEMPTION.md``). A plain ``trl.GRPOConfig``
-            never stops on unscorable rounds.
-        async_generation: ``trl_ext.grpo.async_rollout`` (``docs/ASYNC_GENERATION.md``); also needs
-            ``vllm_importance_sampling_correction=True`` (it corrects the one-batch lag).
+            (``docs/PREEMPTION.md``); a plain ``trl.GRPOConfig`` never stops on unscorable rounds.
+        async_generation: ``trl_ext.grpo.async_rollout`` (``docs/ASYNC_GENERATION.md``).
         bf16: TRL's default is bf16 everywhere, which stops a CPU-only machine at construction and, once a trainer has
             run in fp32 in the same process (the demo's warm start), the next one.
         gradient_checkpointing: off on a CPU, where it saves no accelerator memory and costs a second forward. Passed
@@ -228,9 +220,8 @@ class GRPOFamilyConfig(GRPOConfig):
         parse_signals(self.preemption_signals)  # an unknown or uncatchable name fails here, not at the first signal
 
     def _resolve_renamed_fields(self) -> None:
-        """The deprecated ``dynamic_sampling_max_rounds`` (class docstring). Both names default to None, as
-        transformers' renamed ``TrainingArguments`` fields do, so that a rebuild from the serialized fields (both
-        present, equal) warns about nothing."""
+        """The deprecated ``dynamic_sampling_max_rounds``. Both names default to None so that a rebuild from the
+        serialized fields (both present, equal) warns about nothing."""
         old, new = self.dynamic_sampling_max_rounds, self.dynamic_sampling_max_generation_batches
         self._max_generation_batches_given_as = None
         if old is not None and old != new:
@@ -287,8 +278,8 @@ class GRPOFamilyConfig(GRPOConfig):
             if self.dynamic_sampling_carry_over:
                 raise ValueError(
                     f"dynamic_sampling_carry_over={self.dynamic_sampling_carry_over}: carrying surplus groups to the "
-                    "next step was removed (every trained group is now generated by the policy being trained). Remove "
-                    "the field from your config."
+                    "next step was removed (every trained group is generated by the current policy). Remove the field "
+                    "from your config."
                 )
             margin = self.dynamic_sampling_refill_margin
             if margin is not None and not (math.isfinite(margin) and margin > 0):
@@ -343,9 +334,8 @@ def _set_minibatches(config: GRPOFamilyConfig, paper: str) -> None:
 
 @dataclass
 class GRPOPaperConfig(GRPOFamilyConfig):
-    """GRPO as DeepSeekMath (arXiv 2402.03300, Eq. 3) defines it: per-sequence mean loss (``loss_type="grpo"``) and a
-    k3 KL term in the loss with beta 0.04 (section 4.2). TRL's own ``GRPOConfig`` defaults differ (DAPO loss, no KL).
-    """
+    """GRPO as DeepSeekMath (arXiv 2402.03300, Eq. 3) defines it: per-sequence mean loss and a k3 KL term with beta
+    0.04 (section 4.2). TRL's own ``GRPOConfig`` defaults differ (DAPO loss, no KL)."""
 
     loss_type: str = field(default="grpo", metadata={"help": "GRPO Eq. 3: (1/|o_i|) sum_t, then mean over i."})
     beta: float = field(default=0.04, metadata={"help": "DeepSeekMath 4.2: KL coefficient 0.04."})
@@ -363,13 +353,10 @@ class DrGRPOConfig(GRPOFamilyConfig):
 class DAPOConfig(GRPOFamilyConfig):
     r"""DAPO (arXiv 2503.14476) defaults. Each default names its source.
 
-    ``num_minibatches`` (section 4.1: "the mini-batch size is set to 512, i.e., 16 gradient updates for each rollout
-    step"; verl: ``train_prompt_mini_bsz=32`` of ``train_prompt_bsz=512``) sets ``steps_per_generation`` to
+    ``num_minibatches`` (section 4.1: "16 gradient updates for each rollout step") sets ``steps_per_generation`` to
     ``num_minibatches * gradient_accumulation_steps`` unless that or ``generation_batch_size`` is given: the updates
-    after the first are off-policy, so the ratio moves away from 1 and clip-higher acts (with 1 it never does). TRL's
-    ``per_device_train_batch_size=8`` then gives 128 completions (8 prompts x 16) per rollout, so
-    ``DAPOConfig(output_dir=...)`` constructs as it is. The soft overlong punishment is added to the rule reward by
-    the trainer.
+    after the first are off-policy, so the ratio moves away from 1 and clip-higher acts (with 1 it never does). The
+    soft overlong punishment is added to the rule reward by the trainer.
     """
 
     epsilon: float = field(default=0.2, metadata={"help": "DAPO 3.1: eps_low = 0.2."})
@@ -419,8 +406,7 @@ class GSPOConfig(GRPOFamilyConfig):
     ``loss_type="grpo"`` is (1/G) sum_i min(s_i A_i, clip(s_i) A_i) (Eq. 5), where a token sum ("dapo", "bnpo") would
     weigh each sequence by its length (TRL issue #3823). ``num_minibatches`` sets ``steps_per_generation`` as in
     ``DAPOConfig`` (with one on-policy update s_i = 1 and GSPO equals GRPO). ``gspo_token``: GSPO-token (Eq. 13-14,
-    ``trl_ext.grpo.gspo_token``) formed from ``importance_sampling_level="token"``, which every supported TRL accepts;
-    ``"sequence_token"`` (TRL 1.12's spelling, rejected by TRL >= 1.14) means the same.
+    ``trl_ext.grpo.gspo_token``); TRL 1.12's ``"sequence_token"`` level means the same.
     """
 
     importance_sampling_level: str = field(default="sequence", metadata={"help": "GSPO: sequence-level ratio."})

@@ -8,16 +8,14 @@ whose value is the sequence ratio s_i of GSPO (Eq. 7) on every token and whose g
 log-probability scaled by s_i. With one advantage per sequence it equals GSPO in loss and gradient (Eq. 15-17); with
 per-token advantages it weights each token separately.
 
-TRL's ``_compute_loss`` forms ``log_ratio = per_token_logps - old_per_token_logps`` and, at the token level,
-exponentiates it per token. TRL >= 1.14 has no GSPO-token level, so this mixin keeps the token level and, right after
-TRL's policy forward (``_get_per_token_logps_and_entropies``), replaces the old log-probabilities in a copy of the
+TRL >= 1.14 has no GSPO-token level, so this mixin keeps TRL's token level (``log_ratio = per_token_logps -
+old_per_token_logps``) and, right after TRL's policy forward, replaces the old log-probabilities in a copy of the
 batch with
 
     old'_{i,t} = sg[log pi(y_{i,t})] - sg[log s_i]      so that      log_ratio = log pi - sg[log pi] + sg[log s_i],
 
 exactly Eq. 13 in log space. The policy log-probabilities themselves are untouched, so the KL term, entropies and
-metrics are TRL's; ``off_policy_mask_threshold``'s mask keeps the true old log-probabilities. Switched on by
-``args.gspo_token`` (``GSPOConfig(gspo_token=True)``).
+metrics are TRL's; ``off_policy_mask_threshold``'s mask keeps the true old log-probabilities.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """TRL's vLLM server client with requests submitted ahead of TRL's call: the one piece of overlapped generation that
-runs in the background (``trl_ext.grpo.async_rollout``); the worker thread runs no collective, no model, no torch
-RNG."""
+runs in the background (``trl_ext.grpo.async_rollout``); its thread runs no collective, no model, no torch RNG."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from typing import Any
 
 def engine_sampling_params(generation: Any, num_generations: int) -> dict[str, Any]:
     """The keyword arguments TRL's ``VLLMGeneration.generate`` passes to ``VLLMClient.generate`` in server mode for a
-    training round, from the ``VLLMGeneration``'s own attributes. ``PrefetchingClient.generate`` compares them with
-    TRL's actual call and raises when they differ (a TRL release changed the call: pin a supported TRL)."""
+    training round (``PrefetchingClient.generate`` checks them against TRL's actual call)."""
     min_p = generation.min_p
     return {
         "n": num_generations,
@@ -32,11 +30,10 @@ def engine_sampling_params(generation: Any, num_generations: int) -> dict[str, A
 class PrefetchingClient:
     """TRL's ``VLLMClient`` (main process only) with requests submitted ahead of TRL's call.
 
-    ``submit`` starts ``client.generate`` in one worker thread; ``generate`` (what TRL calls) returns the oldest
-    prefetched answer when TRL asks for exactly those prompts with exactly those parameters, and otherwise waits for
-    the worker and calls the client itself (evaluation). Weight updates and cache resets reach the server only inside
-    ``sync``, which raises while a request is in flight: a rollout generated ahead keeps the weights it started from,
-    so TRL's own per-step update is absorbed. Every other attribute is the client's."""
+    ``generate`` (what TRL calls) returns the oldest prefetched answer when TRL asks for exactly those prompts and
+    parameters, and otherwise calls the client itself (evaluation). Weight updates and cache resets reach the server
+    only inside ``sync``, so a rollout generated ahead keeps the weights it started from and TRL's own per-step update
+    is absorbed. Every other attribute is the client's."""
 
     def __init__(self, client: Any) -> None:
         self._client = client

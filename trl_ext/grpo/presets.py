@@ -61,17 +61,15 @@ def get_preset(name: str, **overrides: Any) -> GRPOFamilyConfig:
 
 
 def trainer_class_for(args: trl.GRPOConfig) -> type[GRPOTrainer]:
-    """The trainer class of the table row that describes ``args`` best: the row whose config class is the nearest
-    base of ``type(args)`` and whose fixed overrides all hold on ``args`` (most overrides wins a tie, so a
-    ``GSPOConfig(gspo_token=True)`` gets the ``gspo_token`` row). A plain ``trl.GRPOConfig`` gets ``GRPOTrainer``.
-    With ``async_generation=True``, the overlapped variant of that class (``AsyncDAPOTrainer``, ...)."""
+    """The trainer class of the row whose config class is the nearest base of ``type(args)`` and whose fixed overrides
+    all hold on ``args`` (most overrides wins a tie); ``GRPOTrainer`` for a plain ``trl.GRPOConfig``. With
+    ``async_generation=True``, the overlapped variant of that class (``AsyncDAPOTrainer``, ...)."""
     mro = type(args).__mro__
     best: tuple[int, int] | None = None
     chosen: type[GRPOTrainer] = GRPOTrainer
     for row in PRESETS.values():
         if row.config not in mro or any(getattr(args, k, None) != v for k, v in row.overrides.items()):
             continue
-        # nearest config class first (DAPOConfig before GRPOFamilyConfig), then the row that fixes more fields
         rank = (-mro.index(row.config), len(row.overrides))
         if best is None or rank > best:
             best, chosen = rank, row.trainer

@@ -1,10 +1,9 @@
 """How often a rollout happens, in optimizer steps and in logged rows, and the warning that tells a Python user.
 
-TRL generates once every ``steps_per_generation * num_iterations`` micro-steps (by default one rollout per optimizer
-step); DAPO trains 16 optimizer steps per rollout (section 4.1), GSPO 4 (section 5.1). The reward figures are
-computed per rollout, so only logged rows whose window holds one carry them. The trainers warn once at construction
-(``rhythm_warning``) and log ``rollout`` (``rollout_index``) on every training row, so that rows of one rollout read
-as such, not as missing data.
+DAPO trains 16 optimizer steps per rollout (section 4.1), GSPO 4 (section 5.1); TRL's default is 1. The reward
+figures are computed per rollout, so only logged rows whose window holds one carry them: the trainers warn once
+(``rhythm_warning``) and log ``rollout`` on every training row, so that rows of one rollout read as such, not as
+missing data.
 """
 
 from __future__ import annotations
@@ -35,12 +34,10 @@ def logging_interval(args: Any) -> int | None:
 
 
 def rows_with_rollout(args: Any, logging_steps: int) -> tuple[int, int]:
-    """``(k, n)``: ``k`` of every ``n`` logged rows hold a rollout (and so the reward figures); a run of ``max_steps``
-    shorter than one period of the pattern counts its own ``max_steps // logging_steps`` rows.
-
-    Row ``r`` (0-based) covers micro-steps ``[r w, (r + 1) w)``, ``w = logging_steps * gradient_accumulation_steps``;
-    a rollout is generated at every micro-step that is a multiple of ``g = generate_every(args)``. The pattern repeats
-    every ``lcm(w, g) / w`` rows."""
+    """``(k, n)``: ``k`` of every ``n`` logged rows hold a rollout (and so the reward figures); a run shorter than one
+    period counts its own ``max_steps // logging_steps`` rows. Row ``r`` covers micro-steps ``[r w, (r + 1) w)``,
+    ``w = logging_steps * gradient_accumulation_steps``; rollouts fall on multiples of ``g = generate_every(args)``,
+    so the pattern repeats every ``lcm(w, g) / w`` rows."""
     window = logging_steps * args.gradient_accumulation_steps
     every = generate_every(args)
     rows = math.lcm(window, every) // window

@@ -1,11 +1,9 @@
 """Drop-in trainers of the GRPO family: TRL's ``GRPOTrainer`` plus one small mixin each, taking exactly its arguments
 (``reward_funcs`` optional: an ``environment_factory`` whose environments define ``get_reward`` may own the reward).
 
-The algorithm lives in the config (``trl_ext.grpo.configs``); a trainer class exists only where behaviour changes, and
-which class a config or preset name gets is the table in ``trl_ext.grpo.presets``. Every one checks its inputs at
-construction, guards the reward functions, stops on a non-finite loss, writes atomic checkpoints and resumes exactly
-(``trl_ext.reliability``); overlapped generation is a trainer of its own (``trl_ext.grpo.async_rollout``). Nothing
-here imports ``trl.experimental``: TRL removes experimental modules without notice.
+The algorithm lives in the config (``trl_ext.grpo.configs``); a trainer class exists only where behaviour changes
+(table: ``trl_ext.grpo.presets``). Every one adds the reliability layer (``trl_ext.reliability``). Nothing here imports
+``trl.experimental``: TRL removes experimental modules without notice.
 """
 
 from __future__ import annotations
@@ -73,8 +71,7 @@ def _check_ratio_level(args: Any) -> None:
 
 class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
     """``trl.GRPOTrainer`` with DAPO dynamic sampling available to any config (``GRPOFamilyConfig`` fields), GSPO-token
-    when the config says ``gspo_token``, and the reliability layer (construction checks, guarded rewards, atomic
-    checkpoints, exact resume). Same arguments and defaults as ``trl.GRPOTrainer`` (``reward_funcs`` optional)."""
+    when the config says ``gspo_token``, and the reliability layer (module docstring)."""
 
     _default_config: type[GRPOFamilyConfig] = GRPOFamilyConfig
     _default_suffix = "GRPO"
@@ -153,8 +150,7 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
         if self.model.training and self.step_gate is not None:
             self.step_gate.count(inputs)
         if self.model.training and self._logs_rollout:
-            # several optimizer steps per rollout: every training row says which rollout its updates trained on
-            # (trl_ext.grpo.rollout_rhythm; the mean over the row's micro-steps when a row spans two rollouts)
+            # several optimizer steps per rollout: every training row says which rollout it trained on (rollout_rhythm)
             every = rollout_rhythm.generate_every(self.args)
             self._metrics["train"]["rollout"].append(float(rollout_rhythm.rollout_index(self._step + 1, every)))
         return super().compute_loss(
@@ -179,8 +175,7 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
 
     def dynamic_sampling_metric(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """Per completion, what decides whether its group is informative (DAPO Eq. 11's accuracy): the weighted sum of
-        the ``dynamic_sampling_metric`` functions' rewards (all but the shaping ones by default), NaN where none of
-        them scored it."""
+        the ``dynamic_sampling_metric`` functions' rewards, NaN where none of them scored it."""
         weights = self.reward_weights.detach().cpu()[self.metric_columns]
         return combine_rewards(rewards_per_func[:, self.metric_columns], weights)
 
@@ -241,8 +236,6 @@ class DAPOTrainer(GRPOTrainer):
                 f"reward_weights has {len(args.reward_weights)} values but {len(funcs)} reward functions were given "
                 "(DAPOTrainer appends the overlong reward itself). Give one weight per reward function you pass."
             )
-        # The overlong term is one more reward function whose weight is the penalty factor: TRL then sums it into the
-        # reward with the others (weighted, NaN-aware) and logs it as rewards/soft_overlong_punishment_reward/*.
         weights = list(args.reward_weights) if args.reward_weights is not None else [1.0] * len(funcs)
         args = copy.copy(args)  # never mutate the caller's config: it may build another trainer
         args.reward_weights = [*weights, args.overlong_penalty_factor]
@@ -251,10 +244,7 @@ class DAPOTrainer(GRPOTrainer):
 
 class GSPOTrainer(GRPOTrainer):
     """GSPO (arXiv 2507.18071): the sequence-level ratio and its clipping come from ``GSPOConfig``
-    (``importance_sampling_level="sequence"``, TRL's implementation of Eq. 7). TRL reports clip fractions per
-    sequence when the ratio is sequence-level (``clip_ratio/{low,high,region}_mean``).
-    ``trainer_class_for(GSPOConfig(gspo_token=True))`` is ``GSPOTokenTrainer``.
-    """
+    (``importance_sampling_level="sequence"``, TRL's implementation of Eq. 7)."""
 
     _default_config = GSPOConfig
     _default_suffix = "GSPO"

@@ -2,16 +2,10 @@
 shapes TRL's loss expects.
 
 Rows are regrouped by the per-sample structure of whatever TRL's ``_generate_and_score_completions`` returned, never
-from a list of known keys: TRL's ``split_pixel_values_by_grid`` first splits its multimodal tensors per sample (as
-TRL's ``_prepare_inputs`` does before it shuffles a generation batch); every value whose first dimension is the
-round's rows is cut into rows, padded by where its columns sit (prompt: left, completion: right, both: each part on
-its side), and TRL's ``unsplit_pixel_values_by_grid`` joins the multimodal entries back.
-
-A group's completions may sit on two processes, so each process sends the selected rows it holds to every process
-(one ``gather_object`` per step, nothing on one process) and takes its own slice. Advantages are TRL's, per round:
-under ``scale_rewards="group"`` (DAPO's) or ``"none"`` a group's advantages depend on its own rewards only; under
-``"batch"`` the std is that of the trained batch (``batch_scaled_advantages``). Fillers (only when the budget ran out)
-get a zero loss mask and a zero advantage: they change nothing in the gradient.
+from a list of known keys, so new TRL outputs and multimodal tensors (split per sample as TRL's ``_prepare_inputs``
+does) survive. A group's completions may sit on two processes: one ``gather_object`` per step. Advantages are TRL's,
+per round, except under ``scale_rewards="batch"``, whose std is that of the trained batch. Fillers get a zero loss
+mask and a zero advantage: they change nothing in the gradient.
 """
 
 from __future__ import annotations
@@ -79,9 +73,8 @@ def _sample_rows(output: dict[str, Any], rows: int) -> tuple[list[dict[str, Any]
 
 
 def column_layout(rounds: list[Round], lists: set[str]) -> dict[str, str]:
-    """Where each per-row tensor's columns sit: ``prompt`` (left-padded, like ``prompt_ids``), ``completion``
-    (right-padded), ``both`` (prompt then completion columns) or ``fixed`` (never padded). A key is sequence-aligned
-    when its width matches the same part in every round (so a per-image field never is, once widths differ)."""
+    """Where each per-row tensor's columns sit: ``prompt`` (left-padded), ``completion`` (right-padded), ``both`` or
+    ``fixed`` (never padded); a key is sequence-aligned when its width matches the same part in every round."""
     kinds: dict[str, set[str]] = {}
     for round_ in rounds:
         prompt, completion = round_.output["prompt_ids"].size(1), round_.output["completion_ids"].size(1)

@@ -1,10 +1,9 @@
 """Which groups carry a learning signal: the pure-function core of DAPO's dynamic sampling, shared by the trainer,
 the group-mined DPO pair builder and the pre-flight probe.
 
-DAPO (arXiv 2503.14476, Eq. 11) keeps only groups with ``0 < |{o_i : is_equivalent(a, o_i)}| < G``: a group whose
-rewards are all equal has a zero group-normalized advantage for every completion, so it only dilutes the batch. For
-general rewards the rule reads "not all equal", within a tolerance. Unscorable completions (reward NaN, TRL's
-``None``) do not count; a group with fewer than two scorable completions is uninformative.
+DAPO (arXiv 2503.14476, Eq. 11) keeps only groups with ``0 < |{o_i : is_equivalent(a, o_i)}| < G``: an all-equal group
+has zero advantage everywhere and only dilutes the batch. For general rewards the rule reads "not all equal", within a
+tolerance; unscorable completions (NaN) do not count, and fewer than two scorable ones make a group uninformative.
 """
 
 from __future__ import annotations
@@ -40,10 +39,8 @@ def _group_range(rewards: torch.Tensor, num_generations: int) -> tuple[torch.Ten
 
 
 def informative_groups(rewards: torch.Tensor, num_generations: int, atol: float = DEFAULT_ATOL) -> torch.Tensor:
-    """Boolean mask over groups: True where the group's scorable rewards span more than ``atol``.
-
-    ``rewards`` is the flat vector of all completions' rewards, groups contiguous (TRL's order: ``view(-1, G)``).
-    """
+    """Boolean mask over groups (``rewards`` flat, groups contiguous): True where the scorable rewards span more than
+    ``atol``."""
     if atol < 0:
         raise ValueError(f"atol must be >= 0, got {atol}.")
     group_max, group_min, num_scorable = _group_range(rewards, num_generations)
@@ -81,9 +78,8 @@ def group_stats(
 ) -> GroupStats:
     """Informative / all-max ("too easy") / all-min ("too hard") group counts.
 
-    ``reward_max`` / ``reward_min`` are the top and bottom of the reward scale (e.g. 1 and 0 for a correctness
-    reward). When not given, the extremes observed in ``rewards`` are used; when every reward is the same value the
-    scale is unknown and such groups count as neither.
+    ``reward_max`` / ``reward_min``: the reward scale (e.g. 1 and 0 for correctness); by default the extremes observed,
+    and when every reward is the same the scale is unknown and such groups count as neither.
     """
     informative = informative_groups(rewards, num_generations, atol)
     group_max, group_min, _ = _group_range(rewards, num_generations)
@@ -106,13 +102,11 @@ def group_stats(
 
 
 def expected_rounds(informative_frac: float, max_rounds: int | None = None, num_groups: int = 1) -> float:
-    """Expected generation rounds per step when every round generates a whole generation batch of ``num_groups``
-    groups, each informative with probability ``p = informative_frac`` independently, until ``num_groups``
-    informative groups are in hand or ``max_rounds`` rounds were made (``None``: until the tail is negligible). An
-    upper bound on the trainer's right-sized refills (``sizing.expected_refill_rounds``). With R that number of
-    rounds, E[R] = sum_{r >= 0, r < max_rounds} P(R > r) and P(R > r) = P(Binomial(r * num_groups, p) < num_groups)
-    (1 for r = 0): 1/p for one group, more for a larger batch, whose surplus is discarded (e.g. p = 0.5, 2 groups,
-    3 rounds at most: 1 + 3/4 + 5/16 = 2.06).
+    """Expected generation rounds per step when every round generates a whole batch of ``num_groups`` groups, each
+    informative with probability ``p = informative_frac``, until ``num_groups`` informative groups are in hand or
+    ``max_rounds`` rounds were made (``None``: until the tail is negligible); an upper bound on the trainer's
+    right-sized refills. E[R] = sum_{r < max_rounds} P(R > r), P(R > r) = P(Binomial(r * num_groups, p) < num_groups)
+    (1 for r = 0), e.g. p = 0.5, 2 groups, 3 rounds at most: 1 + 3/4 + 5/16 = 2.06.
     """
     if num_groups < 1:
         raise ValueError(f"num_groups={num_groups} must be >= 1 (prompts per generation batch).")

@@ -2,22 +2,17 @@
 
 ``sample_informative_batch`` is the whole algorithm, read top to bottom:
 
-1. run a round through TRL's own ``_generate_and_score_completions`` (``trainer.generate_and_score``: TRL's output,
-   and the rewards TRL's ``_calculate_rewards`` returned for it). Every rollout TRL knows runs unchanged: single
-   turn, multi-turn ``tools=`` / ``environment_factory=`` loops, ``rollout_func=``, multimodal prompts, vLLM in
-   either mode;
-2. keep the informative groups: those whose metric (the accuracy rewards: shaping terms such as the overlong
-   penalty left out) is not the same for every completion;
-3. repeat with fresh prompts (``refill_inputs``, a seeded stream over the training set) until the batch holds as many
-   informative groups as it was meant to, or the generation budget is spent; each refill is sized from the running
-   informative rate (``DynamicSampler.refill_size``);
+1. run a round through TRL's own ``_generate_and_score_completions`` (``trainer.generate_and_score``), so every
+   rollout TRL knows runs unchanged (tools, environments, ``rollout_func``, multimodal prompts, vLLM in either mode);
+2. keep the informative groups: those whose metric (the accuracy rewards, shaping terms left out) is not the same for
+   every completion;
+3. repeat with fresh prompts (``refill_inputs``) until the batch holds as many informative groups as it was meant to,
+   or the generation budget is spent; each refill is sized from the running informative rate;
 4. assemble the batch (``batch.assemble``): the first informative groups in generation order, zero-weight fillers
    when the budget ran out.
 
-TRL computes what a round holds for every row it generated, except its old-policy pass where nothing in the round
-reads it (``old_logps``: run on the trained rows only). A dropped group costs its generation and its scoring. When the
-first round is all informative the step is exactly TRL's. TRL's logs (``reward``, ``rewards/*``, the completions
-table, ``sampling/*``) describe every round generated; ``dynamic_sampling/*`` describes what was kept.
+The old-policy pass runs on the trained rows only (``old_logps``); when the first round is all informative the step is
+exactly TRL's. TRL's logs describe every round generated; ``dynamic_sampling/*`` describes what was kept.
 """
 
 from __future__ import annotations
@@ -34,10 +29,9 @@ from trl_ext.grpo.dynamic_sampling.prompts import IterablePromptStream
 def sample_informative_batch(
     trainer: Any, inputs: list[dict[str, Any]], rounds_ahead: Sequence[tuple[list[dict], list | None]] = ()
 ) -> dict[str, Any]:
-    """One generation batch of informative groups for ``trainer`` (a ``trl_ext`` GRPO-family trainer with a
-    ``dynamic_sampler``), from TRL's batch ``inputs`` (this process's rows). ``rounds_ahead``: rounds whose prompts
-    were submitted to the engine ahead (overlapped generation), as (inputs, prompt indices): the first round, then
-    the first refills, whatever size they have; a refill beyond them is sized and drawn here."""
+    """One generation batch of informative groups, from TRL's batch ``inputs`` (this process's rows).
+    ``rounds_ahead``: (inputs, prompt indices) of rounds already submitted to the engine (overlapped generation), used
+    first; a refill beyond them is sized and drawn here."""
     sampler, accelerator = trainer.dynamic_sampler, trainer.accelerator
     world, group_size = accelerator.num_processes, trainer.num_generations
     num_groups = len(inputs) * world // group_size
@@ -75,10 +69,8 @@ def sample_informative_batch(
 def refill_inputs(
     trainer: Any, template: list[dict[str, Any]], num_prompts: int, stream: Any = None
 ) -> tuple[list[dict], list | None]:
-    """Fresh prompts for one round of ``num_prompts`` groups, laid out as TRL's ``RepeatSampler`` lays out a batch
-    (each prompt ``num_generations`` times, this process's slice), with the columns of ``template``; and the
-    training-set index of each prompt (None for an ``IterableDataset``). Every process reads the same stream: the
-    dynamic sampler's (with GRESO's skipping), or ``stream`` (a ``PromptStream``) when given."""
+    """Fresh prompts for one round of ``num_prompts`` groups in TRL's ``RepeatSampler`` layout (this process's slice)
+    and each prompt's training-set index (None for an ``IterableDataset``); every process reads the same stream."""
     accelerator = trainer.accelerator
     world, rank, group_size = accelerator.num_processes, accelerator.process_index, trainer.num_generations
     if num_prompts % world:

@@ -1,11 +1,8 @@
 """The old-policy log-probs of the trained rows only: no forward pass over a group that is then dropped.
 
-TRL computes pi_old's log-probs (the denominator of the clipped ratio when a rollout trains several optimizer steps)
-in every round, before the rewards say which groups are kept. While a round runs, ``DeferredOldLogps`` answers TRL's
-no-grad policy pass with nothing, so the round's output holds no ``old_per_token_logps`` (TRL adds the key only when
-it has a value: no placeholder); after assembly ``fill`` runs TRL's own ``_get_per_token_logps_and_entropies`` on the
-trained rows, with TRL's batch size and multimodal inputs. The ratio then compares the training forward with an old
-pass over the very same tensors, as in TRL's own step.
+TRL computes pi_old's log-probs (the denominator of the clipped ratio) in every round, before the rewards say which
+groups are kept. ``DeferredOldLogps`` skips that pass during a round and ``fill`` runs TRL's own
+``_get_per_token_logps_and_entropies`` on the assembled, trained rows instead.
 
 Deferred only where nothing inside a round reads those log-probs: not with vLLM's importance-sampling correction
 (computed in the round), and not where the reference pass also runs on the policy model (a PEFT adapter disabled,

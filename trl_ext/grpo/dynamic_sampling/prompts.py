@@ -49,11 +49,9 @@ class PromptStream:
 
 
 class IterablePromptStream:
-    """A seeded, resumable stream of rows of an ``IterableDataset`` for refill rounds: the dataset itself, shuffled
-    with its own seed (``IterableDataset.shuffle``, a buffered shuffle whose order also depends on the epoch) when the
-    trainer shuffles, read epoch after epoch. Refill prompts come from the stream, as verl draws them from its
-    dataloader, but from a second pass of it so that TRL's own iteration (and its resume) is untouched. Its position
-    is the number of rows read in the current epoch: a resumed run reopens the epoch and skips exactly those rows."""
+    """A seeded, resumable stream of rows of an ``IterableDataset`` for refill rounds, read epoch after epoch (as
+    verl draws them from its dataloader), from a second pass so that TRL's own iteration and resume are untouched.
+    Its position is the rows read in the current epoch: a resumed run reopens the epoch and skips that many."""
 
     def __init__(self, dataset: IterableDataset, seed: int, shuffle: bool = True) -> None:
         self.dataset, self.seed, self.shuffle = dataset, seed, shuffle

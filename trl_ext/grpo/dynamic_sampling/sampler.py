@@ -25,8 +25,7 @@ _SKIP_ATTEMPTS = 10
 
 class DynamicSampler:
     """Owns the refill prompt stream, the informative-rate estimate, GRESO's skip history, the reward range seen and
-    the warnings given; sizes refill rounds (``refill_size``), draws their prompts (``take_indices``) and describes a
-    finished step (``finish_step``). Configured from a ``GRPOFamilyConfig``."""
+    the warnings given; sizes refill rounds, draws their prompts and describes a finished step."""
 
     def __init__(
         self,
@@ -90,8 +89,8 @@ class DynamicSampler:
         return indices
 
     def finish_step(self, rounds: list[Round], num_groups: int) -> dict[str, float]:
-        """Fold a finished step into the rate estimate, the reward range seen (which labels all-right / all-wrong
-        groups) and GRESO's history; its ``dynamic_sampling/*`` figures. Warns (once) when the budget ran out."""
+        """Fold a finished step into the rate estimate, the reward range seen and GRESO's history; returns its
+        ``dynamic_sampling/*`` figures."""
         metric = torch.cat([r.metric for r in rounds])
         keep = torch.cat([r.informative for r in rounds])
         generated, informative = keep.numel(), int(keep.sum())
@@ -163,11 +162,9 @@ class DynamicSampler:
         advice.append("or raise dynamic_sampling_max_generation_batches")
         logger.warning(
             f"Dynamic sampling spent its generation budget (dynamic_sampling_max_generation_batches="
-            f"{self.max_generation_batches} generation batches) with only {kept}/{num_groups} informative groups "
-            f"({kept / generated:.0%} of the {generated} groups generated were informative; {seen}). The missing "
-            f"groups were filled with zero-weight groups that change nothing in the gradient. What to do: "
-            f"{'; '.join(advice)}. (Shown once; see dynamic_sampling/limit_hit and dynamic_sampling/kept_group_frac "
-            "in the logs.)"
+            f"{self.max_generation_batches}) with only {kept}/{num_groups} informative groups ({kept / generated:.0%} "
+            f"of the {generated} generated; {seen}); the rest are zero-weight fillers. What to do: "
+            f"{'; '.join(advice)}. (Shown once; see dynamic_sampling/limit_hit and dynamic_sampling/kept_group_frac.)"
         )
 
     # -- checkpoint state ----------------------------------------------------------------------------------------

@@ -1,7 +1,5 @@
-"""Dynamic sampling built for a trainer: the metric's reward columns, the ``DynamicSampler`` with its refill stream
-and GRESO's skip predictor, the untrained-step gate, and the sampler's state in checkpoints
-(``dynamic_sampling_state.json``: stream position, rate estimate, skip history, reward range), restored on resume so
-that a resumed run draws the refill prompts an uninterrupted one would."""
+"""Dynamic sampling built for a trainer: the metric's reward columns, the ``DynamicSampler``, the untrained-step gate,
+and the sampler's checkpointed state, so that a resumed run draws the refill prompts an uninterrupted one would."""
 
 from __future__ import annotations
 

@@ -1,15 +1,12 @@
 """Pre-rollout skipping of prompts predicted to give a zero-variance group: GRESO ("Act Only When It Pays", arXiv
 2506.02177, Algorithm 1).
 
-Per training-set index the predictor keeps ``z``, the number of consecutive visits at which the prompt's group had
-zero reward variance (reset to 0 by an informative visit). Before a rollout, a prompt with ``z > 0`` is skipped with
-probability ``1 - p**z``: the longer a prompt has been uninformative, the likelier it is skipped, and ``p`` (the
-exploration probability) keeps every prompt a chance to be re-tested. After each step ``p`` moves by ``step`` toward
-the target: down (skip more) when the zero-variance fraction of the groups generated exceeded ``target``, up
-otherwise, within ``[p_min, 1]``. (GRESO adapts separate probabilities for easy and hard prompts; one is kept here.)
-
-The draws are deterministic given the seed, the index and the number of draws so far (identical on every process,
-and resumed exactly from the checkpointed state).
+Per training-set index the predictor keeps ``z``, the prompt's consecutive zero-variance visits. Before a rollout a
+prompt is skipped with probability ``1 - p**z``; the exploration probability ``p`` keeps every prompt a chance to be
+re-tested, and after each step moves by ``step`` down (skip more) when the zero-variance fraction of the groups
+generated exceeded ``target``, up otherwise, within ``[p_min, 1]``. (GRESO adapts separate probabilities for easy and
+hard prompts; one is kept here.) The draws are deterministic given the seed, the index and the draw count, so they
+are identical on every process and resume exactly.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """An optimizer step whose accumulation window trained no token changes nothing.
 
 Dynamic sampling fills a batch with zero-weight groups when its generation budget runs out. Their gradient is zero,
-but AdamW would still apply its momentum and weight decay and advance its step count. While the generation batch holds
-fillers (``arm``, the same decision on every process), ``UntrainedStepGate`` counts the tokens each micro-batch trains
-on (``count``, from ``compute_loss``, no host synchronisation) and, before the optimizer step, when no process trained
-a token in the window (one all-reduce, only then), drops every gradient: torch's optimizers skip a parameter without
-one, so the weights and the optimizer state stay as they were. ``global_step`` and the LR schedule still advance, so
-``max_steps``, logging, saving and exact resume are unchanged. Not applied under DeepSpeed, whose engine owns the step.
+but AdamW would still apply its momentum and weight decay. When no process trained a token in the window the gate
+drops every gradient, and torch's optimizers skip a parameter without one, so weights and optimizer state stay as they
+were; ``global_step`` and the LR schedule still advance, so logging, saving and exact resume are unchanged. Not
+applied under DeepSpeed, whose engine owns the step.
 """
 
 from __future__ import annotations
