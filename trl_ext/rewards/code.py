@@ -1,12 +1,9 @@
 """Code reward: run the completion's Python against the example's tests in the sandbox; reward the pass fraction.
 
-The unit-test reward of DeepSeek-R1 (arXiv 2501.12948, section 2.2.2), with open-r1's partial credit. The ``tests``
-column holds assert tests (a list of test strings, or one program whose top-level asserts each end a test) or
-input/output cases (APPS/TACO, LiveCodeBench/DeepCoder, open-r1) judged by the dataset checker's rule
-(:mod:`trl_ext.rewards.checkers`); structured data in no known layout is never run as a test program.
-
-Reward: passed / total tests; 0.0 for syntax errors, a solution that raises at import, an unfinished ``<think>`` or
-no code; ``None`` when the example cannot be scored or the sandbox failed. Rules: ``rewards/README.md``, "Code".
+The unit-test reward of DeepSeek-R1 (arXiv 2501.12948, section 2.2.2), with open-r1's partial credit, on assert tests
+or input/output cases (APPS/TACO, LiveCodeBench/DeepCoder, open-r1); structured data in no known layout is never run
+as a test program. ``None`` when the example cannot be scored or the sandbox failed. Rules: ``rewards/README.md``,
+"Code".
 """
 
 from __future__ import annotations
@@ -30,10 +27,8 @@ PYTHON_LABELS = {"", "python", "py", "python3", "py3"}
 
 
 def extract_code(text: str, code_block: str = "last") -> str | None:
-    """Python source of a completion: the last (or all) fenced Python blocks after ``</think>``, else the text.
-
-    Returns None when the completion has no answer region (``<think>`` never closed) or no code at all.
-    """
+    """Python source of a completion: the last (or all) fenced Python blocks after ``</think>``, else the text; None
+    when ``<think>`` never closes or there is no code."""
     if code_block not in ("last", "all"):
         raise ValueError(f"code_block must be 'last' or 'all', got {code_block!r}")
     region = answer_region(text)
@@ -89,11 +84,10 @@ def read_tests(value: Any, tests_format: str = "auto") -> list[str] | IOTests | 
 
 
 class CodeReward:
-    """Fraction of the example's tests that the completion's code passes, run in the sandbox (see module doc).
+    """Fraction of the example's tests that the completion's code passes, run in the sandbox.
 
-    ``timeout`` is per program for assert tests, per case for input/output cases (``case_timeout``); all cases of a
-    program together get ``program_timeout`` (default ``case_timeout`` per case + 1). ``num_workers`` defaults to the
-    usable CPU cores; ``site_packages`` lets programs import the trainer's site-packages (default: stdlib only).
+    Seconds: ``timeout`` per assert program, or per input/output case (``case_timeout``); ``program_timeout`` for all
+    cases of a program (default ``case_timeout`` per case + 1). ``site_packages``: programs may import the trainer's.
     """
 
     def __init__(

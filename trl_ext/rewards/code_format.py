@@ -1,7 +1,5 @@
-"""Code-format reward (open-r1's ``get_code_format_reward``, checking what the code reward will run): 1.0 when the
-answer region (after ``</think>``; a ``<think>`` never closed scores 0) holds a block fenced with the language's label
-(``python``: also ``py``, ``python3``, ``py3``) and, for Python, the last such block parses; else 0.0. With
-``think_format=True`` the completion must also pass the strict think format (:class:`ThinkFormat`), as open-r1's does.
+"""Code-format reward (open-r1's ``get_code_format_reward``), checking what the code reward will run. With
+``think_format=True`` the completion must also pass the strict think format, as open-r1's does.
 """
 
 from __future__ import annotations
@@ -15,7 +13,8 @@ from trl_ext.rewards.text import TextReward
 
 
 class CodeFormat(TextReward):
-    """1.0 when the answer's last block fenced in ``language`` is there (and, for Python, parses); else 0.0."""
+    """1.0 when the answer (after ``</think>``) has a block fenced in ``language`` (``python``: also ``py``,
+    ``python3``, ``py3``) and, for Python, the last one parses; else 0.0."""
 
     def __init__(self, language: str = "python", think_format: bool = False, name: str = "code_format"):
         if not language or not language.replace("+", "").replace("#", "").isalnum():

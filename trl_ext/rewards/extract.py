@@ -1,9 +1,6 @@
-"""Final-answer extraction from model text, the part math-verify leaves to the caller.
-
-Which part of a long chain of thought is the final answer: one strategy per convention (``STRATEGIES``, tabled in
-``rewards/README.md``), which ``auto`` tries in order. Only the text after the last ``</think>`` is searched; a
-completion that never closes ``<think>`` has no answer (as TRL's ``reasoning_accuracy_reward``). All scanning is
-linear-time, so a pathological completion cannot stall the trainer here.
+"""Final-answer extraction from model text, the part math-verify leaves to the caller: one strategy per convention
+(``STRATEGIES``, tabled in ``rewards/README.md``). Only the text after the last ``</think>`` is searched (as TRL's
+``reasoning_accuracy_reward``). All scanning is linear-time, so a pathological completion cannot stall the trainer.
 """
 
 from __future__ import annotations
@@ -36,8 +33,7 @@ def answer_region(text: str) -> str | None:
 
 
 def _match_braces(text: str) -> tuple[dict[int, int], bool]:
-    """Index of the matching ``}`` for every ``{`` that has one, in one pass (escaped braces are skipped), and whether
-    the braces balance: no ``{`` left open and no ``}`` that closes nothing."""
+    """Index of the matching ``}`` for every ``{`` that has one (escaped braces skipped), and whether they balance."""
     closing: dict[int, int] = {}
     stack: list[int] = []
     stray = False
@@ -59,8 +55,8 @@ def _match_braces(text: str) -> tuple[dict[int, int], bool]:
 
 
 def braces_balanced(text: str) -> bool:
-    """Whether every unescaped ``{`` of ``text`` is closed by a later ``}`` and no ``}`` closes nothing (``\\{`` and
-    ``\\}`` are set braces, not groups). A LaTeX answer whose groups do not balance is cut off or malformed."""
+    """Whether the unescaped braces of ``text`` balance (``\\{`` is a set brace, not a group): a LaTeX answer whose
+    groups do not is cut off or malformed."""
     return _match_braces(text)[1]
 
 
@@ -138,10 +134,8 @@ def extract_answer(
     text: str, strategies: str | Sequence[str] = "auto", multiple_boxed: str = "last"
 ) -> tuple[str | None, str | None]:
     """``(answer, strategy)``: the final answer of ``text`` as LaTeX for ``math_verify.parse`` and the strategy that
-    found it, or ``(None, None)``. ``strategies``: ``"auto"``, one name, or a list tried in order. ``multiple_boxed``:
-    ``"last"`` (a model that corrects itself is judged on its final word, and boxing several guesses does not help
-    it) or ``"all"`` (distinct boxed answers joined into one set, for multi-answer problems).
-    """
+    found it, or ``(None, None)``. ``multiple_boxed``: ``"last"`` (a model that corrects itself is judged on its final
+    word, and boxing several guesses does not help) or ``"all"`` (distinct boxed answers as one set, multi-answer)."""
     order = parse_strategies(strategies)
     if multiple_boxed not in ("last", "all"):
         raise ValueError(f"multiple_boxed must be 'last' or 'all', got {multiple_boxed!r}")

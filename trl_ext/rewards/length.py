@@ -1,12 +1,10 @@
 """Length rewards: DAPO's soft overlong punishment and TRL's repetition penalty (both TRL's), and a length budget.
 
-* :class:`SoftOverlong`: DAPO's soft overlong punishment (arXiv 2503.14476, Eq. 13), TRL's
-  ``get_soft_overlong_punishment``: 0 up to ``max_completion_len - soft_punish_cache`` tokens, then a linear ramp
-  down to -1 at ``max_completion_len``.
+* :class:`SoftOverlong`: DAPO (arXiv 2503.14476, Eq. 13), TRL's ``get_soft_overlong_punishment``: 0 up to
+  ``max_completion_len - soft_punish_cache`` tokens, then a linear ramp down to -1 at ``max_completion_len``.
 * :class:`Repetition`: TRL's ``get_repetition_penalty_reward`` (arXiv 2502.03373, appendix C.2).
-* :class:`LengthBudget`: a token budget given once or per example through a column (as in L1, arXiv 2503.04697):
-  ``mode="max"`` gives ``-alpha * max(0, n - B) / B``, ``mode="exact"`` ``-alpha * |n - B| / B``, clipped at
-  ``-alpha`` when ``clip=True``. A budget that is missing or not a positive number scores ``None``.
+* :class:`LengthBudget`: as in L1 (arXiv 2503.04697), formula in ``rewards/README.md``; a budget that is missing or
+  not a positive number scores ``None``.
 
 Length is in completion tokens (``completion_ids``); called by hand without them, in whitespace-separated words.
 """
@@ -21,8 +19,7 @@ from trl_ext.rewards.text import completion_texts
 
 
 class LengthReward:
-    """Base of the length rewards: ``units`` are completion tokens, or whitespace words without ``completion_ids``;
-    ``last_unit`` says which the last call counted."""
+    """Base of the length rewards; ``last_unit`` says whether the last call counted tokens or words."""
 
     last_unit = "tokens"
 

@@ -1,8 +1,5 @@
-"""Tag-count reward: partial credit for each well-formed ``<think>`` / ``<answer>`` tag (open-r1's ``tag_count_reward``).
-
-A dense shaping signal toward the strict format (:class:`trl_ext.rewards.format.ThinkFormat` with
-``answer_tags=True``): 0.25 for each of ``THINK_MARKERS`` and ``ANSWER_MARKERS`` that appears **exactly once**, so a
-repeated marker earns nothing; ``answer_tags=False`` counts the two think markers, 0.5 each (R1 format, no answer tags).
+"""Tag-count reward: partial credit for each well-formed ``<think>`` / ``<answer>`` tag (open-r1's ``tag_count_reward``),
+a dense signal toward the strict format (``ThinkFormat(answer_tags=True)``); a repeated marker earns nothing.
 """
 
 from __future__ import annotations
