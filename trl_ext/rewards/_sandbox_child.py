@@ -246,8 +246,7 @@ def _stdin_file(data):
 
 
 def _run_case(compiled, case_input, io):
-    """Fork one case process (own process group, CPU limit ``ceil(case_timeout)``, stdin a memory file holding the
-    input), collect its output up to ``max_output_bytes`` until it exits or ``case_timeout``; (status, output)."""
+    """``(status, output)`` of one case, run in a forked case process whose stdin holds exactly the input."""
     fn_name, timeout, cap = io["fn_name"], float(io["case_timeout"]), int(io["max_output_bytes"])
     stdin = _stdin_file(b"" if fn_name is not None else case_input.encode("utf-8", "surrogateescape"))
     out_read, out_write = os.pipe()

@@ -84,9 +84,7 @@ def read_tests(value: Any, tests_format: str = "auto") -> list[str] | IOTests | 
 
 
 class CodeReward:
-    """Fraction of the example's tests that the completion's code passes, run in the sandbox.
-
-    Seconds: ``timeout`` per assert program, or per input/output case (``case_timeout``); ``program_timeout`` for all
+    """Fraction of the example's tests that the completion's code passes, run in the sandbox. Seconds: ``timeout`` per assert program, or per input/output case (``case_timeout``); ``program_timeout`` for all
     cases of a program (default ``case_timeout`` per case + 1). ``site_packages``: programs may import the trainer's.
     """
 
@@ -164,12 +162,10 @@ class CodeReward:
             rewards[index], statuses[index] = result.pass_fraction, result.status
             self.last_results[index] = result
         if log_metric is not None and texts:
-            n = len(texts)
-            log_metric(f"{self.__name__}/timeout_frac", statuses.count("timeout") / n)
-            errors = statuses.count("syntax_error") + statuses.count("solution_error")
-            log_metric(f"{self.__name__}/error_frac", errors / n)
-            log_metric(f"{self.__name__}/sandbox_error_frac", statuses.count("sandbox_error") / n)
-            log_metric(f"{self.__name__}/unscorable_frac", statuses.count("unscorable") / n)
+            groups = {"timeout": ["timeout"], "error": ["syntax_error", "solution_error"]}
+            for label in ("timeout", "error", "sandbox_error", "unscorable"):
+                count = sum(map(statuses.count, groups.get(label, [label])))
+                log_metric(f"{self.__name__}/{label}_frac", count / len(texts))
         if log_extra is not None:
             log_extra(f"{self.__name__}_status", statuses)
         return rewards

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Sequence
 
 STRATEGIES = ("boxed", "gsm8k", "answer_is", "last_number")  # also the order "auto" tries them in
@@ -90,12 +91,10 @@ def gsm8k_answer(text: str) -> str | None:
 
 def answer_is(text: str) -> str | None:
     """The rest of the sentence after the last "answer is" / "Answer:" / "final answer =" (case-insensitive)."""
-    last = None
-    for last in _ANSWER_IS.finditer(text):  # noqa: B007 - we want the last match
-        pass
-    if last is None:
+    last = deque(_ANSWER_IS.finditer(text), maxlen=1)
+    if not last:
         return None
-    rest = text[last.end() :].lstrip(" *:\t")
+    rest = text[last[0].end() :].lstrip(" *:\t")
     end = _SENTENCE_END.search(rest)
     segment = rest[: end.start()] if end else rest
     return _LEADING_WORDS.sub("", segment.strip()) or None
@@ -103,10 +102,8 @@ def answer_is(text: str) -> str | None:
 
 def last_number(text: str) -> str | None:
     """The last number in ``text``: integers, negatives, decimals, ``1,000``, ``3/4``, ``50%``."""
-    last = None
-    for last in _NUMBER.finditer(text):  # noqa: B007 - we want the last match
-        pass
-    return last.group().strip() if last else None
+    last = deque(_NUMBER.finditer(text), maxlen=1)
+    return last[0].group().strip() if last else None
 
 
 def clean_answer(answer: str) -> str:

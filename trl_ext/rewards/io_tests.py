@@ -121,8 +121,7 @@ _PARSERS = {"apps": _apps, "livecodebench": _livecodebench, "open-r1": _open_r1}
 
 
 def detect_layout(value: Any) -> str | None:
-    """The layout a (decoded) value is in, from its keys: ``inputs``/``outputs`` is APPS, ``test_cases`` or cases
-    with a ``type`` field is open-r1, a list of ``input``/``output`` cases is LiveCodeBench; else None."""
+    """The layout a (decoded) value is in, recognized from its keys, or None."""
     if isinstance(value, Mapping):
         if "inputs" in value or "outputs" in value:
             return "apps"
