@@ -1,9 +1,8 @@
-"""Code reward: run the completion's Python against the example's tests in the sandbox; reward the pass fraction.
+"""Code rewards: the pass fraction of the completion's Python on the example's tests, run in the sandbox; its format.
 
 The unit-test reward of DeepSeek-R1 (arXiv 2501.12948, section 2.2.2), with open-r1's partial credit, on assert tests
 or input/output cases (APPS/TACO, LiveCodeBench/DeepCoder, open-r1); structured data in no known layout is never run
-as a test program. ``None`` when the example cannot be scored or the sandbox failed. Rules: ``rewards/README.md``,
-"Code".
+as a test program. ``None`` when the example cannot be scored or the sandbox failed. Rules: ``rewards/README.md``.
 """
 
 from __future__ import annotations
@@ -15,11 +14,12 @@ from typing import Any
 
 from trl_ext.rewards.checkers import judge
 from trl_ext.rewards.extract import answer_region
+from trl_ext.rewards.format import ThinkFormat
 from trl_ext.rewards.io_tests import LAYOUTS, IOTests, decode, is_structured, parse_io_tests
 from trl_ext.rewards.sandbox import Cases, Limits, ProgramResult, SandboxPool, sandbox_report
-from trl_ext.rewards.text import column, completion_texts
+from trl_ext.rewards.text import TextReward, column, completion_texts
 
-__all__ = ["CodeReward", "extract_code", "normalize_tests", "read_tests", "sandbox_report"]
+__all__ = ["CodeFormat", "CodeReward", "extract_code", "normalize_tests", "read_tests", "sandbox_report"]
 TESTS_FORMATS = ("auto", "asserts", *LAYOUTS)
 
 FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -182,3 +182,33 @@ class CodeReward:
         state = dict(self.__dict__)
         state["last_results"] = []
         return state
+
+
+class CodeFormat(TextReward):
+    """Code-format reward (open-r1's ``get_code_format_reward``), checking what the code reward will run: 1.0 when the
+    answer (after ``</think>``) has a block fenced in ``language`` (``python``: also ``py``, ``python3``, ``py3``)
+    and, for Python, the last one parses; else 0.0. ``think_format=True`` also requires the strict think format."""
+
+    def __init__(self, language: str = "python", think_format: bool = False, name: str = "code_format"):
+        if not language or not language.replace("+", "").replace("#", "").isalnum():
+            raise ValueError(f"language must be a fence label such as 'python' or 'cpp', got {language!r}")
+        self.language = language.lower()
+        self.labels = PYTHON_LABELS - {""} if self.language in PYTHON_LABELS else {self.language}
+        self.think_format = ThinkFormat(strict=True) if think_format else None
+        self.__name__ = name
+
+    def score(self, text: str) -> float:
+        region = answer_region(text)
+        if region is None:
+            return 0.0
+        if self.think_format is not None and self.think_format.score(text) != 1.0:
+            return 0.0
+        blocks = [body for label, body in FENCE.findall(region) if label.lower() in self.labels]
+        if not blocks or not blocks[-1].strip():
+            return 0.0
+        if self.labels & PYTHON_LABELS:
+            try:
+                ast.parse(blocks[-1])
+            except (SyntaxError, ValueError):
+                return 0.0
+        return 1.0
