@@ -85,8 +85,7 @@ def read_tests(value: Any, tests_format: str = "auto") -> list[str] | IOTests | 
 
 class CodeReward:
     """Fraction of the example's tests that the completion's code passes, run in the sandbox. Seconds: ``timeout`` per assert program, or per input/output case (``case_timeout``); ``program_timeout`` for all
-    cases of a program (default ``case_timeout`` per case + 1). ``site_packages``: programs may import the trainer's.
-    """
+    cases of a program (default ``case_timeout`` per case + 1). ``site_packages``: programs may import the trainer's."""
 
     def __init__(
         self,

@@ -28,9 +28,7 @@ def answer_region(text: str) -> str | None:
     close = text.rfind("</think>")
     if close >= 0:
         return text[close + len("</think>") :]
-    if "<think>" in text:
-        return None
-    return text
+    return None if "<think>" in text else text
 
 
 def _match_braces(text: str) -> tuple[dict[int, int], bool]:

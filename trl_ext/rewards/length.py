@@ -6,6 +6,7 @@
 * :class:`LengthBudget`: as in L1 (arXiv 2503.04697), formula in ``rewards/README.md``; a budget that is missing or
   not a positive number scores ``None``.
 
+All three are shaping rewards (``trl_ext.rewards.shaping``): dynamic sampling's default metric leaves them out.
 Length is in completion tokens (``completion_ids``); called by hand without them, in whitespace-separated words.
 """
 
@@ -47,8 +48,7 @@ class _TRLLengthReward(LengthReward):
 
 
 class SoftOverlong(_TRLLengthReward):
-    """DAPO's soft overlong punishment (TRL's implementation), in [-1, 0]. A shaping reward
-    (``trl_ext.rewards.shaping``): dynamic sampling's default metric leaves it out."""
+    """DAPO's soft overlong punishment (TRL's implementation), in [-1, 0]."""
 
     def __init__(self, max_completion_len: int, soft_punish_cache: int = 0, name: str = "soft_overlong"):
         if max_completion_len < 1:
@@ -64,7 +64,7 @@ class SoftOverlong(_TRLLengthReward):
 
 
 class Repetition(_TRLLengthReward):
-    """TRL's n-gram repetition penalty, in [max_penalty, 0]. A shaping reward (``trl_ext.rewards.shaping``)."""
+    """TRL's n-gram repetition penalty, in [max_penalty, 0]."""
 
     def __init__(self, ngram_size: int = 3, max_penalty: float = -1.0, name: str = "repetition"):
         if ngram_size < 1:
@@ -76,8 +76,7 @@ class Repetition(_TRLLengthReward):
 
 
 class LengthBudget(LengthReward):
-    """Penalty for exceeding (``max``) or missing (``exact``) a token budget, relative to the budget. A shaping reward
-    (``trl_ext.rewards.shaping``)."""
+    """Penalty for exceeding (``max``) or missing (``exact``) a token budget, relative to the budget."""
 
     shaping_reward = True
 

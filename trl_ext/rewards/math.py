@@ -215,8 +215,7 @@ class MathAccuracy:
     ``"math_verify"`` for exactly ``trl.rewards.accuracy_reward``. ``solution_column``: ``None`` uses ``answer`` if
     present, else ``solution`` (a full GSM8K or MATH solution works). ``parse_timeout``, ``verify_timeout``:
     math-verify's per-call limits, whole seconds (``signal.alarm``). ``hard_timeout``: wall-clock seconds per
-    completion in the process backend before the helper is killed and replaced; ``num_workers``: its helpers.
-    """
+    completion in the process backend before the helper is killed and replaced; ``num_workers``: its helpers."""
 
     _lock = threading.Lock()  # guards the helpers' one-time start; one for all instances, so nothing to pickle
 

@@ -238,10 +238,9 @@ def parse_verdicts(
         tail = [line for line in stderr.decode("utf-8", "replace").splitlines() if line.strip()]
         if tail:
             result.detail += f": {tail[-1][:300]}"
-    elif "syntax_error" in program:
-        result.status, result.detail = "syntax_error", " ".join(program["syntax_error"])
-    elif "solution_error" in program:
-        result.status, result.detail = "solution_error", " ".join(program["solution_error"])
+    elif "syntax_error" in program or "solution_error" in program:
+        kind = "syntax_error" if "syntax_error" in program else "solution_error"
+        result.status, result.detail = kind, " ".join(program[kind])
     elif launcher["exit"][1:2] == ["1"] or launcher["exit"][0] == str(-signal.SIGXCPU):
         # the wall-clock deadline or RLIMIT_CPU's SIGXCPU (signal N reported as -N): which comes first depends on load
         result.status = "timeout"
