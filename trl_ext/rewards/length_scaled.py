@@ -1,9 +1,8 @@
 """Length rewards that depend on correctness: Kimi k1.5's group length reward and the cosine-scaled length reward.
 
-* :class:`KimiLength` (``len_reward``), Kimi k1.5 (arXiv 2501.12599, section 2.3.3), formula in
-  ``rewards/README.md``; a group of equal lengths scores 0 (open-r1's convention). Unlike open-r1's ``len_reward``,
-  which takes the whole batch and so mixes questions, it works within each prompt's group. Kimi's warm-up of the
-  penalty over training is not here.
+* :class:`KimiLength` (``len_reward``), Kimi k1.5 (arXiv 2501.12599, section 2.3.3; formula in ``rewards/README.md``),
+  within each prompt's group (open-r1's ``len_reward`` takes the whole batch, mixing questions); a group of equal
+  lengths scores 0 (open-r1's convention). Kimi's warm-up of the penalty over training is not here.
 * :class:`CosineLength` (``cosine``), arXiv 2502.03373, section 4, Eq. 1: ``r_T + 0.5 (r_0 - r_T) (1 + cos(t pi /
   T))`` of the length ``t`` (clipped at ``T = max_len``), with ``(r_0, r_T) = (max_value_correct,
   min_value_correct)`` when correct (shorter is better) and ``(min_value_wrong, max_value_wrong)`` when wrong (longer
