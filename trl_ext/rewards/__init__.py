@@ -4,15 +4,13 @@ per completion (``None``: cannot be scored), never raising on malformed model ou
 """
 
 from trl_ext.rewards.arithmetic import arithmetic_reward
-from trl_ext.rewards.code import CodeReward
-from trl_ext.rewards.code_format import CodeFormat
-from trl_ext.rewards.format import ProcessReward, ThinkFormat
+from trl_ext.rewards.code import CodeFormat, CodeReward
+from trl_ext.rewards.format import ProcessReward, TagCount, ThinkFormat
 from trl_ext.rewards.length import LengthBudget, Repetition, SoftOverlong
 from trl_ext.rewards.length_scaled import CosineLength, KimiLength
 from trl_ext.rewards.math import MathAccuracy
 from trl_ext.rewards.registry import available_rewards, get_reward, get_rewards, register_reward
 from trl_ext.rewards.sandbox import sandbox_report
-from trl_ext.rewards.tag_count import TagCount
 from trl_ext.rewards.text import completion_text
 
 __all__ = [

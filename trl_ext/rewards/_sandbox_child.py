@@ -1,15 +1,10 @@
-"""Launcher and test harness of the code sandbox; runs as ``python -I -S -B _sandbox_child.py`` (stdlib only).
+"""Launcher and test harness of the code sandbox (:mod:`trl_ext.rewards.sandbox`), run as ``python -I -S -B``.
 
-The other side of :mod:`rewards.sandbox`'s protocol: stdin is one JSON object (``code``, ``tests``, ``limits``,
-``plan``, ``nonce`` ...); stdout is the runner's verdict channel (fd 3 inside), lines ``<nonce> <record> ...``;
-stderr is the launcher's own channel (``sandbox_error``, ``exit``), out of the program's reach.
-
-The launcher applies the isolation ``plan`` and forks the *runner*, which ``exec``s the solution as module
-``solution``, then each test. A test passes only on an explicit pass record: exiting early, closing stdout or
-printing fake verdicts does not produce one. The launcher kills the runner (and its namespace) at the deadline.
-
-Input/output cases run each in a forked *case process* (:func:`_run_case`, :func:`_case_main`); the runner reports
-each case's status and base64 output, and is non-dumpable so that case processes (same uid) cannot read its memory.
+stdin: one JSON config; stdout: the runner's verdict channel (fd 3 inside), lines ``<nonce> <record> ...``; stderr:
+the launcher's own records (``sandbox_error``, ``exit``), out of the program's reach. The launcher applies the
+isolation ``plan``, forks the *runner* and kills it (and its namespace) at the deadline. A test passes only on an
+explicit pass record: exiting early, closing stdout or printing fake verdicts does not produce one. Input/output
+cases each run in a forked *case process*; the runner is non-dumpable so that they (same uid) cannot read its memory.
 """
 
 import base64
@@ -85,10 +80,8 @@ def _first_blocked_ancestor(path):
 
 
 def _expose_python(paths):
-    """Bind-mount read-only the ``paths`` (Python's stdlib, site-packages) hidden under an untraversable directory.
-
-    The blocked directory itself is covered by an empty tmpfs, so the rest of it (``/root/.ssh`` ...) stays hidden.
-    """
+    """Bind-mount read-only the ``paths`` (stdlib, site-packages) hidden under an untraversable directory, which an
+    empty tmpfs covers so that the rest of it (``/root/.ssh`` ...) stays hidden."""
     paths = sorted({os.path.realpath(p) for p in paths if os.path.isdir(p)})
     paths = [p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths)]
     blocked = {}
@@ -191,8 +184,8 @@ def _verdict_writer(fd, nonce):
 
 
 def _harness(code, tests, io, nonce, fd):
-    """Compile the solution, then run it and each assert test (one record per test), or (``io``) run it once per
-    input/output case, each in its own case process (one record per case); each record is written as soon as known."""
+    """Run the solution then each assert test, or (``io``) once per case in a case process; one record each, written
+    as soon as known."""
     exit_now = os._exit  # bound now: the solution may monkeypatch the os module
     emit = _verdict_writer(fd, nonce)
 
@@ -253,8 +246,7 @@ def _stdin_file(data):
 
 
 def _run_case(compiled, case_input, io):
-    """Fork one case process (own process group, CPU limit ``ceil(case_timeout)``, stdin a memory file holding the
-    input), collect its output up to ``max_output_bytes`` until it exits or ``case_timeout``; (status, output)."""
+    """``(status, output)`` of one case, run in a forked case process whose stdin holds exactly the input."""
     fn_name, timeout, cap = io["fn_name"], float(io["case_timeout"]), int(io["max_output_bytes"])
     stdin = _stdin_file(b"" if fn_name is not None else case_input.encode("utf-8", "surrogateescape"))
     out_read, out_write = os.pipe()
@@ -368,8 +360,7 @@ def _case_main(compiled, fn_name, case_input):
 
 
 def _wait(pid, timeout):
-    """Wait for ``pid`` until ``timeout`` seconds (on a pidfd, else polling); SIGKILL it on overrun. Returns (exit
-    code, timed out)."""
+    """``(exit code, timed out)`` of ``pid`` after at most ``timeout`` seconds, SIGKILLed on overrun."""
     deadline = time.monotonic() + timeout
     try:
         pidfd = os.pidfd_open(pid)

@@ -1,6 +1,5 @@
-"""Reward of the arithmetic demo task (``trl_ext.demo``: ``"17+25="`` answered ``"42"``): 1.0 when the completion's
-first integer equals the ``answer`` column, else 0.0. DAPO's rule-based reward (arXiv 2503.14476, section 2.4) on a
-0/1 scale instead of +1/-1, which group-normalized advantages make equivalent.
+"""Reward of the arithmetic demo task (``trl_ext.demo``: ``"17+25="`` answered ``"42"``): DAPO's rule-based reward
+(arXiv 2503.14476, section 2.4) on a 0/1 scale instead of +1/-1, which group-normalized advantages make equivalent.
 """
 
 from __future__ import annotations

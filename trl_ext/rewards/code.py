@@ -1,12 +1,8 @@
-"""Code reward: run the completion's Python against the example's tests in the sandbox; reward the pass fraction.
+"""Code rewards: the pass fraction of the completion's Python on the example's tests, run in the sandbox; its format.
 
-The unit-test reward of DeepSeek-R1 (arXiv 2501.12948, section 2.2.2), with open-r1's partial credit. The ``tests``
-column holds assert tests (a list of test strings, or one program whose top-level asserts each end a test) or
-input/output cases (APPS/TACO, LiveCodeBench/DeepCoder, open-r1) judged by the dataset checker's rule
-(:mod:`trl_ext.rewards.checkers`); structured data in no known layout is never run as a test program.
-
-Reward: passed / total tests; 0.0 for syntax errors, a solution that raises at import, an unfinished ``<think>`` or
-no code; ``None`` when the example cannot be scored or the sandbox failed. Rules: ``rewards/README.md``, "Code".
+The unit-test reward of DeepSeek-R1 (arXiv 2501.12948, section 2.2.2), with open-r1's partial credit, on assert tests
+or input/output cases (APPS/TACO, LiveCodeBench/DeepCoder, open-r1); structured data in no known layout is never run
+as a test program. ``None`` when the example cannot be scored or the sandbox failed. Rules: ``rewards/README.md``.
 """
 
 from __future__ import annotations
@@ -18,11 +14,12 @@ from typing import Any
 
 from trl_ext.rewards.checkers import judge
 from trl_ext.rewards.extract import answer_region
+from trl_ext.rewards.format import ThinkFormat
 from trl_ext.rewards.io_tests import LAYOUTS, IOTests, decode, is_structured, parse_io_tests
 from trl_ext.rewards.sandbox import Cases, Limits, ProgramResult, SandboxPool, sandbox_report
-from trl_ext.rewards.text import column, completion_texts
+from trl_ext.rewards.text import TextReward, column, completion_texts
 
-__all__ = ["CodeReward", "extract_code", "normalize_tests", "read_tests", "sandbox_report"]
+__all__ = ["CodeFormat", "CodeReward", "extract_code", "normalize_tests", "read_tests", "sandbox_report"]
 TESTS_FORMATS = ("auto", "asserts", *LAYOUTS)
 
 FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -30,10 +27,8 @@ PYTHON_LABELS = {"", "python", "py", "python3", "py3"}
 
 
 def extract_code(text: str, code_block: str = "last") -> str | None:
-    """Python source of a completion: the last (or all) fenced Python blocks after ``</think>``, else the text.
-
-    Returns None when the completion has no answer region (``<think>`` never closed) or no code at all.
-    """
+    """Python source of a completion: the last (or all) fenced Python blocks after ``</think>``, else the text; None
+    when ``<think>`` never closes or there is no code."""
     if code_block not in ("last", "all"):
         raise ValueError(f"code_block must be 'last' or 'all', got {code_block!r}")
     region = answer_region(text)
@@ -89,12 +84,8 @@ def read_tests(value: Any, tests_format: str = "auto") -> list[str] | IOTests | 
 
 
 class CodeReward:
-    """Fraction of the example's tests that the completion's code passes, run in the sandbox (see module doc).
-
-    ``timeout`` is per program for assert tests, per case for input/output cases (``case_timeout``); all cases of a
-    program together get ``program_timeout`` (default ``case_timeout`` per case + 1). ``num_workers`` defaults to the
-    usable CPU cores; ``site_packages`` lets programs import the trainer's site-packages (default: stdlib only).
-    """
+    """Fraction of the example's tests that the completion's code passes, run in the sandbox. Seconds: ``timeout`` per assert program, or per input/output case (``case_timeout``); ``program_timeout`` for all
+    cases of a program (default ``case_timeout`` per case + 1). ``site_packages``: programs may import the trainer's."""
 
     def __init__(
         self,
@@ -170,12 +161,10 @@ class CodeReward:
             rewards[index], statuses[index] = result.pass_fraction, result.status
             self.last_results[index] = result
         if log_metric is not None and texts:
-            n = len(texts)
-            log_metric(f"{self.__name__}/timeout_frac", statuses.count("timeout") / n)
-            errors = statuses.count("syntax_error") + statuses.count("solution_error")
-            log_metric(f"{self.__name__}/error_frac", errors / n)
-            log_metric(f"{self.__name__}/sandbox_error_frac", statuses.count("sandbox_error") / n)
-            log_metric(f"{self.__name__}/unscorable_frac", statuses.count("unscorable") / n)
+            groups = {"timeout": ["timeout"], "error": ["syntax_error", "solution_error"]}
+            for label in ("timeout", "error", "sandbox_error", "unscorable"):
+                count = sum(map(statuses.count, groups.get(label, [label])))
+                log_metric(f"{self.__name__}/{label}_frac", count / len(texts))
         if log_extra is not None:
             log_extra(f"{self.__name__}_status", statuses)
         return rewards
@@ -192,3 +181,33 @@ class CodeReward:
         state = dict(self.__dict__)
         state["last_results"] = []
         return state
+
+
+class CodeFormat(TextReward):
+    """Code-format reward (open-r1's ``get_code_format_reward``), checking what the code reward will run: 1.0 when the
+    answer (after ``</think>``) has a block fenced in ``language`` (``python``: also ``py``, ``python3``, ``py3``)
+    and, for Python, the last one parses; else 0.0. ``think_format=True`` also requires the strict think format."""
+
+    def __init__(self, language: str = "python", think_format: bool = False, name: str = "code_format"):
+        if not language or not language.replace("+", "").replace("#", "").isalnum():
+            raise ValueError(f"language must be a fence label such as 'python' or 'cpp', got {language!r}")
+        self.language = language.lower()
+        self.labels = PYTHON_LABELS - {""} if self.language in PYTHON_LABELS else {self.language}
+        self.think_format = ThinkFormat(strict=True) if think_format else None
+        self.__name__ = name
+
+    def score(self, text: str) -> float:
+        region = answer_region(text)
+        if region is None:
+            return 0.0
+        if self.think_format is not None and self.think_format.score(text) != 1.0:
+            return 0.0
+        blocks = [body for label, body in FENCE.findall(region) if label.lower() in self.labels]
+        if not blocks or not blocks[-1].strip():
+            return 0.0
+        if self.labels & PYTHON_LABELS:
+            try:
+                ast.parse(blocks[-1])
+            except (SyntaxError, ValueError):
+                return 0.0
+        return 1.0

@@ -1,14 +1,12 @@
-"""Final-answer extraction from model text, the part math-verify leaves to the caller.
-
-Which part of a long chain of thought is the final answer: one strategy per convention (``STRATEGIES``, tabled in
-``rewards/README.md``), which ``auto`` tries in order. Only the text after the last ``</think>`` is searched; a
-completion that never closes ``<think>`` has no answer (as TRL's ``reasoning_accuracy_reward``). All scanning is
-linear-time, so a pathological completion cannot stall the trainer here.
+"""Final-answer extraction from model text, the part math-verify leaves to the caller: one strategy per convention
+(``STRATEGIES``, tabled in ``rewards/README.md``). Only the text after the last ``</think>`` is searched (as TRL's
+``reasoning_accuracy_reward``). All scanning is linear-time, so a pathological completion cannot stall the trainer.
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Sequence
 
 STRATEGIES = ("boxed", "gsm8k", "answer_is", "last_number")  # also the order "auto" tries them in
@@ -30,14 +28,11 @@ def answer_region(text: str) -> str | None:
     close = text.rfind("</think>")
     if close >= 0:
         return text[close + len("</think>") :]
-    if "<think>" in text:
-        return None
-    return text
+    return None if "<think>" in text else text
 
 
 def _match_braces(text: str) -> tuple[dict[int, int], bool]:
-    """Index of the matching ``}`` for every ``{`` that has one, in one pass (escaped braces are skipped), and whether
-    the braces balance: no ``{`` left open and no ``}`` that closes nothing."""
+    """Index of the matching ``}`` for every ``{`` that has one (escaped braces skipped), and whether they balance."""
     closing: dict[int, int] = {}
     stack: list[int] = []
     stray = False
@@ -59,8 +54,8 @@ def _match_braces(text: str) -> tuple[dict[int, int], bool]:
 
 
 def braces_balanced(text: str) -> bool:
-    """Whether every unescaped ``{`` of ``text`` is closed by a later ``}`` and no ``}`` closes nothing (``\\{`` and
-    ``\\}`` are set braces, not groups). A LaTeX answer whose groups do not balance is cut off or malformed."""
+    """Whether the unescaped braces of ``text`` balance (``\\{`` is a set brace, not a group): a LaTeX answer whose
+    groups do not is cut off or malformed."""
     return _match_braces(text)[1]
 
 
@@ -94,12 +89,10 @@ def gsm8k_answer(text: str) -> str | None:
 
 def answer_is(text: str) -> str | None:
     """The rest of the sentence after the last "answer is" / "Answer:" / "final answer =" (case-insensitive)."""
-    last = None
-    for last in _ANSWER_IS.finditer(text):  # noqa: B007 - we want the last match
-        pass
-    if last is None:
+    last = deque(_ANSWER_IS.finditer(text), maxlen=1)
+    if not last:
         return None
-    rest = text[last.end() :].lstrip(" *:\t")
+    rest = text[last[0].end() :].lstrip(" *:\t")
     end = _SENTENCE_END.search(rest)
     segment = rest[: end.start()] if end else rest
     return _LEADING_WORDS.sub("", segment.strip()) or None
@@ -107,10 +100,8 @@ def answer_is(text: str) -> str | None:
 
 def last_number(text: str) -> str | None:
     """The last number in ``text``: integers, negatives, decimals, ``1,000``, ``3/4``, ``50%``."""
-    last = None
-    for last in _NUMBER.finditer(text):  # noqa: B007 - we want the last match
-        pass
-    return last.group().strip() if last else None
+    last = deque(_NUMBER.finditer(text), maxlen=1)
+    return last[0].group().strip() if last else None
 
 
 def clean_answer(answer: str) -> str:
@@ -138,10 +129,8 @@ def extract_answer(
     text: str, strategies: str | Sequence[str] = "auto", multiple_boxed: str = "last"
 ) -> tuple[str | None, str | None]:
     """``(answer, strategy)``: the final answer of ``text`` as LaTeX for ``math_verify.parse`` and the strategy that
-    found it, or ``(None, None)``. ``strategies``: ``"auto"``, one name, or a list tried in order. ``multiple_boxed``:
-    ``"last"`` (a model that corrects itself is judged on its final word, and boxing several guesses does not help
-    it) or ``"all"`` (distinct boxed answers joined into one set, for multi-answer problems).
-    """
+    found it, or ``(None, None)``. ``multiple_boxed``: ``"last"`` (a model that corrects itself is judged on its final
+    word, and boxing several guesses does not help) or ``"all"`` (distinct boxed answers as one set, multi-answer)."""
     order = parse_strategies(strategies)
     if multiple_boxed not in ("last", "all"):
         raise ValueError(f"multiple_boxed must be 'last' or 'all', got {multiple_boxed!r}")

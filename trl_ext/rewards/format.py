@@ -1,10 +1,8 @@
-"""Format rewards: ``<think>...</think>`` then an answer (strict and lenient), and a partial-credit process reward.
+"""Format rewards: ``<think>...</think>`` then an answer (strict and lenient), partial credit for the process and tags.
 
-The format reward is DeepSeek-R1's (arXiv 2501.12948, section 2.2.2), which TRL ships as
-``trl.rewards.think_format_reward``. **strict** is open-r1's ``format_reward`` shape; **lenient** lets the opening
-``<think>`` be missing, because chat templates of reasoning models (DeepSeek-R1, Qwen3) put it into the *prompt*;
-**process** gives four parts of 0.25 (open-r1's ``tag_count_reward`` and ``reasoning_steps_reward`` are its
-ingredients). The rules: ``rewards/README.md``, "Format, process, length".
+DeepSeek-R1's format reward (arXiv 2501.12948, section 2.2.2; TRL's ``think_format_reward``): **strict** is open-r1's
+``format_reward`` shape; **lenient** lets the opening ``<think>`` be missing, because chat templates of reasoning
+models (DeepSeek-R1, Qwen3) put it into the *prompt*. Rules: ``rewards/README.md``, "Format, process, length".
 """
 
 from __future__ import annotations
@@ -17,6 +15,8 @@ from trl_ext.rewards.text import TextReward
 _STRICT = re.compile(r"<think>\n(?P<reasoning>.*?)\n</think>\n(?P<answer>.*)", re.DOTALL)
 _ANSWER_STRICT = re.compile(r"<answer>\n(?P<inner>.*?)\n</answer>\s*", re.DOTALL)
 _ANSWER_LENIENT = re.compile(r"<answer>(?P<inner>.*?)</answer>", re.DOTALL)
+THINK_MARKERS = ("<think>\n", "\n</think>\n")
+ANSWER_MARKERS = ("\n<answer>\n", "\n</answer>")
 _STEP = re.compile(
     r"^\s*(?:step\s*\d+\b|\d+[.)]\s|[-*]\s|(?:first|second|third|next|then|finally)\b,?)", re.IGNORECASE | re.MULTILINE
 )
@@ -66,7 +66,8 @@ def count_steps(reasoning: str) -> int:
 
 
 class ProcessReward(TextReward):
-    """Partial credit in [0, 1] for a well-formed reasoning process (four parts of 0.25, see the module docstring)."""
+    """Partial credit in [0, 1] for a well-formed reasoning process: four parts of 0.25 (after open-r1's
+    ``tag_count_reward`` and ``reasoning_steps_reward``)."""
 
     def __init__(self, min_steps: int = 3, name: str = "process"):
         if min_steps < 1:
@@ -75,7 +76,6 @@ class ProcessReward(TextReward):
         self.__name__ = name
 
     def score(self, text: str) -> float:
-        """Credit of one completion text: the sum of the four independent parts."""
         closed = text.count("</think>") == 1 and text.count("<think>") <= 1
         before, after = text.split("</think>", 1) if closed else (text, "")
         if closed and "<think>" in after:
@@ -88,3 +88,16 @@ class ProcessReward(TextReward):
         if closed and extract_answer(after)[0] is not None:
             credit += 0.25
         return credit
+
+
+class TagCount(TextReward):
+    """open-r1's ``tag_count_reward``, a dense signal toward the strict format with answer tags: ``(markers present
+    exactly once) / (markers counted)``, quarters with answer tags, halves without; a repeated marker earns nothing."""
+
+    def __init__(self, answer_tags: bool = True, name: str = "tag_count"):
+        self.answer_tags = answer_tags
+        self.markers = THINK_MARKERS + (ANSWER_MARKERS if answer_tags else ())
+        self.__name__ = name
+
+    def score(self, text: str) -> float:
+        return sum(text.count(marker) == 1 for marker in self.markers) / len(self.markers)

@@ -1,15 +1,9 @@
 """Input/output test cases of the code datasets, read from a dataset value: APPS/TACO, LiveCodeBench/DeepCoder, open-r1.
 
-:func:`parse_io_tests` turns one example's test column into :class:`IOTests`, or ``None`` when the value is not tests
-in that layout (the code reward then scores the example ``None``, never as a passing test). Layouts:
-
-* ``"apps"``: ``{"inputs": [...], "outputs": [...], "fn_name"?}``. Without ``fn_name`` each input is stdin text (a
-  list of lines is joined, as APPS's ``run_test`` does); with it each input is the argument list of a call.
-* ``"livecodebench"``: a list of ``{"input", "output", "testtype": "stdin" | "functional"}``. A functional case's
-  input holds one JSON value per line, as LiveCodeBench's ``grade_call_based`` reads them; its function name comes
-  from ``metadata.func_name`` or ``fn_name``. A problem mixing stdin and functional cases is not read.
-* ``"open-r1"``: ``{"language": "python", "test_cases": [{"input", "output", "type": "stdin_stdout"}]}``, or just the
-  list of cases; another language or case type is not read.
+A value that is not tests in the layout reads as ``None`` (the code reward scores the example ``None``, never as a
+passing test). Layouts: ``rewards/README.md``, "Input/output tests". As the datasets' own runners: an APPS input given
+as a list of lines is joined (``run_test``); a LiveCodeBench functional input holds one JSON argument per line
+(``grade_call_based``), its function name from ``metadata.func_name`` or ``fn_name``.
 """
 
 from __future__ import annotations
@@ -127,8 +121,7 @@ _PARSERS = {"apps": _apps, "livecodebench": _livecodebench, "open-r1": _open_r1}
 
 
 def detect_layout(value: Any) -> str | None:
-    """The layout a (decoded) value is in, from its keys: ``inputs``/``outputs`` is APPS, ``test_cases`` or cases
-    with a ``type`` field is open-r1, a list of ``input``/``output`` cases is LiveCodeBench; else None."""
+    """The layout a (decoded) value is in, recognized from its keys, or None."""
     if isinstance(value, Mapping):
         if "inputs" in value or "outputs" in value:
             return "apps"

@@ -1,13 +1,12 @@
 """Length rewards: DAPO's soft overlong punishment and TRL's repetition penalty (both TRL's), and a length budget.
 
-* :class:`SoftOverlong`: DAPO's soft overlong punishment (arXiv 2503.14476, Eq. 13), TRL's
-  ``get_soft_overlong_punishment``: 0 up to ``max_completion_len - soft_punish_cache`` tokens, then a linear ramp
-  down to -1 at ``max_completion_len``.
+* :class:`SoftOverlong`: DAPO (arXiv 2503.14476, Eq. 13), TRL's ``get_soft_overlong_punishment``: 0 up to
+  ``max_completion_len - soft_punish_cache`` tokens, then a linear ramp down to -1 at ``max_completion_len``.
 * :class:`Repetition`: TRL's ``get_repetition_penalty_reward`` (arXiv 2502.03373, appendix C.2).
-* :class:`LengthBudget`: a token budget given once or per example through a column (as in L1, arXiv 2503.04697):
-  ``mode="max"`` gives ``-alpha * max(0, n - B) / B``, ``mode="exact"`` ``-alpha * |n - B| / B``, clipped at
-  ``-alpha`` when ``clip=True``. A budget that is missing or not a positive number scores ``None``.
+* :class:`LengthBudget`: as in L1 (arXiv 2503.04697), formula in ``rewards/README.md``; a budget that is missing or
+  not a positive number scores ``None``.
 
+All three are shaping rewards (``trl_ext.rewards.shaping``): dynamic sampling's default metric leaves them out.
 Length is in completion tokens (``completion_ids``); called by hand without them, in whitespace-separated words.
 """
 
@@ -21,8 +20,7 @@ from trl_ext.rewards.text import completion_texts
 
 
 class LengthReward:
-    """Base of the length rewards: ``units`` are completion tokens, or whitespace words without ``completion_ids``;
-    ``last_unit`` says which the last call counted."""
+    """Base of the length rewards; ``last_unit`` says whether the last call counted tokens or words."""
 
     last_unit = "tokens"
 
@@ -50,8 +48,7 @@ class _TRLLengthReward(LengthReward):
 
 
 class SoftOverlong(_TRLLengthReward):
-    """DAPO's soft overlong punishment (TRL's implementation), in [-1, 0]. A shaping reward
-    (``trl_ext.rewards.shaping``): dynamic sampling's default metric leaves it out."""
+    """DAPO's soft overlong punishment (TRL's implementation), in [-1, 0]."""
 
     def __init__(self, max_completion_len: int, soft_punish_cache: int = 0, name: str = "soft_overlong"):
         if max_completion_len < 1:
@@ -67,7 +64,7 @@ class SoftOverlong(_TRLLengthReward):
 
 
 class Repetition(_TRLLengthReward):
-    """TRL's n-gram repetition penalty, in [max_penalty, 0]. A shaping reward (``trl_ext.rewards.shaping``)."""
+    """TRL's n-gram repetition penalty, in [max_penalty, 0]."""
 
     def __init__(self, ngram_size: int = 3, max_penalty: float = -1.0, name: str = "repetition"):
         if ngram_size < 1:
@@ -79,8 +76,7 @@ class Repetition(_TRLLengthReward):
 
 
 class LengthBudget(LengthReward):
-    """Penalty for exceeding (``max``) or missing (``exact``) a token budget, relative to the budget. A shaping reward
-    (``trl_ext.rewards.shaping``)."""
+    """Penalty for exceeding (``max``) or missing (``exact``) a token budget, relative to the budget."""
 
     shaping_reward = True
 

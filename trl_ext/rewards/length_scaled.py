@@ -1,10 +1,8 @@
 """Length rewards that depend on correctness: Kimi k1.5's group length reward and the cosine-scaled length reward.
 
-* :class:`KimiLength` (``len_reward``), Kimi k1.5 (arXiv 2501.12599, section 2.3.3): within one prompt's group,
-  ``lambda_i = 0.5 - (len_i - min_len) / (max_len - min_len)``; the reward is ``lambda_i`` for a correct response
-  and ``min(0, lambda_i)`` for a wrong one; a group of equal lengths scores 0 (open-r1's convention). open-r1's
-  ``len_reward`` takes the whole batch, which mixes questions under TRL's grouping. Kimi's warm-up of the penalty
-  over training is not here.
+* :class:`KimiLength` (``len_reward``), Kimi k1.5 (arXiv 2501.12599, section 2.3.3; formula in ``rewards/README.md``),
+  within each prompt's group (open-r1's ``len_reward`` takes the whole batch, mixing questions); a group of equal
+  lengths scores 0 (open-r1's convention). Kimi's warm-up of the penalty over training is not here.
 * :class:`CosineLength` (``cosine``), arXiv 2502.03373, section 4, Eq. 1: ``r_T + 0.5 (r_0 - r_T) (1 + cos(t pi /
   T))`` of the length ``t`` (clipped at ``T = max_len``), with ``(r_0, r_T) = (max_value_correct,
   min_value_correct)`` when correct (shorter is better) and ``(min_value_wrong, max_value_wrong)`` when wrong (longer
@@ -25,8 +23,7 @@ from trl_ext.rewards.math import MathAccuracy
 
 
 class _Correctness(LengthReward):
-    """Shared by both rewards: correctness from an accuracy reward, lengths from the completion tokens. Its options
-    are KimiLength's as they are."""
+    """Base of both rewards: correctness from an accuracy reward, lengths in tokens; its options are KimiLength's."""
 
     def __init__(
         self,

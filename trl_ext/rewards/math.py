@@ -1,13 +1,10 @@
 """Math accuracy: extract the final answer, then let math-verify judge equivalence, without ever hanging.
 
 The rule-based outcome reward of DeepSeek-R1 (arXiv 2501.12948, section 2.2.2) and DAPO (arXiv 2503.14476, section
-2.4), adding to math-verify answer extraction (:mod:`rewards.extract`), gold answers from full solutions, and timeouts
-that hold everywhere: math-verify's ``signal.alarm`` only works in the main thread (TRL's ``accuracy_reward`` turns
-timeouts off elsewhere, where ``9^{9^{9^9}}`` stalls training for good). Backend ``"process"`` scores in helper
-processes and kills one that overruns ``hard_timeout`` (a hang in C code, where alarms are not delivered).
-
-Reward: 1.0 correct; 0.0 wrong, no answer or timed out; ``None`` when the *reference* cannot be scored
-(:func:`reference_unscorable`), so TRL ignores the example. See ``rewards/README.md``, "Math accuracy".
+2.4). math-verify's ``signal.alarm`` timeouts only work in the main thread, so elsewhere backend ``"process"`` scores
+in helper processes and kills one that overruns ``hard_timeout`` (also a hang in C code, which alarms cannot stop).
+Reward: 1.0 correct; 0.0 wrong, no answer or timed out; ``None`` when the *reference* cannot be scored. Rules:
+``rewards/README.md``, "Math accuracy".
 """
 
 from __future__ import annotations
@@ -47,10 +44,8 @@ def _quiet_math_verify() -> None:
 
 
 def signals_usable() -> bool:
-    """True when math-verify's ``signal.alarm`` timeouts can work here: main thread, SIGALRM exists, no timer armed.
-
-    An already-armed ``ITIMER_REAL`` belongs to someone else (``signal.alarm`` would silently replace it).
-    """
+    """True when math-verify's ``signal.alarm`` timeouts can work here: main thread, SIGALRM exists, and no
+    ``ITIMER_REAL`` armed by someone else (``signal.alarm`` would silently replace it)."""
     if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
         return False
     return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
@@ -77,12 +72,11 @@ _parse_gold = lru_cache(maxsize=4096)(_parse)
 
 
 def reference_unscorable(gold: str, parsed: Sequence[Any]) -> bool:
-    """Whether the reference answer ``gold`` cannot be scored, given what math-verify's ``parse`` returned for it
-    (``parsed``), so that the example teaches nothing rather than 0.0 from a broken label: nothing parsed; unbalanced
-    braces (cut-off LaTeX, even where math-verify reads a prefix); no expression read from text with LaTeX markup
-    (meant as math, so only a completion repeating the broken text could score); no letter, digit or math symbol.
-    A text answer math-verify reads no expression from (``C++``, ``∞``) is still compared as text.
-    """
+    """Whether the reference ``gold`` (``parsed`` by math-verify) cannot be scored, so that the example teaches
+    nothing rather than 0.0 from a broken label: nothing parsed; unbalanced braces (cut-off LaTeX, even where
+    math-verify reads a prefix); LaTeX markup but no expression (only a completion repeating the broken text could
+    score); no letter, digit or math symbol. Other text math-verify reads no expression from (``C++``) is compared
+    as text."""
     if not parsed or not braces_balanced(gold):
         return True
     if any(not isinstance(item, str) for item in parsed):
@@ -199,9 +193,8 @@ class _Worker:
 
 
 def worker_main() -> None:
-    """The helper process of the ``process`` backend (module doc), :func:`score_one` in its own main thread: one JSON
-    request per stdin line (``solution``, ``text`` and the options), one JSON reply per line (``reward``, ``status``),
-    until stdin closes."""
+    """The ``process`` backend's helper: :func:`score_one` in its own main thread, one JSON request per stdin line
+    (``solution``, ``text``, options), one JSON reply (``reward``, ``status``) per line."""
     _quiet_math_verify()
     import math_verify  # noqa: F401  - pay the sympy import before announcing readiness
 
@@ -218,20 +211,11 @@ def worker_main() -> None:
 class MathAccuracy:
     """Math accuracy reward: 1.0 if the completion's final answer equals the reference (math-verify), else 0.0.
 
-    Args:
-        extraction: ``"auto"``, a strategy of :mod:`rewards.extract`, a list of them tried in order, or
-            ``"math_verify"`` for exactly ``trl.rewards.accuracy_reward``.
-        multiple_boxed: ``"last"`` judges the last boxed answer; ``"all"`` compares the set of boxed answers.
-        solution_column: the reference column; ``None`` uses ``answer`` if present, else ``solution`` (a full GSM8K
-            or MATH solution works). An unscorable reference (:func:`reference_unscorable`) scores ``None``.
-        timeout_backend: ``"auto"``, ``"signal"`` or ``"process"`` (module docstring).
-        parse_timeout, verify_timeout: math-verify's per-call limits, in whole seconds (``signal.alarm``).
-        hard_timeout: wall-clock limit per completion in the process backend, after which the helper is killed and
-            replaced (hangs in C code). Default ``2 * parse_timeout + 2 * verify_timeout + 2``.
-        num_workers: helper processes for the process backend, scoring in parallel.
-
-    Logs through TRL's ``log_metric``: ``<name>/no_answer_frac``, ``<name>/timeout_frac``, ``<name>/unscorable_frac``.
-    """
+    ``extraction``: ``"auto"``, a strategy of :mod:`trl_ext.rewards.extract`, a list of them tried in order, or
+    ``"math_verify"`` for exactly ``trl.rewards.accuracy_reward``. ``solution_column``: ``None`` uses ``answer`` if
+    present, else ``solution`` (a full GSM8K or MATH solution works). ``parse_timeout``, ``verify_timeout``:
+    math-verify's per-call limits, whole seconds (``signal.alarm``). ``hard_timeout``: wall-clock seconds per
+    completion in the process backend before the helper is killed and replaced; ``num_workers``: its helpers."""
 
     _lock = threading.Lock()  # guards the helpers' one-time start; one for all instances, so nothing to pickle
 

@@ -12,13 +12,11 @@ from typing import Any
 
 from trl_ext.errors import did_you_mean
 from trl_ext.rewards.arithmetic import arithmetic_reward
-from trl_ext.rewards.code import CodeReward
-from trl_ext.rewards.code_format import CodeFormat
-from trl_ext.rewards.format import ProcessReward, ThinkFormat
+from trl_ext.rewards.code import CodeFormat, CodeReward
+from trl_ext.rewards.format import ProcessReward, TagCount, ThinkFormat
 from trl_ext.rewards.length import LengthBudget, Repetition, SoftOverlong
 from trl_ext.rewards.length_scaled import CosineLength, KimiLength
 from trl_ext.rewards.math import MathAccuracy
-from trl_ext.rewards.tag_count import TagCount
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,10 @@
 """Run untrusted Python against tests in isolated processes: probe what the host allows, fall back in order, report.
 
-The code comes from a policy under RL: mostly buggy (endless loops, memory blow-ups, ``sys.exit()``), sometimes
-hostile by accident or by reward hacking (forking, deleting files, killing processes, faking a pass). The trainer must
-survive, every call return within its limit, the host and the trainer's secrets stay untouched, and a pass count only
-when the test really ran and passed. Each program runs in a fresh launcher (``_sandbox_child.py``) whose runner lives
-in new PID, network and mount namespaces, under rlimits, as an unprivileged uid when the trainer is root (a user
-namespace otherwise), with no capabilities and ``no_new_privs``; when the kernel refuses namespaces, weaker plans
-are used and logged (:func:`sandbox_report`). What it does not stop (no seccomp filter, world-readable files, total
-memory, reward hacking inside the verdict): ``rewards/README.md``, "Isolation" and "Threat model and its limits".
+Each program runs in a fresh launcher (``_sandbox_child.py``) whose runner lives in new PID, network and mount
+namespaces, under rlimits, as an unprivileged uid when the trainer is root (a user namespace otherwise), with no
+capabilities and ``no_new_privs``; when the kernel refuses namespaces, weaker plans are used and logged
+(:func:`sandbox_report`). What it does not stop (no seccomp filter, world-readable files, total memory, reward
+hacking inside the verdict): ``rewards/README.md``, "Isolation" and "Threat model and its limits".
 """
 
 from __future__ import annotations
@@ -162,11 +159,10 @@ class Isolation:
 
 @dataclass
 class ProgramResult:
-    """Outcome of one program. ``status``: ok, timeout, crashed, syntax_error, solution_error, sandbox_error.
-
-    For input/output cases, ``outputs`` holds each case's stdout (or JSON return value) and ``errors`` its status
-    (``ok``, ``error``, ``timeout``, ``output_limit``, ``crashed``; ``""`` when it never ran); ``passed`` is all False
-    until the host judges the outputs (``trl_ext.rewards.checkers``)."""
+    """Outcome of one program. ``status``: ok, timeout, crashed, syntax_error, solution_error, sandbox_error. For
+    input/output cases ``outputs`` holds each case's stdout (or JSON return value), ``errors`` its status (ok, error,
+    timeout, output_limit, crashed; ``""``: never ran), and ``passed`` stays all False until the host judges the
+    outputs (``trl_ext.rewards.checkers``)."""
 
     status: str
     passed: tuple[bool, ...]
@@ -242,13 +238,11 @@ def parse_verdicts(
         tail = [line for line in stderr.decode("utf-8", "replace").splitlines() if line.strip()]
         if tail:
             result.detail += f": {tail[-1][:300]}"
-    elif "syntax_error" in program:
-        result.status, result.detail = "syntax_error", " ".join(program["syntax_error"])
-    elif "solution_error" in program:
-        result.status, result.detail = "solution_error", " ".join(program["solution_error"])
+    elif "syntax_error" in program or "solution_error" in program:
+        kind = "syntax_error" if "syntax_error" in program else "solution_error"
+        result.status, result.detail = kind, " ".join(program[kind])
     elif launcher["exit"][1:2] == ["1"] or launcher["exit"][0] == str(-signal.SIGXCPU):
-        # the wall-clock deadline, or RLIMIT_CPU's SIGXCPU (the launcher reports death by signal N as -N): which
-        # strikes first depends on the machine's load, so both count as a timeout
+        # the wall-clock deadline or RLIMIT_CPU's SIGXCPU (signal N reported as -N): which comes first depends on load
         result.status = "timeout"
     elif "done" not in program:
         result.status, result.detail = "crashed", f"exit status {launcher['exit'][0]}"
@@ -267,8 +261,8 @@ def _decode_output(field_text: str) -> str | None:
 
 
 def _uid_base() -> int:
-    """First uid of this process's slots: 50000 + 64 * (pid mod 150), below 60000 so that containers with a
-    65536-uid map accept it, and distinct between concurrent trainer processes in most cases."""
+    """First uid of this process's slots: below 60000 so that containers with a 65536-uid map accept it, and
+    distinct between concurrent trainer processes in most cases."""
     return 50000 + MAX_SLOTS * (os.getpid() % 150)
 
 
@@ -333,11 +327,9 @@ def run_program(
     nproc_share: int = 1,
     cases: Cases | None = None,
 ) -> ProgramResult:
-    """Run ``code`` then each of ``tests`` (in the solution's namespace) in the sandbox, one pass/fail per test, or
-    (``cases`` given, ``tests`` ignored) once per case, each case's output and status left for the caller to judge.
-    Never raises on program behaviour. ``slot`` (0 to 63): the unprivileged uid as root; ``isolation``: the probed
-    plan by default; ``site_packages``: the trainer's site-packages importable; ``nproc_share``: programs per uid.
-    """
+    """Run ``code`` then each of ``tests`` in its namespace (one pass/fail each), or once per case of ``cases``
+    (outputs left for the caller to judge). Never raises on program behaviour. ``slot`` picks the unprivileged uid
+    as root; ``nproc_share``: programs sharing one uid."""
     limits = limits or Limits()
     isolation = isolation or probe_isolation()
     if not 0 <= slot < MAX_SLOTS:
@@ -456,13 +448,8 @@ _probe_lock = threading.Lock()
 
 
 def probe_isolation(refresh: bool = False) -> Isolation:
-    """Find the strongest plan this host allows by running a self-test program under each in turn (cached).
-
-    A plan is accepted when its launcher starts and the self-test verifies what the plan promises: not root and no
-    capabilities (when started as root), the standard library importable, and PID namespace, no network and a
-    private ``/tmp`` for plans that use those namespaces. ``RLIMIT_NPROC`` enforcement is measured and reported.
-    Raises ``RuntimeError`` if running as root and no plan can drop root.
-    """
+    """The strongest plan whose self-test (``_PROBE_TESTS``) verifies what it promises on this host (cached).
+    Raises ``RuntimeError`` when no plan works, e.g. as root with no way to drop root."""
     global _isolation
     with _probe_lock:
         if _isolation is not None and not refresh:
@@ -507,11 +494,8 @@ def sandbox_report() -> str:
 
 
 class SandboxPool:
-    """Runs many programs in parallel: ``num_workers`` threads, each launching one sandboxed process at a time.
-
-    Threads, not processes, hold the slots: nothing is pickled or re-imported, so it works unchanged in notebooks
-    and scripts without an ``if __name__ == "__main__"`` guard. Each slot has its own unprivileged uid (as root).
-    """
+    """Runs programs in parallel: ``num_workers`` threads, each launching one sandboxed process at a time (threads,
+    so nothing is pickled: notebook-safe, no ``__main__`` guard). Each slot has its own unprivileged uid (as root)."""
 
     def __init__(self, num_workers: int | None = None, limits: Limits | None = None, site_packages: bool = False):
         if num_workers is None:

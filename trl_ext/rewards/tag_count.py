@@ -1,25 +1,3 @@
-"""Tag-count reward: partial credit for each well-formed ``<think>`` / ``<answer>`` tag (open-r1's ``tag_count_reward``).
+"""Import path kept for :class:`~trl_ext.rewards.format.TagCount` and its markers."""
 
-A dense shaping signal toward the strict format (:class:`trl_ext.rewards.format.ThinkFormat` with
-``answer_tags=True``): 0.25 for each of ``THINK_MARKERS`` and ``ANSWER_MARKERS`` that appears **exactly once**, so a
-repeated marker earns nothing; ``answer_tags=False`` counts the two think markers, 0.5 each (R1 format, no answer tags).
-"""
-
-from __future__ import annotations
-
-from trl_ext.rewards.text import TextReward
-
-THINK_MARKERS = ("<think>\n", "\n</think>\n")
-ANSWER_MARKERS = ("\n<answer>\n", "\n</answer>")
-
-
-class TagCount(TextReward):
-    """``(markers present exactly once) / (markers counted)``: quarters with answer tags, halves without."""
-
-    def __init__(self, answer_tags: bool = True, name: str = "tag_count"):
-        self.answer_tags = answer_tags
-        self.markers = THINK_MARKERS + (ANSWER_MARKERS if answer_tags else ())
-        self.__name__ = name
-
-    def score(self, text: str) -> float:
-        return sum(text.count(marker) == 1 for marker in self.markers) / len(self.markers)
+from trl_ext.rewards.format import ANSWER_MARKERS, THINK_MARKERS, TagCount  # noqa: F401

@@ -1,6 +1,4 @@
-"""Text of a completion, whatever shape TRL hands it over in (plain strings, or messages whose content may be a list
-of blocks): every reward reads completions through :func:`completion_text`, which never raises.
-"""
+"""Text of a completion, whatever shape TRL hands it over in, and the base and column helpers of the rewards."""
 
 from __future__ import annotations
 
@@ -8,8 +6,8 @@ from typing import Any
 
 
 def completion_text(completion: Any) -> str:
-    """Plain text of one completion: the text, or the content of a conversational completion's last message.
-    Anything unexpected becomes a string rather than an exception: a reward must never raise on model output."""
+    """Plain text of one completion: the text, or the content (blocks joined) of a conversational completion's last
+    message. Anything unexpected becomes a string rather than an exception: a reward must never raise on model output."""
     try:
         if isinstance(completion, str):
             return completion
