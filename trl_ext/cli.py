@@ -29,8 +29,7 @@ PRESETS_MODULE = "trl_ext.grpo.presets"
 
 
 def preset_names() -> set[str]:
-    """The presets ``trl-ext <name>`` runs: the table's names, plus any registered at run time (read from
-    ``sys.modules``, never imported here)."""
+    """The presets ``trl-ext <name>`` runs: the table's, plus any registered at run time (never imported here)."""
     table = sys.modules.get(PRESETS_MODULE)
     return set(PRESET_NAMES) | set(getattr(table, "PRESETS", {}))
 
