@@ -26,9 +26,8 @@ class DataArguments:
     dataset_test_split: str | None = field(
         default="test",
         metadata={
-            "help": "Held-out split, or a local file of held-out problems (demo: 240 problems). Data without one "
-            "(a lone file, a dataset with no test split) that has a reference column holds out 10 percent of its rows "
-            "(at most 100; seed 0; said on the opening line) and trains on the rest. none: no held-out split."
+            "help": "Held-out split, or a local file of held-out problems (demo: 240). Without one, data with a "
+            "reference column holds out 10 percent of its rows (at most 100, seed 0). none: no held-out split."
         },
     )
     dataset_prompt_column: str | None = field(
@@ -38,9 +37,9 @@ class DataArguments:
     dataset_answer_column: str | None = field(
         default=None,
         metadata={
-            "help": "Column holding the reference answer; a dotted path reaches a nested field (e.g. "
-            "reward_model.ground_truth). Its final answer is used (after '####', or the last boxed one). None: "
-            "from the recognized layout."
+            "help": "Column holding the reference answer (a dotted path for a nested field, e.g. "
+            "reward_model.ground_truth); its final answer counts (after '####', or the last boxed one). None: from "
+            "the recognized layout."
         },
     )
     system_prompt: str | None = field(
@@ -71,8 +70,7 @@ class RewardDataArguments(DataArguments):
         default=None,
         metadata={
             "help": "Reward functions by registry name (trl_ext.rewards.available_rewards()). None: the task reward "
-            "that fits the data layout (accuracy for math, code for code tests, arithmetic for the built-in demo), "
-            "named in the opening line."
+            "of the data layout (accuracy for math, code for code tests, arithmetic for the built-in demo)."
         },
     )
     reward_options: dict | str | None = field(
@@ -135,8 +133,7 @@ class SFTScriptArguments(DataArguments):
 
 @dataclass
 class DPOScriptArguments(RewardDataArguments):
-    """Data, and the rule-based rewards that score mined groups (unused on a preference dataset). Their weights are
-    ``DPOConfig.reward_weights``."""
+    """Data, and the rule-based rewards that score mined groups (weights: ``DPOConfig.reward_weights``)."""
 
 
 @dataclass

@@ -1,6 +1,5 @@
-"""The GRPO-family parts of the recipes (``trl_ext.scripts.grpo`` and the presets' recipes that call its ``main``):
-``parse`` (any preset of the table, demo YAML by default), the output folder and ``metrics.jsonl``, the opening line,
-the monitors around TRL's trainer, and the closing report (table, ``summary.json``, ``curves.png``)."""
+"""The GRPO-family parts of the recipes: ``parse`` (any preset of the table), the output folder and ``metrics.jsonl``,
+the opening line, the monitors around TRL's trainer, and the closing report (``summary.json``, ``curves.png``)."""
 
 from __future__ import annotations
 
@@ -61,10 +60,9 @@ def _demo_preset(name: str) -> str:
 def parse(
     preset: str | type[GRPOFamilyConfig], recipe: str | None = None, argv: list[str] | None = None
 ) -> tuple[RLScriptArguments, GRPOFamilyConfig, ModelConfig]:
-    """``(script_args, training_args, model_args)`` of a GRPO-family run (``parsing.parse``). ``preset``: the recipe's
-    own, by name or config class (``recipe`` then names its demo YAML); ``--preset NAME`` or a YAML ``preset:`` picks
-    another row of the table, whose fixed fields (``gspo_token``) apply unless given. ``script_args.preset``: the
-    name that ran."""
+    """``(script_args, training_args, model_args)`` of a GRPO-family run. ``preset``: the recipe's own, by name or
+    config class (``recipe`` then names its demo YAML); ``--preset NAME`` or a YAML ``preset:`` picks another row of
+    the table, whose fixed fields (``gspo_token``) apply unless given."""
     argv = list(sys.argv[1:] if argv is None else argv)
     name = _preset_name(argv)
     if name is None and isinstance(preset, str):
@@ -284,9 +282,8 @@ def announce(
     data: TaskData,
     rewards: list[str],
 ) -> None:
-    """The opening line of a GRPO-family run (``report.announce`` with the real batch and the data's layout); under
-    it, when the user's own model runs at the preset's learning rate, a hint: the papers' setting, chosen for 7B+
-    models trained for thousands of steps, can leave a small model's policy where it started."""
+    """The opening line of a GRPO-family run; under it, when the user's own model runs at the preset's learning rate,
+    a hint: the papers' setting (7B+ models, thousands of steps) can leave a small model's policy where it started."""
     report.announce(
         recipe,
         trainer_name,

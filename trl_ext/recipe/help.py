@@ -1,6 +1,5 @@
 """A recipe's ``--help``: the flags a user reaches for, grouped, in under 250 lines (model and output, the script
-arguments in full, the preset's own fields, the most-used TRL and transformers fields in a sentence each);
-``--help-all`` prints every field (over 1,400 lines), as ``TrlParser`` would."""
+arguments, the preset's own fields, the most-used TRL fields in a sentence each); ``--help-all`` prints every field."""
 
 from __future__ import annotations
 

@@ -127,11 +127,10 @@ def check_config_file(argv: list[str]) -> None:
 
 
 def parse(dataclass_types: Sequence[type], recipe: str | None, argv: list[str] | None = None) -> tuple:
-    """The parsed ``dataclass_types`` of recipe ``recipe``. With neither ``--config`` nor ``--model_name_or_path``
-    the demo YAML (``demo_config_path(recipe)``; none when ``recipe`` is None) supplies the values; flags override
-    either way. Unknown YAML keys fail naming the closest field (``check_config_keys``), where ``TrlParser`` would
-    ignore a typo; a missing file and a value a config's ``__post_init__`` refuses are ``UserError``s. The script
-    arguments get ``given_fields`` (set by flag or YAML) and ``given_sources`` (which of the two)."""
+    """The parsed ``dataclass_types`` of recipe ``recipe``: with neither ``--config`` nor ``--model_name_or_path``
+    the demo YAML supplies the values, flags override either way. Unknown YAML keys fail naming the closest field
+    (``TrlParser`` would ignore a typo); a missing file or a refused config value is a ``UserError``. The script
+    arguments get ``given_fields`` and ``given_sources`` (flag or YAML)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = make_parser(dataclass_types)
     parser.prog = recipe_prog(recipe)  # errors and help say `trl-ext dapo`, not `dapo.py`
