@@ -139,9 +139,8 @@ def stage_table(accuracies: dict[str, float], header: str) -> list[str]:
 def learned_reward_stages(
     args: PipelineArguments, sft_dir: str, accuracies: dict[str, float], timings: dict[str, float], start: float
 ) -> dict[str, Any]:
-    """RLHF with a learned reward (Ouyang et al. 2022): a reward model trained on pairs mined from the warm start
-    (``recipes/reward.py``), then DAPO against it (``--reward_funcs <reward model>``); held-out accuracy is the rule
-    reward's after each stage, so how well the learned reward stands in for the true one is visible."""
+    """RLHF with a learned reward (Ouyang et al. 2022): a reward model on pairs mined from the warm start, then DAPO
+    against it; held-out accuracy is the rule reward's, showing how well the learned reward stands in for it."""
     # 2. Reward model on the warm start's mined pairs: recipes/reward.py's code path and YAML.
     t = time.time()
     rm_dir = os.path.join(args.output_dir, "reward")
