@@ -133,9 +133,8 @@ def _check_column(path: str, columns: list[str], flag: str) -> None:
 def detect_layout(
     dataset: Dataset, prompt_column: str | None = None, answer_column: str | None = None, strict: bool = True
 ) -> Layout:
-    """The layout of ``dataset``: the flags' mapping when given, else the first recognized layout of the table above.
-    Nothing fits: a ``UserError`` naming the flags to map the columns, unless ``strict=False`` (SFT text, DPO pairs),
-    which keeps such a dataset as it is."""
+    """The layout of ``dataset``: the flags' mapping when given, else the first recognized layout of ``_KNOWN``. When
+    nothing fits, a ``UserError`` naming the flags, unless ``strict=False`` (SFT text, DPO pairs) keeps it as it is."""
     columns = list(dataset.column_names)
     known = next((layout for layout in _KNOWN if layout.required_columns <= set(columns)), None)
     if prompt_column is None and answer_column is None:

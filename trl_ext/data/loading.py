@@ -1,9 +1,7 @@
-"""Loading the recipes' data: the demo, a local file or folder, or a Hub dataset, then its layout
-(``trl_ext.data.layouts``) applied to the training and the held-out split alike (:func:`load_task_data`).
+"""Loading the recipes' data (the demo, a local file or folder, or a Hub dataset), its layout applied to both splits.
 
 The held-out split is ``dataset_test_split`` (a split name, default ``test``, or a file). Scorable data without one
-gets one carved for the training recipes (:func:`carve_held_out`), said on the opening line (``held_out_label``);
-``--dataset_test_split none`` trains on every row, with no held-out figure.
+gets one carved for the training recipes (:func:`carve_held_out`); ``--dataset_test_split none`` trains on every row.
 """
 
 from __future__ import annotations
@@ -90,8 +88,7 @@ def load_data(
 ) -> tuple[Dataset, Dataset | None]:
     """``(train, eval)`` as stored: the demo problems (``dataset_name`` None), a local data file (all of it), or a
     ``datasets.load_dataset`` name or folder, whose ``test_split`` is the eval set when it exists. ``test_split`` may
-    also be a file of held-out problems, or ``none``. A missing path, or a split the user named (not the default
-    ``test``) that does not exist, is a ``UserError``. Nothing is carved here."""
+    also be a file of held-out problems, or ``none``. Nothing is carved here."""
     if dataset_name is None:
         return make_problems(DemoTaskConfig())
     test_file = is_data_file(test_split)
@@ -138,8 +135,7 @@ def held_out_size(rows: int) -> int:
 
 def carve_held_out(train: Dataset) -> tuple[Dataset, Dataset | None]:
     """``(train without the held-out rows, held-out rows)``: ``held_out_size`` rows drawn with Python's ``random``
-    (stable across versions) and seed ``HELD_OUT_SEED``, both in the file's order, the held-out part's
-    ``info.description`` saying so; ``(train, None)`` when there are too few rows."""
+    (stable across versions) and seed ``HELD_OUT_SEED``, both in the file's order; ``(train, None)`` for too few."""
     size = held_out_size(len(train))
     if size == 0:
         return train, None
@@ -176,10 +172,9 @@ def cap_held_out(held_out: Dataset | None, max_problems: int | None, seed: int =
 def load_task_data(
     script_args: Any, strict: bool = True, with_completion: bool = False, hold_out: bool = False
 ) -> TaskData:
-    """The recipe's data (``load_data``), both splits mapped by their layout (``detect_layout``, ``apply_layout``:
-    ``strict``, ``with_completion``), the held-out one cut to ``held_out_max_problems``. ``hold_out`` (the training
-    recipes): data with a reference column but no held-out split gets one carved (``carve_held_out``) unless
-    ``dataset_test_split`` is ``none``."""
+    """The recipe's data (``load_data``), both splits mapped by their layout, the held-out one cut to
+    ``held_out_max_problems``. ``hold_out`` (the training recipes): data with a reference column but no held-out split
+    gets one carved unless ``dataset_test_split`` is ``none``."""
     name = getattr(script_args, "dataset_name", None)
     test_split = getattr(script_args, "dataset_test_split", DEFAULT_TEST_SPLIT)
     config = getattr(script_args, "dataset_config", None)
