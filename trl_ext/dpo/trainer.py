@@ -228,10 +228,9 @@ class DPOTrainer(trl.DPOTrainer):
         callbacks: list | None = None,
         peft_config: Any = None,
     ) -> DPOTrainer:
-        """A trainer on pairs mined from the current ``model`` for the prompts of ``train_dataset``. ``ref_model=None``
-        with a full model uses a frozen copy of ``model`` as it is now (TRL would reload ``model``'s checkpoint from
-        disk, which is not the current policy after a previous round). ``eval_dataset`` must be a preference dataset.
-        The mining outcome is in ``trainer.mining_stats`` and is logged at the first log."""
+        """A trainer on pairs mined from the current ``model`` for the prompts of ``train_dataset`` (outcome in
+        ``trainer.mining_stats``). ``ref_model=None`` with a full model uses a frozen copy of ``model`` as it is now
+        (TRL would reload the checkpoint from disk, an earlier policy). ``eval_dataset`` must hold preference pairs."""
         if not isinstance(args, DPOConfig):
             raise TypeError(
                 f"from_groups needs a trl_ext.dpo.DPOConfig (it holds num_generations, reward_weights, ...); got "
@@ -312,9 +311,8 @@ def train_iterative_dpo(
     on_trainer: Callable[[int, DPOTrainer], Any] | None = None,
 ) -> list[RoundResult]:
     """Iterative RPO (arXiv 2404.19733): for ``args.mining_rounds`` rounds, mine pairs from the current model and
-    train on them with it as the reference; ``model`` is trained in place. Round k writes to
-    ``<output_dir>/round-<k>`` with seed ``args.seed + k``; ``on_round_end(k, model)`` may return metrics for the
-    round's result; ``on_trainer(k, trainer)`` sees each round's trainer before it trains."""
+    train it in place on them, itself the reference. Round k writes to ``<output_dir>/round-<k>`` with seed
+    ``args.seed + k``; ``on_round_end(k, model)`` may return metrics, ``on_trainer(k, trainer)`` sees each trainer."""
     results = []
     for k in range(args.mining_rounds):
         round_args = copy.copy(args)
