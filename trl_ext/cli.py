@@ -45,8 +45,7 @@ def usage() -> str:
 
 
 def resolve(command: str, flags: Sequence[str]) -> tuple[str, list[str]]:
-    """``(recipe module, argv)`` that ``trl-ext <command> <flags>`` runs, e.g. ``("trl_ext.scripts.grpo",
-    ["--preset", "gspo_token", ...])``."""
+    """``(recipe module, argv)`` that ``trl-ext <command> <flags>`` runs (a preset: the grpo recipe, ``--preset``)."""
     name = command.lower().replace("-", "_")
     presets = preset_names()
     if name in RECIPES or (

@@ -49,8 +49,7 @@ def debug() -> bool:
 
 @contextmanager
 def reported_user_errors(prog: str) -> Iterator[None]:
-    """A ``UserError`` escaping the body is printed as ``<prog>: error: <message>`` and exits with code 2, unless
-    ``TRL_EXT_DEBUG=1``. Other exceptions (bugs) always propagate."""
+    """A ``UserError`` from the body prints ``<prog>: error: <message>`` and exits 2 (``TRL_EXT_DEBUG=1``: raised)."""
     try:
         yield
     except UserError as error:

@@ -26,11 +26,9 @@ CODE_REWARDS = ("code",)
 
 @dataclass(frozen=True)
 class Layout:
-    """How one dataset layout maps to ``prompt`` and a reference column.
-
-    ``prompt_column``/``reference_column`` are source columns (a dotted path reaches nested fields);
-    ``reference_rule`` says how the reference is read (``"final answer"``, ``"after '####'"``, ``"last \\boxed{}"``,
-    ``"asserts"``, ``"check(entry_point)"``); ``task`` is ``"math"``, ``"code"`` or ``"arithmetic"`` (the demo)."""
+    """How one dataset layout maps its source columns (a dotted path reaches nested fields) to ``prompt`` and a
+    reference column; ``reference_rule`` says how the reference is read (``"final answer"``, ``"after '####'"``,
+    ``"last \\boxed{}"``, ``"asserts"``, ``"check(entry_point)"``); ``task``: math, code or arithmetic (the demo)."""
 
     name: str
     prompt_column: str
@@ -238,9 +236,8 @@ def _prompt_value(layout: Layout, row: dict[str, Any]) -> Any:
 
 
 def apply_layout(dataset: Dataset, layout: Layout, with_completion: bool = False) -> Dataset:
-    """``dataset`` with ``prompt`` and, when the layout has a reference, ``answer`` (math) or ``tests`` (code) filled
-    from the layout's columns; other columns are kept (TRL passes them to the reward functions). ``with_completion``
-    (SFT) also writes the layout's worked solution as ``completion`` where the dataset has none."""
+    """``dataset`` with ``prompt`` and the reference as ``answer`` (math) or ``tests`` (code), other columns kept (TRL
+    passes them to the rewards); ``with_completion`` (SFT) also writes the worked solution as ``completion``."""
     completion = (
         with_completion
         and layout.solution_column is not None

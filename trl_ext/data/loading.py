@@ -69,8 +69,7 @@ def _looks_local(name: str) -> bool:
 
 
 def _check_test_split(name: str, splits: list[str], test_split: str) -> None:
-    """A split name the user chose (not the default ``test``) must exist: a typo would otherwise train with no
-    held-out figure, or on a carved one, unnoticed."""
+    """A split name the user chose (not the default ``test``) must exist: a typo would otherwise go unnoticed."""
     if test_split == DEFAULT_TEST_SPLIT:
         return
     raise UserError(
@@ -126,8 +125,7 @@ def hub_unreachable(
 
 
 def held_out_size(rows: int) -> int:
-    """How many of ``rows`` training rows are carved into a held-out split: 10%, at least 1 and at most 100, always
-    leaving one row to train on (0 for fewer than 2 rows)."""
+    """How many of ``rows`` training rows are held out: 10%, at least 1, at most 100, leaving one to train on."""
     if rows < 2:
         return 0
     return min(HELD_OUT_MAX_ROWS, max(1, int(rows * HELD_OUT_SHARE)), rows - 1)

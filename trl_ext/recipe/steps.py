@@ -44,8 +44,7 @@ def finish(
     started: float,
     **extra: Any,
 ) -> dict:
-    """After ``trainer.train()``: save model and tokenizer, measure ``policy``'s held-out accuracy and ``report``
-    (``extra``: its ``metric`` and more summary fields)."""
+    """After ``trainer.train()``: save model and tokenizer, measure ``policy``'s held-out accuracy, ``report``."""
     output_dir = trainer.args.output_dir
     trainer.save_model(output_dir)
     tokenizer.save_pretrained(output_dir)
