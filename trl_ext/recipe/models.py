@@ -75,7 +75,7 @@ def load_tokenizer(path: str | None, chat_template: str | None = None) -> Any:
 
 
 def load_for_vllm(path: str, chat_template: str | None = None) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` for vLLM, which loads the weights: the model is a stand-in (``config``, ``name_or_path``)."""
+    """``(model, tokenizer)`` for vLLM, which loads the weights: a stand-in with ``config`` and ``name_or_path``."""
     check_model_folder(path)
     config = AutoConfig.from_pretrained(path)
     return types.SimpleNamespace(config=config, name_or_path=path), load_tokenizer(path, chat_template)
