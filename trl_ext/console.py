@@ -130,9 +130,8 @@ class _TqdmHandler(logging.Handler):
 def columns(
     logs: dict[str, Any], held_out: bool = False, shown: Sequence[tuple[str, str, str]] = ()
 ) -> list[tuple[str, str, str]]:
-    """The ``FIGURES`` entries a phase shows: ``shown`` (the columns so far, kept in place), then those of ``logs``
-    not yet among them in ``FIGURES`` order (of two with one label, the first; no ``loss`` with a reward), and the
-    held-out column from the start when ``held_out``. No column ever moves or goes."""
+    """The ``FIGURES`` entries a phase shows: ``shown`` kept in place, then those of ``logs`` not yet shown, in
+    ``FIGURES`` order (one per label, no ``loss`` with a reward), and the held-out column from the start if asked."""
     keys = {key for key, _, _ in shown}
     rl = any(key in logs or key in keys for key in _RL_KEYS)
     chosen, labels = list(shown), {label for _, label, _ in shown}
@@ -146,8 +145,7 @@ def columns(
 
 
 def figures(logs: dict[str, Any], shown: Sequence[tuple[str, str, str]]) -> list[str]:
-    """``["reward 0.412", "kept 0.78", "held-out -    ", ...]``: one entry per column of ``shown``, ``-`` padded to
-    the figure's width where ``logs`` has no number for it."""
+    """``["reward 0.412", "held-out -    ", ...]``: one per column of ``shown``, ``-`` where ``logs`` has none."""
     out = []
     for key, label, fmt in shown:
         value = logs.get(key)

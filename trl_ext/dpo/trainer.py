@@ -189,8 +189,7 @@ class DPOTrainer(trl.DPOTrainer):
     def _log_length_bias(
         self, inputs: dict, token_logps: torch.Tensor, ref_token_logps: torch.Tensor | None = None
     ) -> None:
-        """Log ``length_bias/*`` from next-token log-probabilities of the policy and the reference (or the batch's
-        precomputed ``ref_*_logps``)."""
+        """Log ``length_bias/*`` from the policy's and the reference's (or ``ref_*_logps``) next-token log-probs."""
         mask = inputs["completion_mask"][..., 1:].bool()
         policy = token_logps.detach().float().masked_fill(~mask, 0.0).sum(1)
         if "ref_chosen_logps" in inputs:

@@ -44,10 +44,7 @@ class DataArguments:
     )
     system_prompt: str | None = field(
         default=None,
-        metadata={
-            "help": "System message put before every prompt (a chat template's system turn; with no template, the "
-            "text and a blank line before the prompt)."
-        },
+        metadata={"help": "System message before each prompt: a template's system turn, else text and a blank line."},
     )
     chat_template: str | None = field(
         default=None,
@@ -186,10 +183,7 @@ class EvalArguments(RewardDataArguments):
     )
     max_new_tokens: int | None = field(
         default=None,
-        metadata={
-            "help": "Completion length limit (cut to the model's context after the longest prompt). None: 1024; "
-            "the demo: its own check's 4 tokens."
-        },
+        metadata={"help": "Completion length limit, cut to fit the context. None: 1024 (the demo: 4 tokens)."},
     )
     seed: int = field(default=0, metadata={"help": "Seed of the sampling, the same for every model."})
     batch_size: int = field(default=512, metadata={"help": "Completions per generation call (transformers)."})

@@ -107,8 +107,7 @@ def plot_curves(
     runs: dict[str, list[dict[str, Any]]], out_path: str | None = None, warm_start: float | None = None
 ) -> Any:
     """The training picture from logged rows (``metrics.jsonl`` or ``log_history``), one colour per run: held-out
-    accuracy (the warm-start level dashed), reward, kept-group fraction (without dynamic sampling: ``1 -
-    frac_reward_zero_std``) with rounds per step, clip fraction, entropy. Saved to ``out_path`` when given."""
+    accuracy (warm start dashed), reward, kept-group fraction and rounds per step, clip fraction, entropy."""
     import matplotlib
 
     if out_path is not None:
@@ -252,8 +251,7 @@ def continue_record(metrics_path: str, checkpoint: str) -> str | None:
 
 
 def steps_line(training_args: GRPOFamilyConfig) -> str:
-    """The real batch for the opening line: ``"<N> steps of <P> prompts x <G> completions"`` when a step holds whole
-    groups, else the rollout and how many steps it feeds."""
+    """The real batch: ``"<N> steps of <P> prompts x <G> completions"``, or the rollout when a step splits groups."""
     group = training_args.num_generations
     per_step = (
         training_args.per_device_train_batch_size

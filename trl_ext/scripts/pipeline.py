@@ -177,8 +177,7 @@ def learned_reward_stages(
 
 
 def style_report(model: PreTrainedModel, tokenizer: Any, dataset: Dataset, max_new_tokens: int = 6) -> dict:
-    """How the greedy completions look: the fraction that are exactly a number then EOS (the style the pipeline's DPO
-    stage rewards) and their mean length in tokens (EOS included)."""
+    """Greedy completions' style: the share that are exactly a number then EOS, and their mean length in tokens."""
     eos, prompts = tokenizer.eos_token_id, list(dataset["prompt"])
     ids, truncated = generate_groups(
         model, tokenizer, prompts, 1, max_new_tokens, len(prompts), [eos], tokenizer.pad_token_id, greedy=True
