@@ -1,10 +1,9 @@
 """Dataset layouts -> the columns the trainers read: ``prompt`` and the reference (``answer`` or ``tests``).
 
-A layout is recognized from the column names (the first of ``_KNOWN`` whose columns the dataset has;
-``docs/YOUR_DATA.md``), or mapped with ``dataset_prompt_column`` / ``dataset_answer_column`` (a dotted path reaches
-a nested field). Input/output tests are written to ``tests`` as JSON text in the dataset's own layout, judged by the
-``code`` reward with that dataset's checker rule (LiveCodeBench's pickled ``private_test_cases`` are not read). A
-reference that cannot be read becomes ``None``, which the rewards score as unscorable, never 0.0.
+A layout is recognized from the column names (the first fitting row of ``_KNOWN``; docs/YOUR_DATA.md), or mapped
+with ``dataset_prompt_column`` / ``dataset_answer_column``. Input/output tests are written to ``tests`` as JSON text
+in the dataset's own layout, judged by the ``code`` reward with that dataset's checker rule (LiveCodeBench's pickled
+``private_test_cases`` are not read). A reference that cannot be read becomes ``None``: unscorable, never 0.0.
 """
 
 from __future__ import annotations

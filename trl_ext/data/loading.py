@@ -86,8 +86,7 @@ def load_data(
     test_split: str | None = DEFAULT_TEST_SPLIT,
 ) -> tuple[Dataset, Dataset | None]:
     """``(train, eval)`` as stored: the demo problems (``dataset_name`` None), a local data file (all of it), or a
-    ``datasets.load_dataset`` name or folder, whose ``test_split`` is the eval set when it exists. ``test_split`` may
-    also be a file of held-out problems, or ``none``. Nothing is carved here."""
+    ``load_dataset`` name or folder with its ``test_split`` (or a file of held-out problems, or ``none``)."""
     if dataset_name is None:
         return make_problems(DemoTaskConfig())
     test_file = is_data_file(test_split)
@@ -170,9 +169,8 @@ def cap_held_out(held_out: Dataset | None, max_problems: int | None, seed: int =
 def load_task_data(
     script_args: Any, strict: bool = True, with_completion: bool = False, hold_out: bool = False
 ) -> TaskData:
-    """The recipe's data (``load_data``), both splits mapped by their layout, the held-out one cut to
-    ``held_out_max_problems``. ``hold_out`` (the training recipes): data with a reference column but no held-out split
-    gets one carved unless ``dataset_test_split`` is ``none``."""
+    """The recipe's data, both splits mapped by their layout, the held-out one cut to ``held_out_max_problems``;
+    ``hold_out`` (training recipes): scorable data without a held-out split gets one carved, unless ``none``."""
     name = getattr(script_args, "dataset_name", None)
     test_split = getattr(script_args, "dataset_test_split", DEFAULT_TEST_SPLIT)
     config = getattr(script_args, "dataset_config", None)

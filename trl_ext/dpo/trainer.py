@@ -151,9 +151,8 @@ class DPOTrainer(trl.DPOTrainer):
 
     @contextlib.contextmanager
     def _capture_sequence_logps(self) -> Iterator[dict[str, list[torch.Tensor]]]:
-        """Next-token log-probabilities of the forwards TRL runs inside one ``compute_loss``, read with forward hooks:
-        ``captured["policy"]`` and ``captured["reference"]``. Without a ``ref_model`` (PEFT), TRL's reference is the
-        adapter-disabled policy, called after the policy."""
+        """Next-token log-probs of the forwards TRL runs in one ``compute_loss``, by hooks: ``captured["policy"]`` and
+        ``["reference"]`` (without a ``ref_model``, PEFT: the adapter-disabled policy's pass, after the policy's)."""
         captured: dict[str, list[torch.Tensor]] = {"policy": [], "reference": []}
         policy = self.accelerator.unwrap_model(self.model)
 

@@ -224,9 +224,8 @@ def checkpoint_step(checkpoint: str) -> int | None:
 
 
 def continue_record(metrics_path: str, checkpoint: str) -> str | None:
-    """``metrics.jsonl`` continued where ``checkpoint`` left off: rows logged after its step (a killed run logged them,
-    the resumed one logs them again) move to ``metrics.jsonl.after-checkpoint-<step>``, with a warning, so each step
-    appears once. Returns that path (None when nothing was past the checkpoint)."""
+    """``metrics.jsonl`` continued where ``checkpoint`` left off: rows logged after its step, which the resumed run
+    logs again, move to ``metrics.jsonl.after-checkpoint-<step>`` with a warning. Returns that path, or None."""
     step = checkpoint_step(checkpoint)
     if step is None or not os.path.exists(metrics_path):
         return None

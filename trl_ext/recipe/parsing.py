@@ -171,9 +171,8 @@ def _setting(argv: list[str], name: str) -> tuple[bool, Any]:
 
 
 def supported_precision(argv: list[str]) -> list[str]:
-    """``argv`` fitted to the hardware: ``--bf16 false`` unless set when no GPU here supports bf16 (TRL's default,
-    which transformers refuses there), and ``--use_cpu true`` unless set when there is no accelerator at all (it
-    spares the "pin_memory" warning). An explicit ``bf16`` without such a GPU or ``use_cpu`` fails with the fix."""
+    """``argv`` fitted to the hardware, unless set: ``--bf16 false`` without a bf16 GPU (transformers refuses TRL's
+    default there), ``--use_cpu true`` without an accelerator. An explicit ``bf16`` there fails with the fix."""
     if is_torch_bf16_gpu_available():
         return argv
     argv = list(argv)
