@@ -171,8 +171,8 @@ def _setting(argv: list[str], name: str) -> tuple[bool, Any]:
 
 
 def supported_precision(argv: list[str]) -> list[str]:
-    """``argv`` fitted to the hardware, unless set: ``--bf16 false`` without a bf16 GPU (transformers refuses TRL's
-    default there), ``--use_cpu true`` without an accelerator; ``bf16`` there without ``use_cpu`` fails with the fix."""
+    """``argv`` fitted to the hardware, unless set: ``--bf16 false`` without a bf16 GPU (transformers refuses the
+    default), ``--use_cpu true`` without an accelerator; ``bf16`` there without ``use_cpu`` fails, naming the fix."""
     if is_torch_bf16_gpu_available():
         return argv
     argv = list(argv)
