@@ -22,8 +22,7 @@ from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.paths import SCRIPTS_PACKAGE, script_path
 
 RECIPES = ("grpo", "dapo", "gspo", "dr_grpo", "sft", "dpo", "ppo", "reward", "pipeline", "eval")
-# The preset table's names (trl_ext.grpo.presets.PRESETS, which imports TRL and torch), kept here so that
-# `trl-ext --help` is instant; tests/test_cli.py keeps the two equal.
+# trl_ext.grpo.presets.PRESETS's names (it imports torch), for an instant `trl-ext --help`; test_cli keeps them equal
 PRESET_NAMES = ("dapo", "dr_grpo", "grpo", "gspo", "gspo_token")
 PRESETS_MODULE = "trl_ext.grpo.presets"
 

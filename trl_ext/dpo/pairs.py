@@ -67,10 +67,9 @@ def select_pairs(
     excluded: Sequence[bool] | None = None,
 ) -> list[tuple[int, int]]:
     """Indices ``(chosen, rejected)`` into the flat, group-contiguous ``rewards`` (TRL's ``view(-1, G)`` order). Per
-    informative group, chosen candidates are within ``atol`` of the best reward among completions that ended (not
-    ``truncated``), rejected ones within ``atol`` of the worst; pairs are taken by smallest length gap (ties: lowest
-    indices), no completion reused, up to ``pairs_per_group`` and ``max_length_gap``. NaN rewards and ``excluded``
-    completions enter no pair."""
+    informative group, chosen within ``atol`` of the best reward of the completions that ended (not ``truncated``),
+    rejected within ``atol`` of the worst; pairs by smallest length gap (ties: lowest indices), no completion reused,
+    up to ``pairs_per_group`` and ``max_length_gap``. NaN rewards and ``excluded`` completions enter no pair."""
     if pairs_per_group < 1:
         raise ValueError(f"pairs_per_group={pairs_per_group} must be >= 1.")
     if max_length_gap is not None and max_length_gap < 0:

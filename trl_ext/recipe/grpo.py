@@ -190,9 +190,8 @@ RUN_OUTPUTS = ("summary.json", "metrics.jsonl", "config.json", "adapter_config.j
 def prepare_output_dir(
     output_dir: str, resume: str | bool | None, is_main: bool = True, overwrite: bool = False
 ) -> str:
-    """Create ``output_dir`` and return its ``metrics.jsonl`` path. A fresh run stops in a folder holding another
-    run's checkpoints or, unless ``overwrite``, its outputs (``RUN_OUTPUTS``), whose ``metrics.jsonl`` it keeps as
-    ``.previous``; resuming continues the record from the checkpoint (``continue_record``, main process only)."""
+    """Create ``output_dir``, return its ``metrics.jsonl`` path (resuming continues it). A fresh run stops at another
+    run's checkpoints or, unless ``overwrite``, outputs (``RUN_OUTPUTS``; old ``metrics.jsonl``: ``.previous``)."""
     os.makedirs(output_dir, exist_ok=True)
     metrics_path = os.path.join(output_dir, "metrics.jsonl")
     if not resume:

@@ -28,9 +28,8 @@ def load_policy(
     chat_template: str | None = None,
     warm_start_seed: int | None = None,
 ) -> tuple[PreTrainedModel, Any, str]:
-    """``(model, tokenizer, path)`` from a Hub id or a folder (a LoRA run's output merged); ``None`` loads the demo's
-    SFT warm start (SFT seed ``warm_start_seed``), built and cached on first use. ``model_args.load_in_4bit`` /
-    ``load_in_8bit`` load through TRL's ``get_quantization_config`` onto this process's GPU."""
+    """``(model, tokenizer, path)`` from a Hub id or a folder (a LoRA run's output merged), for ``None`` the demo's
+    SFT warm start (seed ``warm_start_seed``); ``load_in_4bit`` / ``8bit`` via TRL, onto this process's GPU."""
     quantization = None
     if model_args is not None and (model_args.load_in_4bit or model_args.load_in_8bit):
         check_quantization(model_args)
