@@ -92,8 +92,7 @@ class _DropLines:
 
 @contextlib.contextmanager
 def library_lines_dropped(*lines: str):
-    """Within the block, whole stdout lines equal to one of ``lines`` (TRL's PPOTrainer's ``===training policy===``)
-    are not printed (``TRL_EXT_LIBRARY_WARNINGS=1`` prints them); everything else is, in order."""
+    """Within the block, stdout lines equal to one of ``lines`` are dropped, unless ``TRL_EXT_LIBRARY_WARNINGS=1``."""
     if _show_library_output():
         yield
         return

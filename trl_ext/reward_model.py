@@ -79,8 +79,7 @@ def preference_splits(
 
 
 class RewardModelScorer:
-    """A reward model called like a rule reward, for the package's own scoring: the text is built as TRL's GRPO
-    trainer builds it for a model reward (prompt + completion, or the conversation's chat template)."""
+    """A reward model called like a rule reward, on the text TRL's GRPO trainer builds for a model reward."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: Any = None, batch_size: int = 64):
         self.model = model

@@ -155,8 +155,7 @@ def held_out_label(held_out: Dataset | None) -> str:
 
 
 def cap_held_out(held_out: Dataset | None, max_problems: int | None, seed: int = 0) -> Dataset | None:
-    """At most ``max_problems`` held-out problems (``None`` or 0: all): a seeded random subset, with a warning, so
-    that evaluating a large split does not cost more than the training itself."""
+    """At most ``max_problems`` held-out problems (``None`` or 0: all): a seeded random subset, with a warning."""
     if held_out is None or not max_problems or len(held_out) <= max_problems:
         return held_out
     logger.warning(

@@ -147,8 +147,7 @@ class PPOScriptArguments(DPOScriptArguments):
 
 @dataclass
 class RewardScriptArguments(DPOScriptArguments):
-    """``recipes/reward.py``: a preference dataset (``chosen`` / ``rejected``, maybe ``prompt``), or on the demo the
-    pairs mined from the warm start's groups with the rule reward (``reward_funcs``)."""
+    """``trl-ext reward``: preference pairs, or on the demo pairs mined from the warm start by ``reward_funcs``."""
 
     num_generations: int = field(default=8, metadata={"help": "Demo: completions per prompt mined into pairs."})
     mining_max_new_tokens: int = field(default=4, metadata={"help": "Demo: length of the mined completions."})
@@ -161,8 +160,7 @@ class RewardScriptArguments(DPOScriptArguments):
 
 @dataclass
 class EvalArguments(RewardDataArguments):
-    """``trl-ext eval`` (``recipes/eval.py``): the models, the held-out split (the recipes' data fields and layouts),
-    the task reward, and the sampling of ``trl_ext.diagnostics.evaluation.EvalSettings``."""
+    """``trl-ext eval``: the models, the held-out split (the recipes' data fields), the reward and ``EvalSettings``."""
 
     models: list[str] | None = field(
         default=None,

@@ -59,8 +59,7 @@ def demo_warm_start_config(seed: int | None) -> WarmStartConfig:
 
 
 def load_tokenizer(path: str | None, chat_template: str | None = None) -> Any:
-    """The tokenizer saved with a model (None: the demo's), set up for generation: a pad token (EOS when it has none),
-    left padding, and ``chat_template`` (a ``.jinja`` file or the template text) when given."""
+    """The tokenizer saved with a model (None: the demo's) with a pad token, left padding and ``chat_template``."""
     tokenizer = build_tokenizer() if path is None else AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
