@@ -1,11 +1,9 @@
 """trl-ext: DAPO and GSPO done right over Hugging Face TRL.
 
-Public API: presets (configs), drop-in trainers, group-mined DPO, diagnostics.
-``from trl_ext import DAPOTrainer, DAPOConfig``. PPO's rule-reward adapter lives in ``trl_ext.ppo`` (imported on
-demand, since only trl 1.12 ships ``PPOTrainer``); the reward functions in ``trl_ext.rewards``.
-
-The names below load their module on first use (PEP 562), so ``import trl_ext.rewards`` (the math reward's helper
-processes) does not pay for torch, transformers and TRL.
+Public API (``from trl_ext import DAPOTrainer, DAPOConfig``): presets, drop-in trainers, group-mined DPO, diagnostics.
+PPO's rule-reward adapter is ``trl_ext.ppo`` (only trl 1.12 ships ``PPOTrainer``), the reward functions
+``trl_ext.rewards``. Names load their module on first use (PEP 562), so ``import trl_ext.rewards`` (the math reward's
+helper processes) does not pay for torch, transformers and TRL.
 """
 
 from __future__ import annotations

@@ -22,15 +22,13 @@ from trl_ext.errors import reported_user_errors
 from trl_ext.recipe.paths import SCRIPTS_PACKAGE, script_path
 
 RECIPES = ("grpo", "dapo", "gspo", "dr_grpo", "sft", "dpo", "ppo", "reward", "pipeline", "eval")
-# The preset table's names (trl_ext.grpo.presets.PRESETS, which imports TRL and torch), kept here so that
-# `trl-ext --help` is instant; tests/test_cli.py keeps the two equal.
+# trl_ext.grpo.presets.PRESETS's names (it imports torch), for an instant `trl-ext --help`; test_cli keeps them equal
 PRESET_NAMES = ("dapo", "dr_grpo", "grpo", "gspo", "gspo_token")
 PRESETS_MODULE = "trl_ext.grpo.presets"
 
 
 def preset_names() -> set[str]:
-    """The presets ``trl-ext <name>`` runs: the table's names, plus any registered at run time (read from
-    ``sys.modules``, never imported here)."""
+    """The presets ``trl-ext <name>`` runs: the table's, plus any registered at run time (never imported here)."""
     table = sys.modules.get(PRESETS_MODULE)
     return set(PRESET_NAMES) | set(getattr(table, "PRESETS", {}))
 
@@ -46,8 +44,7 @@ def usage() -> str:
 
 
 def resolve(command: str, flags: Sequence[str]) -> tuple[str, list[str]]:
-    """``(recipe module, argv)`` that ``trl-ext <command> <flags>`` runs, e.g. ``("trl_ext.scripts.grpo",
-    ["--preset", "gspo_token", ...])``."""
+    """``(recipe module, argv)`` that ``trl-ext <command> <flags>`` runs (a preset: the grpo recipe, ``--preset``)."""
     name = command.lower().replace("-", "_")
     presets = preset_names()
     if name in RECIPES or (

@@ -1,6 +1,5 @@
-"""What a recipe prints: one opening line, one tqdm progress bar per phase, one compact line per log, a summary table.
-It only prints: every metric still reaches ``state.log_history``, ``metrics.jsonl`` and ``report_to``; library output
-a user cannot act on is hidden unless ``TRL_EXT_LIBRARY_WARNINGS=1``."""
+"""What a recipe prints: an opening line, a tqdm bar per phase, a compact line per log, a summary table. Every metric
+still reaches ``metrics.jsonl`` and ``report_to``; library noise is hidden unless ``TRL_EXT_LIBRARY_WARNINGS=1``."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ from trl_ext.diagnostics.held_out import HELD_OUT_KEY
 LIBRARY_WARNINGS_ENV = "TRL_EXT_LIBRARY_WARNINGS"
 PLACEHOLDER = "-"  # a column's figure that this log does not carry
 
-# (log key, label, format) of the figures shown in the bar's postfix and the per-log line, in this order; a phase shows
-# those its first log carries (``columns``: SFT has no reward, GRPO no kept-group fraction, ...).
+# (log key, label, format) of the shown figures, in order; a phase shows those its logs carry (``columns``).
 FIGURES: tuple[tuple[str, str, str], ...] = (
     ("loss", "loss", "{:.3f}"),  # shown for SFT / DPO; RL losses are near zero by construction (see below)
     ("reward", "reward", "{:.3f}"),
@@ -44,14 +42,12 @@ def _show_library_output() -> bool:
 
 
 def quiet_libraries() -> None:
-    """Hide library output a user cannot act on (renamed-argument ``FutureWarning``s, notices, DeepSpeed's accelerator
-    guess, loading progress bars); trl-ext's own warnings are always shown. ``TRL_EXT_LIBRARY_WARNINGS=1`` shows
-    everything as the libraries print it. Idempotent; call it at a recipe's entry point, before parsing the configs."""
+    """Hide library output a user cannot act on (renamed-argument ``FutureWarning``s, DeepSpeed's accelerator guess,
+    loading bars), unless ``TRL_EXT_LIBRARY_WARNINGS=1``. Idempotent; call it before parsing the configs."""
     _our_warnings_through_tqdm()
     if _show_library_output():
         return
-    # transformers 5 renamed gradient_checkpointing* to activation_checkpointing*: TRL 1.12's configs default the old
-    # field to True and its generation context manager calls the old methods.
+    # transformers 5 renamed gradient_checkpointing* to activation_checkpointing*; TRL 1.12 still uses the old names
     warnings.filterwarnings(
         "ignore", message=r"`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning
     )
@@ -61,8 +57,7 @@ def quiet_libraries() -> None:
     )
     # recipes/ppo.py uses TRL's PPOTrainer, which only trl.experimental still ships: our choice, TRL's notice.
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    # DeepSpeed (installed by the dev / deepspeed extras) logs its accelerator guess on import; on a machine without
-    # CUDA it picks the CPU either way, so saying so up front changes nothing but the noise.
+    # DeepSpeed logs its accelerator guess on import; without CUDA it picks the CPU anyway
     if "DS_ACCELERATOR" not in os.environ:
         import torch
 
@@ -97,8 +92,7 @@ class _DropLines:
 
 @contextlib.contextmanager
 def library_lines_dropped(*lines: str):
-    """Within the block, whole stdout lines equal to one of ``lines`` (TRL's PPOTrainer's ``===training policy===``)
-    are not printed (``TRL_EXT_LIBRARY_WARNINGS=1`` prints them); everything else is, in order."""
+    """Within the block, stdout lines equal to one of ``lines`` are dropped, unless ``TRL_EXT_LIBRARY_WARNINGS=1``."""
     if _show_library_output():
         yield
         return
@@ -112,8 +106,7 @@ def library_lines_dropped(*lines: str):
 
 
 def _our_warnings_through_tqdm() -> None:
-    """trl-ext's own warnings (``logging``, logger ``trl_ext.*``) go to stderr through ``tqdm.write``, so that a live
-    bar is not torn, and are never filtered."""
+    """trl-ext's own warnings (logger ``trl_ext.*``) go to stderr through ``tqdm.write`` (a live bar stays whole)."""
     root = logging.getLogger("trl_ext")
     if any(isinstance(h, _TqdmHandler) for h in root.handlers):
         return
@@ -136,9 +129,8 @@ class _TqdmHandler(logging.Handler):
 def columns(
     logs: dict[str, Any], held_out: bool = False, shown: Sequence[tuple[str, str, str]] = ()
 ) -> list[tuple[str, str, str]]:
-    """The ``FIGURES`` entries a phase shows: ``shown`` (the columns so far, kept in place), then those of ``logs``
-    not yet among them in ``FIGURES`` order (of two with one label, the first; no ``loss`` with a reward), and the
-    held-out column from the start when ``held_out``. No column ever moves or goes."""
+    """The ``FIGURES`` entries a phase shows: ``shown`` kept in place, then those of ``logs`` not yet shown, in
+    ``FIGURES`` order (one per label, no ``loss`` with a reward), and the held-out column from the start if asked."""
     keys = {key for key, _, _ in shown}
     rl = any(key in logs or key in keys for key in _RL_KEYS)
     chosen, labels = list(shown), {label for _, label, _ in shown}
@@ -152,9 +144,7 @@ def columns(
 
 
 def figures(logs: dict[str, Any], shown: Sequence[tuple[str, str, str]]) -> list[str]:
-    """``["reward 0.412", "kept 0.78", "held-out -    ", ...]``: one entry per column of ``shown``, ``-`` padded to
-    the figure's width where ``logs`` has no number for it (a step that did not generate, or did not measure held-out
-    accuracy)."""
+    """``["reward 0.412", "held-out -    ", ...]``: one per column of ``shown``, ``-`` where ``logs`` has none."""
     out = []
     for key, label, fmt in shown:
         value = logs.get(key)
@@ -166,10 +156,8 @@ def figures(logs: dict[str, Any], shown: Sequence[tuple[str, str, str]]) -> list
 
 
 class ConsoleCallback(TrainerCallback):
-    """In place of transformers' ``ProgressCallback`` / ``PrinterCallback`` (raw metrics dicts): a tqdm bar named
-    after the phase, its postfix the latest figures, and one compact line per log in the phase's columns
-    (``columns``). Install with :func:`use_console`. Prints on the local main process only; changes nothing in
-    ``logs``."""
+    """A tqdm bar per phase (postfix: the latest figures) and one compact line per log, in place of transformers'
+    ``ProgressCallback`` / ``PrinterCallback``. Install with :func:`use_console`; prints on the local main process."""
 
     def __init__(self, phase: str, bar: bool | None = None, held_out: bool = False):
         self.phase = phase
@@ -220,9 +208,8 @@ class ConsoleCallback(TrainerCallback):
 
 
 def use_console(trainer: Any, phase: str, bar: bool | None = None, held_out: bool = False) -> ConsoleCallback:
-    """Swap ``trainer``'s ``ProgressCallback`` / ``PrinterCallback`` (raw metrics dicts) for a :class:`ConsoleCallback`
-    (``bar=None``: a progress bar unless ``disable_tqdm``; the compact lines are printed either way; ``held_out``:
-    the phase logs held-out accuracy now and then, so its lines carry that column from the first)."""
+    """Swap ``trainer``'s ``ProgressCallback`` / ``PrinterCallback`` for a :class:`ConsoleCallback` (``bar=None``: a
+    bar unless ``disable_tqdm``; ``held_out``: the lines carry held-out accuracy's column from the first)."""
     from transformers import PrinterCallback, ProgressCallback
 
     trainer.remove_callback(PrinterCallback)
@@ -254,8 +241,7 @@ def generation_backend(training_args: Any) -> str:
 
 
 def opening_line(recipe: str, parts: Sequence[str | None]) -> str:
-    """``[dapo] DAPOTrainer | model ... | data ... | 500 steps | fp32 on CPU | generation transformers | outputs in
-    outputs/dapo-demo``."""
+    """``[dapo] DAPOTrainer | model ... | data ... | 500 steps | fp32 on CPU | ...``."""
     return f"[{recipe}] " + " | ".join(part for part in parts if part)
 
 

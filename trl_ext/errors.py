@@ -1,6 +1,5 @@
-"""User errors (a mistake in a flag, a file, the data's columns, a config value), as opposed to bugs: a recipe run
-from the command line prints one's message alone and exits with code 2 (``reported_user_errors``;
-``TRL_EXT_DEBUG=1`` shows the traceback). Imports no torch, so the console script can use it.
+"""User errors (a mistake in a flag, a file, the data's columns, a config value), as opposed to bugs: a recipe prints
+the message alone and exits with code 2 (``TRL_EXT_DEBUG=1``: the traceback). Imports no torch (the console script).
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ EXIT_CODE = 2  # argparse's code for a usage error
 
 
 class UserError(ValueError):
-    """A message for the user, who can fix what it names; a ``ValueError``, so that callers and tests catching
-    ``ValueError`` still do."""
+    """A message for the user, who can fix what it names; a ``ValueError`` for callers that catch those."""
 
 
 class MissingFileError(UserError, FileNotFoundError):
@@ -51,8 +49,7 @@ def debug() -> bool:
 
 @contextmanager
 def reported_user_errors(prog: str) -> Iterator[None]:
-    """A ``UserError`` escaping the body is printed as ``<prog>: error: <message>`` and exits with code 2, unless
-    ``TRL_EXT_DEBUG=1``. Other exceptions (bugs) always propagate."""
+    """A ``UserError`` from the body prints ``<prog>: error: <message>`` and exits 2 (``TRL_EXT_DEBUG=1``: raised)."""
     try:
         yield
     except UserError as error:

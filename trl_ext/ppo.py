@@ -5,7 +5,7 @@ sequence classifier: ``get_reward`` runs ``getattr(model, model.base_model_prefi
 ``hidden_states[-1]`` and reads each sequence's last non-pad token. ``RuleRewardModel`` is the smallest module of that
 shape: its backbone is itself, its forward finds the dataset row of each query by its token ids (so columns such as
 ``answer`` reach the reward functions as in GRPO) and returns the combined reward at every position, and ``score`` is
-the identity. It has no parameters (under DeepSpeed, use a trained reward model or DDP). PPO needs trl 1.12.
+the identity. It has no parameters (under DeepSpeed, use a trained reward model or DDP).
 """
 
 from __future__ import annotations
@@ -40,12 +40,8 @@ def tokenize_prompts(dataset: Dataset, tokenizer: Any) -> Dataset:
 
 
 class RuleRewardModel(torch.nn.Module):
-    """Rule-based reward functions in the place of TRL PPO's reward model (module docstring).
-
-    ``datasets``: the untokenized dataset(s) whose prompts PPO will present (train and eval), with the columns the
-    reward functions read. The reward is the weighted sum over the functions that score a completion (TRL GRPO's
-    rule), ``unscored_reward`` when none does.
-    """
+    """Rule-based reward functions in the place of TRL PPO's reward model (module docstring). ``datasets``: the
+    untokenized dataset(s) PPO will present (train and eval), with the columns the reward functions read."""
 
     base_model_prefix = "backbone"  # get_reward() calls getattr(model, base_model_prefix)(...): ourselves
 

@@ -1,8 +1,7 @@
 """Learned rewards: a reward model (RM) as a reward function of the RL recipes, and the preference data it learns from.
 
 RLHF's second stage (Ouyang et al. 2022, arXiv 2203.02155, section 3.5): a scalar head trained with the Bradley-Terry
-loss by TRL's ``RewardTrainer`` (``recipes/reward.py``). Here: loaded and named as TRL's trainers use it, preference
-pairs split for held-out accuracy, and called like a rule reward for the package's own scoring.
+loss by TRL's ``RewardTrainer`` (``recipes/reward.py``).
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ def looks_like_model(spec: str) -> bool:
 
 
 def load_reward_model(spec: str, dtype: Any = "auto") -> PreTrainedModel:
-    """``spec`` (a folder written by ``recipes/reward.py`` or ``save_pretrained``, or a Hub id) as a reward model with
-    one output. Raises ``ValueError`` saying what was tried when it is not one."""
+    """``spec`` (a folder or a Hub id) as a one-output reward model; a ``ValueError`` saying why when it is not one."""
     try:
         model = AutoModelForSequenceClassification.from_pretrained(spec, num_labels=1, dtype=dtype)
     except Exception as error:  # OSError (not found), ValueError (not a classification architecture), ...
@@ -81,8 +79,7 @@ def preference_splits(
 
 
 class RewardModelScorer:
-    """A reward model called like a rule reward, for the package's own scoring: the text is built as TRL's GRPO
-    trainer builds it for a model reward (prompt + completion, or the conversation's chat template)."""
+    """A reward model called like a rule reward, on the text TRL's GRPO trainer builds for a model reward."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: Any = None, batch_size: int = 64):
         self.model = model
@@ -116,8 +113,7 @@ class RewardModelScorer:
 
 
 def as_callable(func: Any) -> Callable:
-    """A reward function as the package's scoring calls it: a reward model wrapped in ``RewardModelScorer``, built once
-    per model and kept on it."""
+    """A reward function as the package's scoring calls it: a reward model wrapped once in a ``RewardModelScorer``."""
     if not is_reward_model(func):
         return func
     if getattr(func, "_trl_ext_scorer", None) is None:

@@ -1,5 +1,4 @@
-"""Prompts and completions to rewards, as TRL's GRPO does, for group-mined DPO, the PPO reward adapter, the probe
-and held-out evaluation."""
+"""Rewards of prompts and completions as TRL's GRPO computes them, for DPO mining, PPO, the probe and evaluation."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ def is_conversational(prompt: Any) -> bool:
 
 
 def prompt_text(prompt: Any, tokenizer: Any) -> str:
-    """The text the model is given for ``prompt``: the string itself, or the chat template of a conversation with
-    the generation prompt appended (what TRL's trainers render)."""
+    """The model's input text: the string, or the conversation's chat template plus generation prompt (as in TRL)."""
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list):
@@ -103,8 +101,7 @@ def generate_groups(
     **sampling: Any,
 ) -> tuple[list[list[int]], list[bool]]:
     """``num_generations`` samples per prompt text (or the greedy completion), groups contiguous: each completion's
-    token ids up to and including its first EOS (TRL GRPO's ``completion_ids``), and whether it was truncated.
-    ``sampling`` goes to ``model.generate``; the model's mode and the tokenizer's padding side are restored."""
+    token ids up to and including its first EOS (TRL GRPO's ``completion_ids``), and whether it was truncated."""
     device = next(model.parameters()).device
     was_training, padding_side = model.training, tokenizer.padding_side
     model.eval()

@@ -1,10 +1,9 @@
 """Dataset layouts -> the columns the trainers read: ``prompt`` and the reference (``answer`` or ``tests``).
 
-A layout is recognized from the column names (the first of ``_KNOWN`` whose columns the dataset has;
-``docs/YOUR_DATA.md``), or mapped with ``dataset_prompt_column`` / ``dataset_answer_column`` (a dotted path reaches
-a nested field). Input/output tests are written to ``tests`` as JSON text in the dataset's own layout, judged by the
-``code`` reward with that dataset's checker rule (LiveCodeBench's pickled ``private_test_cases`` are not read). A
-reference that cannot be read becomes ``None``, which the rewards score as unscorable, never 0.0.
+A layout is recognized from the column names (the first fitting row of ``_KNOWN``; docs/YOUR_DATA.md), or mapped
+with ``dataset_prompt_column`` / ``dataset_answer_column``. Input/output tests are written to ``tests`` as JSON text
+in the dataset's own layout, judged by the ``code`` reward with that dataset's checker rule (LiveCodeBench's pickled
+``private_test_cases`` are not read). A reference that cannot be read becomes ``None``: unscorable, never 0.0.
 """
 
 from __future__ import annotations
@@ -26,11 +25,9 @@ CODE_REWARDS = ("code",)
 
 @dataclass(frozen=True)
 class Layout:
-    """How one dataset layout maps to ``prompt`` and a reference column.
-
-    ``prompt_column``/``reference_column`` are source columns (a dotted path reaches nested fields);
-    ``reference_rule`` says how the reference is read (``"final answer"``, ``"after '####'"``, ``"last \\boxed{}"``,
-    ``"asserts"``, ``"check(entry_point)"``); ``task`` is ``"math"``, ``"code"`` or ``"arithmetic"`` (the demo)."""
+    """How one dataset layout maps its source columns (a dotted path reaches nested fields) to ``prompt`` and a
+    reference column; ``reference_rule`` says how the reference is read (``"final answer"``, ``"after '####'"``,
+    ``"last \\boxed{}"``, ``"asserts"``, ``"check(entry_point)"``); ``task``: math, code or arithmetic (the demo)."""
 
     name: str
     prompt_column: str
@@ -133,9 +130,8 @@ def _check_column(path: str, columns: list[str], flag: str) -> None:
 def detect_layout(
     dataset: Dataset, prompt_column: str | None = None, answer_column: str | None = None, strict: bool = True
 ) -> Layout:
-    """The layout of ``dataset``: the flags' mapping when given, else the first recognized layout of the table above.
-    Nothing fits: a ``UserError`` naming the flags to map the columns, unless ``strict=False`` (SFT text, DPO pairs),
-    which keeps such a dataset as it is."""
+    """The layout of ``dataset``: the flags' mapping when given, else the first recognized layout of ``_KNOWN``. When
+    nothing fits, a ``UserError`` naming the flags, unless ``strict=False`` (SFT text, DPO pairs) keeps it as it is."""
     columns = list(dataset.column_names)
     known = next((layout for layout in _KNOWN if layout.required_columns <= set(columns)), None)
     if prompt_column is None and answer_column is None:
@@ -239,9 +235,8 @@ def _prompt_value(layout: Layout, row: dict[str, Any]) -> Any:
 
 
 def apply_layout(dataset: Dataset, layout: Layout, with_completion: bool = False) -> Dataset:
-    """``dataset`` with ``prompt`` and, when the layout has a reference, ``answer`` (math) or ``tests`` (code) filled
-    from the layout's columns; other columns are kept (TRL passes them to the reward functions). ``with_completion``
-    (SFT) also writes the layout's worked solution as ``completion`` where the dataset has none."""
+    """``dataset`` with ``prompt`` and the reference as ``answer`` (math) or ``tests`` (code), other columns kept (TRL
+    passes them to the rewards); ``with_completion`` (SFT) also writes the worked solution as ``completion``."""
     completion = (
         with_completion
         and layout.solution_column is not None

@@ -1,9 +1,7 @@
-"""Loading the recipes' data: the demo, a local file or folder, or a Hub dataset, then its layout
-(``trl_ext.data.layouts``) applied to the training and the held-out split alike (:func:`load_task_data`).
+"""Loading the recipes' data (the demo, a local file or folder, or a Hub dataset), its layout applied to both splits.
 
 The held-out split is ``dataset_test_split`` (a split name, default ``test``, or a file). Scorable data without one
-gets one carved for the training recipes (:func:`carve_held_out`), said on the opening line (``held_out_label``);
-``--dataset_test_split none`` trains on every row, with no held-out figure.
+gets one carved for the training recipes (:func:`carve_held_out`); ``--dataset_test_split none`` trains on every row.
 """
 
 from __future__ import annotations
@@ -71,8 +69,7 @@ def _looks_local(name: str) -> bool:
 
 
 def _check_test_split(name: str, splits: list[str], test_split: str) -> None:
-    """A split name the user chose (not the default ``test``) must exist: a typo would otherwise train with no
-    held-out figure, or on a carved one, unnoticed."""
+    """A split name the user chose (not the default ``test``) must exist: a typo would otherwise go unnoticed."""
     if test_split == DEFAULT_TEST_SPLIT:
         return
     raise UserError(
@@ -89,9 +86,7 @@ def load_data(
     test_split: str | None = DEFAULT_TEST_SPLIT,
 ) -> tuple[Dataset, Dataset | None]:
     """``(train, eval)`` as stored: the demo problems (``dataset_name`` None), a local data file (all of it), or a
-    ``datasets.load_dataset`` name or folder, whose ``test_split`` is the eval set when it exists. ``test_split`` may
-    also be a file of held-out problems, or ``none``. A missing path, or a split the user named (not the default
-    ``test``) that does not exist, is a ``UserError``. Nothing is carved here."""
+    ``load_dataset`` name or folder with its ``test_split`` (or a file of held-out problems, or ``none``)."""
     if dataset_name is None:
         return make_problems(DemoTaskConfig())
     test_file = is_data_file(test_split)
@@ -129,8 +124,7 @@ def hub_unreachable(
 
 
 def held_out_size(rows: int) -> int:
-    """How many of ``rows`` training rows are carved into a held-out split: 10%, at least 1 and at most 100, always
-    leaving one row to train on (0 for fewer than 2 rows)."""
+    """How many of ``rows`` training rows are held out: 10%, at least 1, at most 100, leaving one to train on."""
     if rows < 2:
         return 0
     return min(HELD_OUT_MAX_ROWS, max(1, int(rows * HELD_OUT_SHARE)), rows - 1)
@@ -138,8 +132,7 @@ def held_out_size(rows: int) -> int:
 
 def carve_held_out(train: Dataset) -> tuple[Dataset, Dataset | None]:
     """``(train without the held-out rows, held-out rows)``: ``held_out_size`` rows drawn with Python's ``random``
-    (stable across versions) and seed ``HELD_OUT_SEED``, both in the file's order, the held-out part's
-    ``info.description`` saying so; ``(train, None)`` when there are too few rows."""
+    (stable across versions) and seed ``HELD_OUT_SEED``, both in the file's order; ``(train, None)`` for too few."""
     size = held_out_size(len(train))
     if size == 0:
         return train, None
@@ -162,8 +155,7 @@ def held_out_label(held_out: Dataset | None) -> str:
 
 
 def cap_held_out(held_out: Dataset | None, max_problems: int | None, seed: int = 0) -> Dataset | None:
-    """At most ``max_problems`` held-out problems (``None`` or 0: all): a seeded random subset, with a warning, so
-    that evaluating a large split does not cost more than the training itself."""
+    """At most ``max_problems`` held-out problems (``None`` or 0: all): a seeded random subset, with a warning."""
     if held_out is None or not max_problems or len(held_out) <= max_problems:
         return held_out
     logger.warning(
@@ -176,10 +168,8 @@ def cap_held_out(held_out: Dataset | None, max_problems: int | None, seed: int =
 def load_task_data(
     script_args: Any, strict: bool = True, with_completion: bool = False, hold_out: bool = False
 ) -> TaskData:
-    """The recipe's data (``load_data``), both splits mapped by their layout (``detect_layout``, ``apply_layout``:
-    ``strict``, ``with_completion``), the held-out one cut to ``held_out_max_problems``. ``hold_out`` (the training
-    recipes): data with a reference column but no held-out split gets one carved (``carve_held_out``) unless
-    ``dataset_test_split`` is ``none``."""
+    """The recipe's data, both splits mapped by their layout, the held-out one cut to ``held_out_max_problems``;
+    ``hold_out`` (training recipes): scorable data without a held-out split gets one carved, unless ``none``."""
     name = getattr(script_args, "dataset_name", None)
     test_split = getattr(script_args, "dataset_test_split", DEFAULT_TEST_SPLIT)
     config = getattr(script_args, "dataset_config", None)

@@ -1,14 +1,9 @@
 """Prompts as the model expects them (as open-r1's GRPO script builds them; TRL renders conversations with the chat
-template), by :func:`format_prompts`, for every recipe:
-
-- text prompt, tokenizer **with** a chat template: ``[system?, user]`` messages (an instruct model is trained on its
-  template; raw text would be off its distribution);
-- text prompt, tokenizer **without** one (a base model, the demo): the text as it is, after ``system_prompt`` and a
-  blank line when one is given;
-- conversational prompt, tokenizer with a template: as it is, ``system_prompt`` prepended when the conversation has
-  no system message;
-- conversational prompt, tokenizer without a template: a ``UserError`` naming the fix (transformers would fail at
-  the first generation step with its chat-template error).
+template), by :func:`format_prompts`. With a chat template, a text prompt becomes ``[system?, user]`` messages (an
+instruct model is trained on its template; raw text would be off its distribution) and a conversation gets
+``system_prompt`` unless it has a system message. Without one (a base model, the demo), a text prompt stays text,
+after ``system_prompt`` and a blank line, and a conversation is a ``UserError`` naming the fix (transformers would
+fail at the first generation step).
 """
 
 from __future__ import annotations

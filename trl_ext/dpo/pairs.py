@@ -66,13 +66,10 @@ def select_pairs(
     truncated: Sequence[bool] | None = None,
     excluded: Sequence[bool] | None = None,
 ) -> list[tuple[int, int]]:
-    """Indices ``(chosen, rejected)`` into the flat, group-contiguous ``rewards`` (TRL's ``view(-1, G)`` order).
-
-    Per informative group, chosen candidates are within ``atol`` of the best reward among completions that ended
-    (not ``truncated``), rejected ones within ``atol`` of the worst; pairs are taken by smallest length gap (ties:
-    lowest indices), no completion reused, up to ``pairs_per_group`` and ``max_length_gap``. NaN rewards and
-    ``excluded`` completions enter no pair.
-    """
+    """Indices ``(chosen, rejected)`` into the flat, group-contiguous ``rewards`` (TRL's ``view(-1, G)`` order). Per
+    informative group, chosen within ``atol`` of the best reward of the completions that ended (not ``truncated``),
+    rejected within ``atol`` of the worst; pairs by smallest length gap (ties: lowest indices), no completion reused,
+    up to ``pairs_per_group`` and ``max_length_gap``. NaN rewards and ``excluded`` completions enter no pair."""
     if pairs_per_group < 1:
         raise ValueError(f"pairs_per_group={pairs_per_group} must be >= 1.")
     if max_length_gap is not None and max_length_gap < 0:
@@ -137,9 +134,8 @@ def build_pairs(
     truncated: Sequence[bool] | None = None,
     excluded: Sequence[bool] | None = None,
 ) -> Dataset:
-    """Scored rollouts to a preference ``Dataset`` (``prompt``, ``chosen``, ``rejected`` plus the rewards and lengths
-    of both sides) for ``DPOTrainer``; prompts once per group or per completion, ``lengths`` by default in characters.
-    Selection rules: ``select_pairs``."""
+    """Scored rollouts to a preference ``Dataset`` (``prompt``, ``chosen``, ``rejected``, both sides' rewards and
+    lengths) by ``select_pairs``; prompts once per group or per completion, ``lengths`` by default in characters."""
     rewards = torch.as_tensor(rewards, dtype=torch.float32).flatten()
     n = len(completions)
     if rewards.numel() != n:

@@ -151,9 +151,8 @@ class DPOTrainer(trl.DPOTrainer):
 
     @contextlib.contextmanager
     def _capture_sequence_logps(self) -> Iterator[dict[str, list[torch.Tensor]]]:
-        """Next-token log-probabilities of the forwards TRL runs inside one ``compute_loss``, read with forward hooks:
-        ``captured["policy"]`` and ``captured["reference"]``. Without a ``ref_model`` (PEFT), TRL's reference is the
-        adapter-disabled policy, called after the policy."""
+        """Next-token log-probs of the forwards TRL runs in one ``compute_loss``, by hooks: ``captured["policy"]`` and
+        ``["reference"]`` (without a ``ref_model``, PEFT: the adapter-disabled policy's pass, after the policy's)."""
         captured: dict[str, list[torch.Tensor]] = {"policy": [], "reference": []}
         policy = self.accelerator.unwrap_model(self.model)
 
@@ -189,8 +188,7 @@ class DPOTrainer(trl.DPOTrainer):
     def _log_length_bias(
         self, inputs: dict, token_logps: torch.Tensor, ref_token_logps: torch.Tensor | None = None
     ) -> None:
-        """Log ``length_bias/*`` from next-token log-probabilities of the policy and the reference (or the batch's
-        precomputed ``ref_*_logps``)."""
+        """Log ``length_bias/*`` from the policy's and the reference's (or ``ref_*_logps``) next-token log-probs."""
         mask = inputs["completion_mask"][..., 1:].bool()
         policy = token_logps.detach().float().masked_fill(~mask, 0.0).sum(1)
         if "ref_chosen_logps" in inputs:
@@ -228,10 +226,9 @@ class DPOTrainer(trl.DPOTrainer):
         callbacks: list | None = None,
         peft_config: Any = None,
     ) -> DPOTrainer:
-        """A trainer on pairs mined from the current ``model`` for the prompts of ``train_dataset``. ``ref_model=None``
-        with a full model uses a frozen copy of ``model`` as it is now (TRL would reload ``model``'s checkpoint from
-        disk, which is not the current policy after a previous round). ``eval_dataset`` must be a preference dataset.
-        The mining outcome is in ``trainer.mining_stats`` and is logged at the first log."""
+        """A trainer on pairs mined from the current ``model`` for the prompts of ``train_dataset`` (outcome in
+        ``trainer.mining_stats``). ``ref_model=None`` with a full model uses a frozen copy of ``model`` as it is now
+        (TRL would reload the checkpoint from disk, an earlier policy). ``eval_dataset`` must hold preference pairs."""
         if not isinstance(args, DPOConfig):
             raise TypeError(
                 f"from_groups needs a trl_ext.dpo.DPOConfig (it holds num_generations, reward_weights, ...); got "
@@ -312,9 +309,8 @@ def train_iterative_dpo(
     on_trainer: Callable[[int, DPOTrainer], Any] | None = None,
 ) -> list[RoundResult]:
     """Iterative RPO (arXiv 2404.19733): for ``args.mining_rounds`` rounds, mine pairs from the current model and
-    train on them with it as the reference; ``model`` is trained in place. Round k writes to
-    ``<output_dir>/round-<k>`` with seed ``args.seed + k``; ``on_round_end(k, model)`` may return metrics for the
-    round's result; ``on_trainer(k, trainer)`` sees each round's trainer before it trains."""
+    train it in place on them, itself the reference. Round k writes to ``<output_dir>/round-<k>`` with seed
+    ``args.seed + k``; ``on_round_end(k, model)`` may return metrics, ``on_trainer(k, trainer)`` sees each trainer."""
     results = []
     for k in range(args.mining_rounds):
         round_args = copy.copy(args)

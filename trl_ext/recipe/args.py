@@ -26,9 +26,8 @@ class DataArguments:
     dataset_test_split: str | None = field(
         default="test",
         metadata={
-            "help": "Held-out split, or a local file of held-out problems (demo: 240 problems). Data without one "
-            "(a lone file, a dataset with no test split) that has a reference column holds out 10 percent of its rows "
-            "(at most 100; seed 0; said on the opening line) and trains on the rest. none: no held-out split."
+            "help": "Held-out split, or a local file of held-out problems (demo: 240). Without one, data with a "
+            "reference column holds out 10 percent of its rows (at most 100, seed 0). none: no held-out split."
         },
     )
     dataset_prompt_column: str | None = field(
@@ -38,17 +37,14 @@ class DataArguments:
     dataset_answer_column: str | None = field(
         default=None,
         metadata={
-            "help": "Column holding the reference answer; a dotted path reaches a nested field (e.g. "
-            "reward_model.ground_truth). Its final answer is used (after '####', or the last boxed one). None: "
-            "from the recognized layout."
+            "help": "Column holding the reference answer (a dotted path for a nested field, e.g. "
+            "reward_model.ground_truth); its final answer counts (after '####', or the last boxed one). None: from "
+            "the recognized layout."
         },
     )
     system_prompt: str | None = field(
         default=None,
-        metadata={
-            "help": "System message put before every prompt (a chat template's system turn; with no template, the "
-            "text and a blank line before the prompt)."
-        },
+        metadata={"help": "System message before each prompt: a template's system turn, else text and a blank line."},
     )
     chat_template: str | None = field(
         default=None,
@@ -71,8 +67,7 @@ class RewardDataArguments(DataArguments):
         default=None,
         metadata={
             "help": "Reward functions by registry name (trl_ext.rewards.available_rewards()). None: the task reward "
-            "that fits the data layout (accuracy for math, code for code tests, arithmetic for the built-in demo), "
-            "named in the opening line."
+            "of the data layout (accuracy for math, code for code tests, arithmetic for the built-in demo)."
         },
     )
     reward_options: dict | str | None = field(
@@ -135,8 +130,7 @@ class SFTScriptArguments(DataArguments):
 
 @dataclass
 class DPOScriptArguments(RewardDataArguments):
-    """Data, and the rule-based rewards that score mined groups (unused on a preference dataset). Their weights are
-    ``DPOConfig.reward_weights``."""
+    """Data, and the rule-based rewards that score mined groups (weights: ``DPOConfig.reward_weights``)."""
 
 
 @dataclass
@@ -153,8 +147,7 @@ class PPOScriptArguments(DPOScriptArguments):
 
 @dataclass
 class RewardScriptArguments(DPOScriptArguments):
-    """``recipes/reward.py``: a preference dataset (``chosen`` / ``rejected``, maybe ``prompt``), or on the demo the
-    pairs mined from the warm start's groups with the rule reward (``reward_funcs``)."""
+    """``trl-ext reward``: preference pairs, or on the demo pairs mined from the warm start by ``reward_funcs``."""
 
     num_generations: int = field(default=8, metadata={"help": "Demo: completions per prompt mined into pairs."})
     mining_max_new_tokens: int = field(default=4, metadata={"help": "Demo: length of the mined completions."})
@@ -167,8 +160,7 @@ class RewardScriptArguments(DPOScriptArguments):
 
 @dataclass
 class EvalArguments(RewardDataArguments):
-    """``trl-ext eval`` (``recipes/eval.py``): the models, the held-out split (the recipes' data fields and layouts),
-    the task reward, and the sampling of ``trl_ext.diagnostics.evaluation.EvalSettings``."""
+    """``trl-ext eval``: the models, the held-out split (the recipes' data fields), the reward and ``EvalSettings``."""
 
     models: list[str] | None = field(
         default=None,
@@ -189,10 +181,7 @@ class EvalArguments(RewardDataArguments):
     )
     max_new_tokens: int | None = field(
         default=None,
-        metadata={
-            "help": "Completion length limit (cut to the model's context after the longest prompt). None: 1024; "
-            "the demo: its own check's 4 tokens."
-        },
+        metadata={"help": "Completion length limit, cut to fit the context. None: 1024 (the demo: 4 tokens)."},
     )
     seed: int = field(default=0, metadata={"help": "Seed of the sampling, the same for every model."})
     batch_size: int = field(default=512, metadata={"help": "Completions per generation call (transformers)."})

@@ -30,9 +30,8 @@ def held_out_evaluator(
     reward: Callable | None = None,
     is_main: bool = True,
 ) -> Callable[..., float | None]:
-    """``evaluate(model, phase=False)``: held-out greedy accuracy scored by ``evaluation_reward`` on completions of up
-    to ``max_new_tokens`` (``completion_budget``; ``phase``, e.g. ``"before RL"``, titles a progress bar on the main
-    process); None without a held-out split or a reference to score against."""
+    """``evaluate(model, phase=False)``: held-out greedy accuracy scored by ``evaluation_reward``, completions within
+    ``completion_budget`` (``phase``, e.g. ``"before RL"``, titles a progress bar); None when nothing can be scored."""
     reward = evaluation_reward(script_args, layout, reward)
     if reward is None:
         return lambda model, phase=False: None

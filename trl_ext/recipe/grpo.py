@@ -1,6 +1,5 @@
-"""The GRPO-family parts of the recipes (``trl_ext.scripts.grpo`` and the presets' recipes that call its ``main``):
-``parse`` (any preset of the table, demo YAML by default), the output folder and ``metrics.jsonl``, the opening line,
-the monitors around TRL's trainer, and the closing report (table, ``summary.json``, ``curves.png``)."""
+"""The GRPO-family parts of the recipes: ``parse`` (any preset of the table), the output folder and ``metrics.jsonl``,
+the opening line, the monitors around TRL's trainer, and the closing report (``summary.json``, ``curves.png``)."""
 
 from __future__ import annotations
 
@@ -61,10 +60,9 @@ def _demo_preset(name: str) -> str:
 def parse(
     preset: str | type[GRPOFamilyConfig], recipe: str | None = None, argv: list[str] | None = None
 ) -> tuple[RLScriptArguments, GRPOFamilyConfig, ModelConfig]:
-    """``(script_args, training_args, model_args)`` of a GRPO-family run (``parsing.parse``). ``preset``: the recipe's
-    own, by name or config class (``recipe`` then names its demo YAML); ``--preset NAME`` or a YAML ``preset:`` picks
-    another row of the table, whose fixed fields (``gspo_token``) apply unless given. ``script_args.preset``: the
-    name that ran."""
+    """``(script_args, training_args, model_args)`` of a GRPO-family run. ``preset``: the recipe's own, by name or
+    config class (``recipe`` then names its demo YAML); ``--preset NAME`` or a YAML ``preset:`` picks another row of
+    the table, whose fixed fields (``gspo_token``) apply unless given."""
     argv = list(sys.argv[1:] if argv is None else argv)
     name = _preset_name(argv)
     if name is None and isinstance(preset, str):
@@ -109,8 +107,7 @@ def plot_curves(
     runs: dict[str, list[dict[str, Any]]], out_path: str | None = None, warm_start: float | None = None
 ) -> Any:
     """The training picture from logged rows (``metrics.jsonl`` or ``log_history``), one colour per run: held-out
-    accuracy (the warm-start level dashed), reward, kept-group fraction (without dynamic sampling: ``1 -
-    frac_reward_zero_std``) with rounds per step, clip fraction, entropy. Saved to ``out_path`` when given."""
+    accuracy (warm start dashed), reward, kept-group fraction and rounds per step, clip fraction, entropy."""
     import matplotlib
 
     if out_path is not None:
@@ -193,9 +190,8 @@ RUN_OUTPUTS = ("summary.json", "metrics.jsonl", "config.json", "adapter_config.j
 def prepare_output_dir(
     output_dir: str, resume: str | bool | None, is_main: bool = True, overwrite: bool = False
 ) -> str:
-    """Create ``output_dir`` and return its ``metrics.jsonl`` path. A fresh run stops in a folder holding another
-    run's checkpoints or, unless ``overwrite``, its outputs (``RUN_OUTPUTS``), whose ``metrics.jsonl`` it keeps as
-    ``.previous``; resuming continues the record from the checkpoint (``continue_record``, main process only)."""
+    """Create ``output_dir``, return its ``metrics.jsonl`` path (resuming continues it). A fresh run stops at another
+    run's checkpoints or, unless ``overwrite``, outputs (``RUN_OUTPUTS``; old ``metrics.jsonl``: ``.previous``)."""
     os.makedirs(output_dir, exist_ok=True)
     metrics_path = os.path.join(output_dir, "metrics.jsonl")
     if not resume:
@@ -227,9 +223,8 @@ def checkpoint_step(checkpoint: str) -> int | None:
 
 
 def continue_record(metrics_path: str, checkpoint: str) -> str | None:
-    """``metrics.jsonl`` continued where ``checkpoint`` left off: rows logged after its step (a killed run logged them,
-    the resumed one logs them again) move to ``metrics.jsonl.after-checkpoint-<step>``, with a warning, so each step
-    appears once. Returns that path (None when nothing was past the checkpoint)."""
+    """``metrics.jsonl`` continued where ``checkpoint`` left off: rows logged after its step, which the resumed run
+    logs again, move to ``metrics.jsonl.after-checkpoint-<step>`` with a warning. Returns that path, or None."""
     step = checkpoint_step(checkpoint)
     if step is None or not os.path.exists(metrics_path):
         return None
@@ -254,8 +249,7 @@ def continue_record(metrics_path: str, checkpoint: str) -> str | None:
 
 
 def steps_line(training_args: GRPOFamilyConfig) -> str:
-    """The real batch for the opening line: ``"<N> steps of <P> prompts x <G> completions"`` when a step holds whole
-    groups, else the rollout and how many steps it feeds."""
+    """The real batch: ``"<N> steps of <P> prompts x <G> completions"``, or the rollout when a step splits groups."""
     group = training_args.num_generations
     per_step = (
         training_args.per_device_train_batch_size
@@ -284,9 +278,8 @@ def announce(
     data: TaskData,
     rewards: list[str],
 ) -> None:
-    """The opening line of a GRPO-family run (``report.announce`` with the real batch and the data's layout); under
-    it, when the user's own model runs at the preset's learning rate, a hint: the papers' setting, chosen for 7B+
-    models trained for thousands of steps, can leave a small model's policy where it started."""
+    """The opening line of a GRPO-family run; under it, when the user's own model runs at the preset's learning rate,
+    a hint: the papers' setting (7B+ models, thousands of steps) can leave a small model's policy where it started."""
     report.announce(
         recipe,
         trainer_name,

@@ -1,6 +1,5 @@
 """A recipe's ``--help``: the flags a user reaches for, grouped, in under 250 lines (model and output, the script
-arguments in full, the preset's own fields, the most-used TRL and transformers fields in a sentence each);
-``--help-all`` prints every field (over 1,400 lines), as ``TrlParser`` would."""
+arguments, the preset's own fields, the most-used TRL fields in a sentence each); ``--help-all`` prints every field."""
 
 from __future__ import annotations
 
@@ -84,8 +83,7 @@ def first_sentence(text: str) -> str:
 
 
 def _short_action(action: argparse.Action, full_text: bool) -> argparse.Action:
-    """A copy of ``action`` as the short help shows it: one spelling, a metavar from its type, its default, and the
-    first sentence of its help unless ``full_text``."""
+    """``action`` as the short help shows it: one spelling, a typed metavar, its default, its help's first sentence."""
     shown = copy.copy(action)
     shown.option_strings = action.option_strings[:1]
     if action.nargs != 0:
@@ -104,8 +102,7 @@ def _short_action(action: argparse.Action, full_text: bool) -> argparse.Action:
 def short_help(
     parser: argparse.ArgumentParser, dataclass_types: Sequence[type], prog: str, demo_config: str | None = None
 ) -> str:
-    """The short ``--help`` of a parser built from ``dataclass_types`` (script arguments first); ``demo_config``: the
-    YAML the recipe reads when given no model and no config."""
+    """The short ``--help`` (script arguments first); ``demo_config``: the YAML read with no model and no config."""
     actions = {  # field -> its --field action (a bool field defaulting to True also has a --no_field one)
         action.dest: action
         for action in parser._actions

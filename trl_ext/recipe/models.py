@@ -28,10 +28,8 @@ def load_policy(
     chat_template: str | None = None,
     warm_start_seed: int | None = None,
 ) -> tuple[PreTrainedModel, Any, str]:
-    """``(model, tokenizer, path)`` from a Hub id or a folder (a LoRA run's output merged); ``None`` loads the demo's
-    SFT warm start (of SFT seed ``warm_start_seed``), built and cached on first use. ``model_args.load_in_4bit`` /
-    ``load_in_8bit`` load through TRL's ``get_quantization_config`` onto this process's GPU, after
-    ``check_quantization`` names anything missing. ``chat_template``: see ``load_tokenizer``."""
+    """``(model, tokenizer, path)`` from a Hub id or a folder (a LoRA run's output merged), for ``None`` the demo's
+    SFT warm start (seed ``warm_start_seed``); ``load_in_4bit`` / ``8bit`` via TRL, onto this process's GPU."""
     quantization = None
     if model_args is not None and (model_args.load_in_4bit or model_args.load_in_8bit):
         check_quantization(model_args)
@@ -61,8 +59,7 @@ def demo_warm_start_config(seed: int | None) -> WarmStartConfig:
 
 
 def load_tokenizer(path: str | None, chat_template: str | None = None) -> Any:
-    """The tokenizer saved with a model (None: the demo's), set up for generation: a pad token (EOS when it has none),
-    left padding, and ``chat_template`` (a ``.jinja`` file or the template text) when given."""
+    """The tokenizer saved with a model (None: the demo's) with a pad token, left padding and ``chat_template``."""
     tokenizer = build_tokenizer() if path is None else AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -76,8 +73,7 @@ def load_tokenizer(path: str | None, chat_template: str | None = None) -> Any:
 
 
 def load_for_vllm(path: str, chat_template: str | None = None) -> tuple[Any, Any]:
-    """``(model stand-in, tokenizer)`` for vLLM, which loads the weights itself: the stand-in carries the model's
-    ``config`` (its context length) and ``name_or_path``."""
+    """``(model, tokenizer)`` for vLLM, which loads the weights: a stand-in with ``config`` and ``name_or_path``."""
     check_model_folder(path)
     config = AutoConfig.from_pretrained(path)
     return types.SimpleNamespace(config=config, name_or_path=path), load_tokenizer(path, chat_template)

@@ -127,11 +127,10 @@ def check_config_file(argv: list[str]) -> None:
 
 
 def parse(dataclass_types: Sequence[type], recipe: str | None, argv: list[str] | None = None) -> tuple:
-    """The parsed ``dataclass_types`` of recipe ``recipe``. With neither ``--config`` nor ``--model_name_or_path``
-    the demo YAML (``demo_config_path(recipe)``; none when ``recipe`` is None) supplies the values; flags override
-    either way. Unknown YAML keys fail naming the closest field (``check_config_keys``), where ``TrlParser`` would
-    ignore a typo; a missing file and a value a config's ``__post_init__`` refuses are ``UserError``s. The script
-    arguments get ``given_fields`` (set by flag or YAML) and ``given_sources`` (which of the two)."""
+    """The parsed ``dataclass_types`` of recipe ``recipe``: with neither ``--config`` nor ``--model_name_or_path``
+    the demo YAML supplies the values, flags override either way. Unknown YAML keys fail naming the closest field
+    (``TrlParser`` would ignore a typo); a missing file or a refused config value is a ``UserError``. The script
+    arguments get ``given_fields`` and ``given_sources`` (flag or YAML)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = make_parser(dataclass_types)
     parser.prog = recipe_prog(recipe)  # errors and help say `trl-ext dapo`, not `dapo.py`
@@ -172,9 +171,8 @@ def _setting(argv: list[str], name: str) -> tuple[bool, Any]:
 
 
 def supported_precision(argv: list[str]) -> list[str]:
-    """``argv`` fitted to the hardware: ``--bf16 false`` unless set when no GPU here supports bf16 (TRL's default,
-    which transformers refuses there), and ``--use_cpu true`` unless set when there is no accelerator at all (it
-    spares the "pin_memory" warning). An explicit ``bf16`` without such a GPU or ``use_cpu`` fails with the fix."""
+    """``argv`` fitted to the hardware, unless set: ``--bf16 false`` without a bf16 GPU (transformers refuses the
+    default), ``--use_cpu true`` without an accelerator; ``bf16`` there without ``use_cpu`` fails, naming the fix."""
     if is_torch_bf16_gpu_available():
         return argv
     argv = list(argv)

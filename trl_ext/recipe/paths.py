@@ -1,6 +1,5 @@
-"""Where the recipes and their YAML files live (package data under ``trl_ext/scripts/``, linked from a checkout's
-``recipes/``), and how a ``--config`` name finds its file from any directory. Free of torch: ``trl-ext --help`` stays
-instant."""
+"""Where the recipes and their YAML files live (``trl_ext/scripts/``, linked from a checkout's ``recipes/``), and how
+a ``--config`` name finds its file from any directory. Free of torch: ``trl-ext --help`` stays instant."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What a recipe prints and writes about itself: the opening line and the closing report (the summary table and
-``summary.json``, the one report file of every recipe)."""
+"""What a recipe prints and writes about itself: the opening line, the summary table and ``summary.json``."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ def report(
     metric: str = "held-out greedy accuracy",
     **extra: Any,
 ) -> dict:
-    """Print the summary table (``metric`` before / after / gain, steps, wall time since ``started``, outputs) and
-    write the same to ``output_dir/summary.json``."""
+    """Print the summary table (``metric`` before/after/gain, steps, wall time, outputs) and write ``summary.json``."""
     wall = round(time.time() - started, 1)
     result = {"recipe": recipe, "accuracy_before": before, "accuracy_after": after, **extra}
     if steps is not None:
@@ -88,8 +86,7 @@ def announce(
     layout: Layout | None = None,
     rewards: Sequence[str] | None = None,
 ) -> None:
-    """The opening line of a recipe (``trl_ext.console``): what runs, on what data and rewards, for how long, at what
-    learning rate (``learning_rate_part``), in what precision."""
+    """The opening line: what runs, on what data and rewards, for how long, at what learning rate and precision."""
     quiet_libraries()
     if getattr(training_args, "process_index", 0) != 0:
         return

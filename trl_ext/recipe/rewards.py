@@ -62,9 +62,8 @@ def gold_reward(funcs: Sequence[Callable], script_args: Any, layout: Layout) -> 
 
 
 def task_rewards(script_args: Any, layout: Layout | None) -> tuple[list, list[str]]:
-    """``(reward functions, names)`` of a run: ``reward_funcs`` when given, else ``layout.task_rewards`` (``layout``
-    may be None only in the first case). The first rule function is wrapped in ``ZeroRewardWatch`` (one warning
-    when it scores 0 or unscorable on every completion of the first steps)."""
+    """``(reward functions, names)`` of a run: ``reward_funcs`` when given, else ``layout.task_rewards``; the first
+    rule function is wrapped in ``ZeroRewardWatch`` (a warning when it scores nothing in the first steps)."""
     names = list(getattr(script_args, "reward_funcs", None) or [])
     if not names:
         if layout is None:
@@ -86,9 +85,8 @@ def task_rewards(script_args: Any, layout: Layout | None) -> tuple[list, list[st
 
 
 def evaluation_reward(script_args: Any, layout: Layout, reward: Callable | None = None) -> Callable | None:
-    """The reward held-out evaluation scores with: on the demo ``arithmetic_reward``; on user data ``reward`` (the
-    run's, built once) or else ``gold_reward`` of the run's rewards; None when nothing names a reward and the data
-    has no reference column."""
+    """The reward held-out evaluation scores with: ``arithmetic_reward`` on the demo, else ``reward`` or the
+    ``gold_reward`` of the run's rewards; None when no reward is named and the data has no reference column."""
     if script_args.dataset_name is None:
         return arithmetic_reward
     if reward is not None:

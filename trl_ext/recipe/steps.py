@@ -17,8 +17,7 @@ from trl_ext.recipe.report import report
 
 
 def run(name: str, main: Callable[..., Any], parse_args: Callable[[], tuple]) -> Any:
-    """A recipe's command line: library noise hidden (``quiet_libraries``), ``main`` run on ``parse_args()``, and a
-    user error printed as ``trl-ext <name>: error: ...`` (``TRL_EXT_DEBUG=1``: the traceback)."""
+    """A recipe's command line: ``main(*parse_args())``, library noise hidden and a user error printed as one line."""
     quiet_libraries()
     with reported_user_errors(f"trl-ext {name}"):
         return main(*parse_args())
@@ -45,8 +44,7 @@ def finish(
     started: float,
     **extra: Any,
 ) -> dict:
-    """After ``trainer.train()``: save model and tokenizer, measure ``policy``'s held-out accuracy and ``report``
-    (``extra``: its ``metric`` and more summary fields)."""
+    """After ``trainer.train()``: save model and tokenizer, measure ``policy``'s held-out accuracy, ``report``."""
     output_dir = trainer.args.output_dir
     trainer.save_model(output_dir)
     tokenizer.save_pretrained(output_dir)

@@ -39,8 +39,7 @@ def greedy_tool_rollouts(model: Any, tokenizer: Any, prompts: list, tools: list[
 
 
 def tool_evaluator(tokenizer: Any, eval_dataset: Dataset | None, tools: list[Callable], reward: Callable) -> Callable:
-    """``evaluate(model, phase=False)``: held-out greedy accuracy with the tools run (``greedy_tool_rollouts``), the
-    share of problems ``reward`` scores 1.0; None without a held-out split."""
+    """``evaluate(model, phase=False)``: the share of held-out problems ``reward`` scores 1.0, tools run (or None)."""
 
     def evaluate(model: Any, phase: str | bool = False) -> float | None:
         if eval_dataset is None or len(eval_dataset) == 0:

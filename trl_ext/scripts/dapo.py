@@ -1,11 +1,9 @@
 """DAPO (arXiv 2503.14476): clip-higher (eps 0.2 / 0.28), token-level loss (Eq. 12), dynamic sampling (section 3.2)
-and the soft overlong punishment (Eq. 13).
+and the soft overlong punishment (Eq. 13): ``DAPOConfig`` and ``DAPOTrainer``, run by ``trl_ext.scripts.grpo``.
 
     python recipes/dapo.py          # or `trl-ext dapo`: the demo (recipes/configs/demo/dapo/config_demo.yaml)
     accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/dapo.py \
         --config recipes/configs/qwen2.5-math-7b/dapo/config_colocate.yaml
-
-DAPO is ``DAPOConfig`` and ``DAPOTrainer``; the run is ``trl_ext.scripts.grpo``'s ``main``.
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@
         --dataset_config main --num_samples 32 --max_new_tokens 1024 --use_vllm
 
 Each model is evaluated as the recipes measure held-out accuracy (same layouts, prompts and task reward), with DAPO's
-sampling by default (K = 32, temperature 1.0, top-p 0.7). ``eval.json`` and ``per_problem.jsonl`` under ``output_dir``
-hold what every figure can be recomputed from.
+sampling by default; ``eval.json`` and ``per_problem.jsonl`` under ``output_dir`` hold every figure's raw data.
 """
 
 from __future__ import annotations

@@ -9,9 +9,8 @@
         --reward_funcs accuracy format --output_dir outputs/my-run
 
 GRPO as DeepSeekMath (arXiv 2402.03300) defines it: per-sequence mean loss with a k3 KL term (beta 0.04). With no
-model and no config, ``recipes/configs/demo/<preset>/config_demo.yaml`` (the demo's warm start, then RL on the
-arithmetic task). ``dapo``, ``gspo`` and ``dr_grpo`` run this ``main`` with their own preset. Outputs under
-``output_dir``: ``metrics.jsonl``, ``curves.png``, ``summary.json`` and the model.
+model and no config, ``recipes/configs/demo/<preset>/config_demo.yaml``. ``dapo``, ``gspo`` and ``dr_grpo`` run this
+``main`` with their own preset. Outputs under ``output_dir``: ``metrics.jsonl``, ``curves.png``, ``summary.json``.
 """
 
 from __future__ import annotations
@@ -54,8 +53,7 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     overwrite = getattr(script_args, "overwrite_output_dir", None) or getattr(training_args, "overwrite_output_dir", 0)
     metrics_path = prepare_output_dir(output_dir, resume, training_args.process_index == 0, bool(overwrite))
 
-    # Named rewards are built first (a typo fails before any download); none named: the data's task reward.
-    # Tools for TRL's multi-turn rollout; with no model and no dataset, the tool demo (trl_ext.demo_tools)
+    # Named rewards are built first (a typo fails before any download); none named: the data's task reward
     named = task_rewards(script_args, None) if script_args.reward_funcs else None
     tools, tool_demo = load_tools(script_args.tools), ToolDemo.of(script_args, model_args)
     data = tool_demo.data if tool_demo else load_task_data(script_args, hold_out=True)
@@ -66,8 +64,7 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
 
     announce(recipe, trainer_name, script_args, training_args, model_args, data, reward_names)
 
-    # Model and tokenizer (none given: the demo's SFT warm start), prompts formatted for it, a given model's
-    # max_completion_length sized to its context unless set
+    # Model and tokenizer (none given: the demo's SFT warm start); a given model's context bounds the completions
     model, tokenizer, model_path = load_policy(
         tool_demo.model_path if tool_demo else model_args.model_name_or_path,
         model_args.dtype,

@@ -139,9 +139,8 @@ def stage_table(accuracies: dict[str, float], header: str) -> list[str]:
 def learned_reward_stages(
     args: PipelineArguments, sft_dir: str, accuracies: dict[str, float], timings: dict[str, float], start: float
 ) -> dict[str, Any]:
-    """RLHF with a learned reward (Ouyang et al. 2022): a reward model trained on pairs mined from the warm start
-    (``recipes/reward.py``), then DAPO against it (``--reward_funcs <reward model>``); held-out accuracy is the rule
-    reward's after each stage, so how well the learned reward stands in for the true one is visible."""
+    """RLHF with a learned reward (Ouyang et al. 2022): a reward model on pairs mined from the warm start, then DAPO
+    against it; held-out accuracy is the rule reward's, showing how well the learned reward stands in for it."""
     # 2. Reward model on the warm start's mined pairs: recipes/reward.py's code path and YAML.
     t = time.time()
     rm_dir = os.path.join(args.output_dir, "reward")
@@ -178,8 +177,7 @@ def learned_reward_stages(
 
 
 def style_report(model: PreTrainedModel, tokenizer: Any, dataset: Dataset, max_new_tokens: int = 6) -> dict:
-    """How the greedy completions look: the fraction that are exactly a number then EOS (the style the pipeline's DPO
-    stage rewards) and their mean length in tokens (EOS included)."""
+    """Greedy completions' style: the share that are exactly a number then EOS, and their mean length in tokens."""
     eos, prompts = tokenizer.eos_token_id, list(dataset["prompt"])
     ids, truncated = generate_groups(
         model, tokenizer, prompts, 1, max_new_tokens, len(prompts), [eos], tokenizer.pad_token_id, greedy=True
