@@ -1,5 +1,5 @@
 """Checks that run before training starts, so that a misconfigured run fails in seconds, not at step 5,000; each
-names the field, the value and the fix. The GRPO-family trainers run them at construction (``mixin``), recipes the rest.
+names the field, the value and the fix. GRPO-family trainers run them at construction (``mixin``), recipes the rest.
 """
 
 from __future__ import annotations

@@ -226,7 +226,7 @@ class GuardedReward:
         return f"completion {i} of {_batch_size(call)} ({text.strip(', ')})"
 
     def _per_completion(self, call: dict[str, Any], n: int, batch_error: Exception) -> list:
-        """The batch call raised: score the completions one at a time to find (with "skip", isolate) the failing ones."""
+        """The batch call raised: score the completions one at a time to find (with "skip": isolate) the failures."""
         values: list[Any] = []
         failures: list[tuple[int, BaseException]] = []
         for i in range(n):
