@@ -1,8 +1,6 @@
 """Adapter-only LoRA sync (``vllm_lora_sync="adapter"``, docs/VLLM.md): after each optimizer step vLLM gets only the
 LoRA adapter, as a new ``LoRARequest``, instead of TRL's merge, send every weight, unmerge. vLLM 0.31 loads adapters
-from a folder only, so the adapter is written to a temporary one (server mode: the file weight sync's folder, which
-both processes see). Colocate: TRL's engine is rebuilt with LoRA behind :class:`AdapterLLM`; server:
-``/v1/load_lora_adapter``, after the base once.
+from a folder only, so it is written to a temporary one (server mode: the file weight sync's folder, seen by both).
 """
 
 from __future__ import annotations

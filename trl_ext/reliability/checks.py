@@ -109,8 +109,7 @@ def check_tokenizer(tokenizer: Any) -> None:
 
 
 def check_tools(tools: Any, environment_factory: Any, processing_class: Any) -> None:
-    """``tools=`` (or an ``environment_factory``) needs a chat template that renders a tool conversation; TRL's own
-    check (``supports_tool_calling``) names no fix."""
+    """``tools=`` or an ``environment_factory`` needs a tool-rendering chat template (TRL's own check names no fix)."""
     if not (tools or environment_factory) or processing_class is None:
         return
     from trl.chat_template_utils import supports_tool_calling
@@ -118,8 +117,7 @@ def check_tools(tools: Any, environment_factory: Any, processing_class: Any) -> 
     if supports_tool_calling(processing_class):
         return
     raise ValueError(
-        f"tools= needs a tokenizer whose chat template renders a tool conversation; this "
-        f"{type(processing_class).__name__} "
+        f"tools= needs a chat template that renders tool conversations; this {type(processing_class).__name__} "
         f"{'has no chat template' if not getattr(processing_class, 'chat_template', None) else 'drops tool calls'}. "
         "For the demo, use trl_ext.demo_tools.build_tool_tokenizer() or the model of tool_warm_start(); for your own "
         "model, an instruct model whose template supports tools (Qwen2.5, Qwen3, Llama 3.1, ...) or set "
@@ -221,15 +219,14 @@ def check_report_to(report_to: Any) -> None:
 
 
 def check_quantization(model_args: Any) -> None:
-    """``load_in_4bit`` / ``load_in_8bit`` (QLoRA, the seeds' advice for one GPU) need bitsandbytes, a CUDA GPU and
-    LoRA adapters to train (quantized weights take no gradient): say which is missing, before any weight is loaded."""
+    """``load_in_4bit`` / ``load_in_8bit`` need bitsandbytes, a CUDA GPU and LoRA (quantized weights take no gradient):
+    say which is missing before any weight is loaded."""
     bits = "4" if getattr(model_args, "load_in_4bit", False) else "8"
     flag = f"--load_in_{bits}bit"
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ValueError(
-            f"{flag} quantizes the weights with bitsandbytes, which is not installed here. Install it "
-            "(pip install bitsandbytes) on a machine with a CUDA GPU, or drop the flag to load the weights in "
-            "full precision (LoRA alone: --use_peft true)."
+            f"{flag} needs bitsandbytes, which is not installed here. Install it (pip install bitsandbytes) on a "
+            "machine with a CUDA GPU, or drop the flag to load full-precision weights (LoRA alone: --use_peft true)."
         )
     if not torch.cuda.is_available():
         raise ValueError(
@@ -265,8 +262,7 @@ def require_ppo() -> tuple[type, type]:
 
 
 def check_config_keys(config: str | dict[str, Any], dataclass_types: Sequence[type]) -> None:
-    """Every key of a recipe's YAML file must be a field of one of ``dataclass_types`` (``env`` aside): a typo such as
-    ``lerning_rate`` is an error with a suggestion, never ignored."""
+    """Every key of a recipe's YAML file must be a field of ``dataclass_types`` (``env`` aside): a typo is an error."""
     import yaml
 
     path = config if isinstance(config, str) else "<config>"

@@ -3,12 +3,11 @@ rewards, preemption, atomic checkpoints, the stop on a non-finite loss (``Finite
 
 Exact resume: TRL generates once per ``steps_per_generation * num_iterations`` micro-steps and keeps the batch in
 ``_buffered_inputs``; a resumed trainer starts at ``_step = 0`` with no buffer, so a checkpoint inside a generation
-block would regenerate with updated weights and shift every later generation boundary. Each checkpoint therefore
-stores TRL's micro-step counter (``grpo_state.json``) and, inside a block, each process's buffer
-(``grpo_buffer_rank<k>.pt``); TRL's seeded ``RepeatSampler`` is advanced to the resumed epoch. With the Trainer's RNG
-states, the refill stream and the optimizer, a resumed run reproduces the uninterrupted one on CPU. Not restored:
-metrics since the last log (logs match when ``save_steps`` is a multiple of ``logging_steps``), the completions
-table, a hung reward thread.
+block would regenerate with updated weights and shift every later boundary. Each checkpoint therefore stores TRL's
+micro-step counter (``grpo_state.json``) and, inside a block, each process's buffer (``grpo_buffer_rank<k>.pt``);
+TRL's seeded ``RepeatSampler`` is advanced to the resumed epoch. With the Trainer's RNG states, the refill stream and
+the optimizer, a resumed run reproduces the uninterrupted one on CPU. Not restored: metrics since the last log (logs
+match when ``save_steps`` is a multiple of ``logging_steps``), the completions table, a hung reward thread.
 """
 
 from __future__ import annotations
@@ -119,7 +118,6 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
         params = bound.arguments
         config = params.get("args")
         dataset = params.get("train_dataset")
-        # reward_funcs are optional, as in TRL; reward_errors / reward_timeout are validated even without functions
         funcs = guard_reward_funcs(
             params.get("reward_funcs"),
             errors=getattr(config, "reward_errors", "raise"),

@@ -171,6 +171,5 @@ class PreemptionMixin:
             self.remove_callback(callback)
             if latch.received is not None and not callback.stopping:
                 logger.warning(
-                    f"{latch.received} arrived after the last optimizer step: training had finished, so no "
-                    "preemption checkpoint was written and the run goes on to its end."
+                    f"{latch.received} arrived after the last optimizer step: no preemption checkpoint was written."
                 )

@@ -88,8 +88,7 @@ def validate_reward_settings(errors: str, timeout: float | None) -> None:
     if errors not in REWARD_ERROR_MODES:
         raise ValueError(
             f"reward_errors={errors!r}: must be 'raise' (stop at the first failing completion, the default) or "
-            "'skip' (score failing completions None, excluded from the group baseline, counted in "
-            "rewards/<name>/errors)."
+            "'skip' (score failing completions None, counted in rewards/<name>/errors)."
         )
     if timeout is not None and not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
         raise ValueError(
@@ -187,8 +186,8 @@ class GuardedReward:
             raise RewardFunctionError(
                 f"reward function {self.__name__!r} overran reward_timeout={self.timeout}s on "
                 f"{self._consecutive_timeouts} calls in a row ({n} completions each, first prompt "
-                f"{_short(self._row(call, 0).get('prompts'))}): it looks dead or deadlocked, and the run would train on "
-                "nothing. Fix the function (or the service it calls), or raise reward_timeout."
+                f"{_short(self._row(call, 0).get('prompts'))}): it looks dead or deadlocked. Fix the function (or the "
+                "service it calls), or raise reward_timeout."
             )
         self._warn_once(
             "timeout",
@@ -291,8 +290,7 @@ class GuardedReward:
                 raise RewardFunctionError(
                     f"reward function {self.__name__!r} returned {kind} ({_short(value)}) for "
                     f"{self._describe(call, i)}. Rewards must be finite floats, or None for a completion that cannot "
-                    "be scored: convert with float(...) and return None instead of inf or text (or set "
-                    "reward_errors='skip' to count such values as unscorable)."
+                    "be scored: convert with float(...), or set reward_errors='skip' to count such values unscorable."
                 )
             invalid += 1
             out.append(None)

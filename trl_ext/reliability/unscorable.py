@@ -81,7 +81,7 @@ class UnscorableWatch:
             f'reward function(s) {names} returned None/NaN ("does not apply") for all {self.unscored_completions} '
             f"completions of {self.unscored_rounds} consecutive generation rounds (max_unscorable_rounds="
             f"{self.rounds}): {left} and training cannot learn the task. Either the function(s) do not apply to this "
-            "data (pass the reward that fits, reward_funcs / --reward_funcs), or they are broken (a column they "
-            "cannot read, a format they cannot parse: call one on a few dataset rows by hand). If they legitimately "
-            "score nothing for a while, raise max_unscorable_rounds (None: never stop, as TRL)."
+            "data (pass the reward that fits, reward_funcs / --reward_funcs), or they are broken (call one on a few "
+            "dataset rows by hand). If they legitimately score nothing for a while, raise max_unscorable_rounds "
+            "(None: never stop, as TRL)."
         )
