@@ -219,8 +219,7 @@ def check_report_to(report_to: Any) -> None:
 
 
 def check_quantization(model_args: Any) -> None:
-    """``load_in_4bit`` / ``load_in_8bit`` need bitsandbytes, a CUDA GPU and LoRA (quantized weights take no gradient):
-    say which is missing before any weight is loaded."""
+    """``load_in_4bit`` / ``load_in_8bit`` need bitsandbytes, a CUDA GPU and LoRA (frozen quantized weights)."""
     bits = "4" if getattr(model_args, "load_in_4bit", False) else "8"
     flag = f"--load_in_{bits}bit"
     if importlib.util.find_spec("bitsandbytes") is None:

@@ -37,8 +37,7 @@ TRL_REWARD_KWARGS = frozenset(
 
 
 def reward_columns(func: Callable) -> list[str] | None:
-    """A reward function's ``required_columns``, else its parameters without a default bar ``TRL_REWARD_KWARGS``;
-    ``None``: unknown."""
+    """A reward's columns: its ``required_columns``, else its parameters without default bar ``TRL_REWARD_KWARGS``."""
     declared = getattr(func, "required_columns", None)
     if declared is not None:
         return list(declared)
