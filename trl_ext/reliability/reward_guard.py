@@ -1,19 +1,15 @@
 """Reward functions that cannot silently poison a run: checked outputs, opt-in skipping of failures, a hang timeout.
 
 TRL trusts what a reward function returns: an exception does not say which completion caused it, strings or a wrong
-count fail inside ``torch.tensor``, a hang stalls training for good. ``GuardedReward`` wraps one function (the
-trainers wrap every callable reward at construction):
+count fail inside ``torch.tensor``, a hang stalls training for good. ``GuardedReward`` wraps one function:
 
-- Outputs: exactly one value per completion, a real number or ``None`` / NaN ("cannot score", as in TRL); anything
-  else stops the run with a ``RewardFunctionError`` naming the function, the value, the completion and the fix.
-- Exceptions (``reward_errors``): ``"raise"`` re-runs a failed batch one completion at a time and stops naming the
-  failing completion; ``"skip"`` scores failing (or invalid) completions ``None``, logs their count per call as
-  ``rewards/<name>/errors`` and warns once. A wrong number of values always stops the run.
-- Missing keywords: a parameter without a default that TRL's call does not carry stops the run at the first call.
-- Hangs (``reward_timeout`` seconds): the call runs in a worker thread; an overrun scores the batch ``None``, counts
-  in ``rewards/<name>/timeouts`` and warns; ``max_consecutive_timeouts`` in a row stop the run. A Python thread cannot
-  be killed: the call runs on in the background, its result discarded (``signal.alarm`` timeouts inside the function
-  only work on the main thread).
+- Outputs: one real number or ``None`` / NaN ("cannot score", as in TRL) per completion; anything else stops the run.
+- Exceptions (``reward_errors``): ``"raise"`` re-runs the batch one completion at a time and names the failing one;
+  ``"skip"`` scores failing or invalid completions ``None``, counted in ``rewards/<name>/errors``. A wrong number of
+  values always stops the run, as does a parameter without a default that TRL's call does not carry.
+- Hangs (``reward_timeout`` seconds): an overrun scores the batch ``None`` (``rewards/<name>/timeouts``);
+  ``max_consecutive_timeouts`` in a row stop the run. The call runs in a worker thread, which cannot be killed and runs
+  on in the background (``signal.alarm`` only works on the main thread).
 
 The wrapper keeps the function's ``__name__`` (TRL logs ``rewards/<name>/mean`` under it) and pickles like it.
 """
@@ -41,8 +37,7 @@ TRL_REWARD_KWARGS = frozenset(
 
 
 def reward_columns(func: Callable) -> list[str] | None:
-    """The dataset columns a reward function needs: its ``required_columns`` if declared, else its parameters without
-    a default, minus ``TRL_REWARD_KWARGS``. ``None``: unknown."""
+    """A reward's columns: its ``required_columns``, else its parameters without default bar ``TRL_REWARD_KWARGS``."""
     declared = getattr(func, "required_columns", None)
     if declared is not None:
         return list(declared)
@@ -92,8 +87,7 @@ def validate_reward_settings(errors: str, timeout: float | None) -> None:
     if errors not in REWARD_ERROR_MODES:
         raise ValueError(
             f"reward_errors={errors!r}: must be 'raise' (stop at the first failing completion, the default) or "
-            "'skip' (score failing completions None, excluded from the group baseline, counted in "
-            "rewards/<name>/errors)."
+            "'skip' (score failing completions None, counted in rewards/<name>/errors)."
         )
     if timeout is not None and not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
         raise ValueError(
@@ -102,8 +96,7 @@ def validate_reward_settings(errors: str, timeout: float | None) -> None:
 
 
 class GuardedReward:
-    """``func`` with checked outputs, opt-in skipping of failures and a hang timeout (module docstring); called like
-    ``func``."""
+    """``func`` with checked outputs, opt-in skipping of failures and a hang timeout (module docstring)."""
 
     def __init__(
         self,
@@ -161,9 +154,8 @@ class GuardedReward:
         given = sorted(key for key in call if key not in TRL_REWARD_KWARGS)
         return (
             f"reward function {self.__name__!r} reads {name!r}, but TRL's call carries no such keyword (besides its "
-            f"own, it passed {given}: the dataset's columns and the extra fields a rollout_func returns). Return "
-            f"{name!r} from the rollout_func (or add the column to every dataset the trainer scores, eval_dataset "
-            "included), or give the parameter a default value."
+            f"own, it passed {given}: dataset columns and rollout_func fields). Return {name!r} from the rollout_func "
+            "(or add the column to every dataset scored, eval_dataset included), or give the parameter a default."
         )
 
     def _call(self, call: dict[str, Any]) -> Any:
@@ -193,22 +185,21 @@ class GuardedReward:
             raise RewardFunctionError(
                 f"reward function {self.__name__!r} overran reward_timeout={self.timeout}s on "
                 f"{self._consecutive_timeouts} calls in a row ({n} completions each, first prompt "
-                f"{_short(self._row(call, 0).get('prompts'))}): it looks dead or deadlocked, and the run would train on "
-                "nothing. Fix the function (or the service it calls), or raise reward_timeout."
+                f"{_short(self._row(call, 0).get('prompts'))}): it looks dead or deadlocked. Fix the function (or the "
+                "service it calls), or raise reward_timeout."
             )
         self._warn_once(
             "timeout",
             f"reward function {self.__name__!r} overran reward_timeout={self.timeout}s: its {n} completions of this "
-            f"batch are scored None (unscorable) and counted in rewards/{self.__name__}/timeouts; the call runs on in "
-            "a background thread (threads cannot be killed). Raise reward_timeout if the function is just slow.",
+            f"batch are scored None, counted in rewards/{self.__name__}/timeouts (the call runs on in the background)."
+            " Raise reward_timeout if the function is just slow.",
         )
         return [None] * n
 
     # -- failures ------------------------------------------------------------------------------------------------
 
     def _row(self, call: dict[str, Any], i: int) -> dict[str, Any]:
-        """Completion ``i``'s slice of the call: every per-completion list cut to one element; the logging callbacks
-        are replaced by no-ops so that a retry does not log twice."""
+        """Completion ``i``'s slice of the call, with no-op logging callbacks so that a retry does not log twice."""
         n = _batch_size(call)
         row = {}
         for key, value in call.items():
@@ -233,8 +224,7 @@ class GuardedReward:
         return f"completion {i} of {_batch_size(call)} ({text.strip(', ')})"
 
     def _per_completion(self, call: dict[str, Any], n: int, batch_error: Exception) -> list:
-        """The batch call raised: score the completions one at a time to find (and, with "skip", isolate) the failing
-        ones. With "raise" this stops at the first failing completion."""
+        """The batch call raised: score the completions one at a time to find (with "skip": isolate) the failures."""
         values: list[Any] = []
         failures: list[tuple[int, BaseException]] = []
         for i in range(n):
@@ -286,8 +276,7 @@ class GuardedReward:
         if len(values) != n:
             raise RewardFunctionError(
                 f"reward function {self.__name__!r} returned {len(values)} values for {n} completions; it must return "
-                "exactly one float (or None) per completion, in the order of `completions` (check that it does not "
-                "skip or add entries)."
+                "exactly one float (or None) per completion, in the order of `completions`."
             )
         out = []
         invalid = 0
@@ -300,8 +289,7 @@ class GuardedReward:
                 raise RewardFunctionError(
                     f"reward function {self.__name__!r} returned {kind} ({_short(value)}) for "
                     f"{self._describe(call, i)}. Rewards must be finite floats, or None for a completion that cannot "
-                    "be scored: convert with float(...) and return None instead of inf or text (or set "
-                    "reward_errors='skip' to count such values as unscorable)."
+                    "be scored: convert with float(...), or set reward_errors='skip' to count such values unscorable."
                 )
             invalid += 1
             out.append(None)
@@ -321,8 +309,8 @@ class GuardedReward:
 
 
 def guard_reward_funcs(reward_funcs: Any, errors: str = "raise", timeout: float | None = None) -> Any:
-    """Wrap every plain callable of ``reward_funcs`` (a callable or a list) in ``GuardedReward``; reward models, model
-    names, async functions and already guarded functions are returned as they are."""
+    """Wrap every plain callable of ``reward_funcs`` (one or a list) in ``GuardedReward``; reward models, model names,
+    async and already guarded functions are returned as they are."""
     validate_reward_settings(errors, timeout)  # also when there is no function to wrap
 
     def wrap(func: Any) -> Any:

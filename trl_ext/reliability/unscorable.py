@@ -1,12 +1,10 @@
 """Unscorable completions made visible: per-function None/NaN fractions, one warning, and a stop when it lasts.
 
 A reward function returns ``None`` (TRL stores NaN) for a completion it does not apply to; TRL leaves it out of the
-weighted sum, a completion no function scores out of its group's baseline (advantage 0), and trains on: right for a
-function that scores part of the data, silent when one scores nothing (a run whose only task reward is NaN everywhere
-trains on zero advantages and exits 0). :class:`UnscorableWatch` reads every round's per-function rewards, gathered
-across processes so that every process decides alike, and stops the run when no task reward (shaping rewards,
-``trl_ext.rewards.shaping``, aside) scores any completion for ``max_unscorable_rounds`` consecutive training rounds
-(each dynamic-sampling refill is a round; ``None`` or 0, what TRL's own ``GRPOConfig`` gets: never).
+sum, a completion no function scores gets advantage 0, and training goes on: silent when the only task reward is NaN
+everywhere (the run exits 0). :class:`UnscorableWatch` reads every round's per-function rewards, gathered across
+processes, and stops the run when no task reward (shaping rewards aside) scores any completion for
+``max_unscorable_rounds`` consecutive training rounds (each dynamic-sampling refill is a round; ``None`` or 0: never).
 """
 
 from __future__ import annotations
@@ -21,8 +19,8 @@ logger = logging.getLogger(__name__)
 
 
 class UnscorableWatch:
-    """Per-function None/NaN fractions, one warning, and the stop after ``rounds`` unscored rounds (module docstring).
-    ``names``: the reward functions' logged names, in column order; ``shaping``: which of them are shaping rewards."""
+    """The module docstring's watch. ``names``: the reward functions' logged names, in column order; ``shaping``:
+    which of them are shaping rewards."""
 
     def __init__(self, names: list[str], shaping: list[bool], rounds: int | None = None):
         self.names = list(names)
@@ -33,9 +31,8 @@ class UnscorableWatch:
         self.warned = False
 
     def observe(self, rewards_per_func: torch.Tensor, training: bool = True, main_process: bool = True) -> dict:
-        """``rewards/<name>/none_frac`` for this round; for a training round, also the warning (once, on the main
-        process, when a function scores nothing or a completion is scored by no function) and the count of unscored
-        rounds, which raises ``RewardFunctionError`` when it reaches ``rounds``."""
+        """``rewards/<name>/none_frac`` for this round; a training round also counts toward the warning (once, main
+        process) and the stop (``RewardFunctionError`` after ``rounds`` unscored rounds)."""
         unscorable = torch.isnan(rewards_per_func.detach().float().cpu())
         if unscorable.numel() == 0:
             return {}
@@ -70,9 +67,9 @@ class UnscorableWatch:
         return (
             f'reward functions returned None/NaN ("does not apply") on a training round of {total} completions: '
             f"{which}; {unscored} of them are scored by no function (left out of their group's baseline, "
-            f"advantage 0). Training goes on, as in TRL; {rule}. A function that should score these completions is "
-            "broken (call it on a few rows by hand); one that does not apply to this data can go from reward_funcs. "
-            "rewards/<name>/none_frac logs the fractions every round. (Shown once.)"
+            f"advantage 0). Training goes on, as in TRL; {rule}. A function that should score these is broken (call "
+            "it on a few rows by hand); one that does not apply can go from reward_funcs. (Shown once; "
+            "rewards/<name>/none_frac logs every round.)"
         )
 
     def _stop_message(self) -> str:
@@ -84,7 +81,7 @@ class UnscorableWatch:
             f'reward function(s) {names} returned None/NaN ("does not apply") for all {self.unscored_completions} '
             f"completions of {self.unscored_rounds} consecutive generation rounds (max_unscorable_rounds="
             f"{self.rounds}): {left} and training cannot learn the task. Either the function(s) do not apply to this "
-            "data (pass the reward that fits, reward_funcs / --reward_funcs), or they are broken (a column they "
-            "cannot read, a format they cannot parse: call one on a few dataset rows by hand). If they legitimately "
-            "score nothing for a while, raise max_unscorable_rounds (None: never stop, as TRL)."
+            "data (pass the reward that fits, reward_funcs / --reward_funcs), or they are broken (call one on a few "
+            "dataset rows by hand). If they legitimately score nothing for a while, raise max_unscorable_rounds "
+            "(None: never stop, as TRL)."
         )

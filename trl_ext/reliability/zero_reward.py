@@ -1,11 +1,10 @@
 """No silent zeros: one warning when the task reward is 0 or unscorable on every completion of the first steps.
 
-A run whose task reward reads the wrong column, or a reference in a shape it cannot parse, trains on a reward of
-zero and exits 0. The reward itself cannot tell a wiring error from a model that cannot solve anything yet, but a
-person can, given one reference and one completion side by side. :class:`ZeroRewardWatch` wraps the task reward (the
-recipes wrap the first of ``reward_funcs``) and, after its first ``calls`` training calls (calls that carry TRL's
-``trainer_state``; held-out evaluation's calls are not counted) in which no completion scored above 0, logs one
-warning naming the function, the column it read and one reference/completion pair. Values pass through unchanged.
+A task reward that reads the wrong column, or a reference it cannot parse, trains on zero and exits 0; a person can
+tell that from a model that cannot solve anything yet, given one reference and one completion side by side.
+:class:`ZeroRewardWatch` wraps the task reward (the recipes wrap the first of ``reward_funcs``) and, after ``calls``
+training calls (those carrying ``trainer_state``) where no completion scored above 0, warns once naming the function,
+the column it read and one reference/completion pair. Values pass through unchanged.
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ REFERENCE_COLUMNS = ("answer", "solution", "tests")  # where the package's rewar
 
 
 class ZeroRewardWatch:
-    """``func`` with the first-steps zero-reward warning (module docstring); called exactly like ``func``. ``column``:
-    the reference column named in the warning (None: the first of ``REFERENCE_COLUMNS`` the call carries)."""
+    """``func`` with the module docstring's warning. ``column``: the reference column the warning names (None: the
+    first of ``REFERENCE_COLUMNS`` the call carries)."""
 
     def __init__(self, func: Callable, column: str | None, calls: int = 3):
         self.func = func
