@@ -314,15 +314,16 @@ def test_dapo_default_config_when_args_is_none(tokenizer, problems, monkeypatch)
 
 
 def test_dapo_trainer_builds_its_own_config_when_args_is_none(tokenizer, problems, monkeypatch):
-    """The trainer side of ``args=None``, independent of DAPOConfig's own defaults: DAPOTrainer builds whatever
-    DAPOConfig is (here one whose batch holds a 16-completion group), named after the model, like TRL's trainer."""
+    """The trainer side of ``args=None``, independent of DAPOConfig's own defaults: DAPOTrainer builds whatever its
+    default config class is (here a DAPOConfig whose batch holds a 16-completion group), named after the model, like
+    TRL's trainer."""
 
     @dataclasses.dataclass
     class BatchOf16(DAPOConfig):
         per_device_train_batch_size: int = 16
         use_cpu: bool = True
 
-    monkeypatch.setattr("trl_ext.grpo.trainers.DAPOConfig", BatchOf16)
+    monkeypatch.setattr(DAPOTrainer, "_default_config", BatchOf16)
     model = build_model(tokenizer, dataclasses.replace(SMALL, max_position_embeddings=1024))
     trainer = DAPOTrainer(model, [position_reward], train_dataset=problems[0], processing_class=tokenizer)
     assert type(trainer.args) is BatchOf16 and trainer.args.output_dir.endswith("-DAPO")
