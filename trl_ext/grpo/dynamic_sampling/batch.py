@@ -106,7 +106,7 @@ def _pad_beyond_first_dim(values: list[Any]) -> list[Any]:
     target = [max(v.size(d) for v in values) for d in range(1, values[0].ndim)]
     # F.pad takes (before, after) pairs from the last dimension backwards
     pads = [[x for n, t in zip(v.shape[:0:-1], target[::-1], strict=True) for x in (0, t - n)] for v in values]
-    return [F.pad(v, pad) for v, pad in zip(values, pads, strict=True)]
+    return [F.pad(v, widths) for v, widths in zip(values, pads, strict=True)]
 
 
 def _stack(
