@@ -24,8 +24,10 @@ Parts, each run in a fresh temporary folder (a clean warm-start cache: every SFT
   exactly on any machine; the full run's repetitions replay the same draws.
 - ``sample_efficiency``: ``sample_efficiency.py --task hard`` for DAPO with and without dynamic sampling from
   warm start 0 with RL seed 3, stopped at 10,240 generated completions (the full run's 8th evaluation). Compared
-  with ``results/sample_efficiency.figures.json``: the same run's held-out accuracy at that evaluation in the
-  full benchmark, within two standard deviations over all of the full run's warm starts and seeds there.
+  with ``results/sample_efficiency.figures.json``, the same run in the full benchmark: each algorithm's held-out
+  gain over its warm start at that evaluation, and dynamic sampling minus without, within two standard deviations
+  over all of the full run's warm starts and seeds (at least one evaluation's binomial noise). Gains, not absolute
+  accuracies: another machine trains another warm start from the same seed.
 
 On the machine that measured the committed figures a part reproduces exactly (training is deterministic there);
 another machine of the same kind can train other warm starts, which is what the noise allows for. Exit status:
@@ -326,29 +328,60 @@ def part_sample_efficiency(work: Path, options, committed: dict) -> tuple[list[d
     warm, seed = SE_UNIT
     args = ("--task", "hard", "--algorithms", "dapo_no_ds,dapo", "--warm-starts", str(warm), "--seeds", str(seed))
     measured = bench("sample_efficiency.py", work, "sample_efficiency", *args, "--budget", str(SE_BUDGET))
-    measured = measured["releases"][0]
     reference = committed_figures("sample_efficiency")
     ref = {r["trl"]: r for r in (reference or {}).get("releases", [])}.get(trl_version(), {})
     if not ref:
         print(f"[reproduce] no committed sample-efficiency figures for trl {trl_version()}")
     source = f"results/sample_efficiency.figures.json (trl {trl_version()}; full run, same warm start and seed)"
+    return sample_efficiency_figures(measured["releases"][0], ref, source), None
+
+
+def sample_efficiency_figures(measured: dict, ref: dict, source: str) -> list[dict]:
+    """The reduced run's figures against the full run's: the warm start's accuracy, each algorithm's gain over its
+    warm start at ``SE_BUDGET`` completions, and dynamic sampling minus without at that budget (the benchmark's
+    per-warm-start comparison). Gains and differences, not absolute accuracies: another machine trains another warm
+    start from the same seed, and the claim is what RL adds to it. Noise: two standard deviations of the same figure
+    over all of the full run's warm starts and seeds, at least the binomial noise of one evaluation."""
+    warm, seed = SE_UNIT
     starts = {int(k): v["start"] for k, v in ref.get("warm_starts", {}).items()}
     start = measured["runs"][0]["start"]
     spread = 2 * statistics.stdev(starts.values()) if len(starts) > 1 else 0.0
     name = f"hard task: warm start {warm} accuracy"
     figures = [figure("sample_efficiency", name, starts.get(warm), start, max(spread, binomial_noise(start)), source)]
-    for r in measured["runs"]:
-        value = at_budget(r["evals"])
-        same_run, others = None, []
-        for x in ref.get("runs", []):
-            if x["name"] == r["name"] and at_budget(x["evals"]) is not None:
-                others.append(at_budget(x["evals"]))
-                if (x["warm_start"], x["seed"]) == (warm, seed):
-                    same_run = at_budget(x["evals"])
-        spread = 2 * statistics.stdev(others) if len(others) > 1 else 0.0
-        name = f"hard task: {measured['algorithms'][r['name']]['label']}, accuracy at {SE_BUDGET:,} completions"
-        figures.append(figure("sample_efficiency", name, same_run, value, max(spread, binomial_noise(value)), source))
-    return figures, None
+
+    def gains(runs: list[dict]) -> dict[tuple[str, int, int], tuple[float, float]]:
+        """(algorithm, warm start, seed) -> (gain over the warm start, accuracy) at the budget."""
+        found = {}
+        for r in runs:
+            value = at_budget(r["evals"])
+            if value is not None:
+                found[(r["name"], r["warm_start"], r["seed"])] = (value - r["start"], value)
+        return found
+
+    mine, full = gains(measured["runs"]), gains(ref.get("runs", []))
+    names = [r["name"] for r in measured["runs"]]
+    for name in names:
+        gain, accuracy = mine[(name, warm, seed)]
+        others = [g for (n, _, _), (g, _) in full.items() if n == name]
+        noise = max(2 * statistics.stdev(others) if len(others) > 1 else 0.0, binomial_noise(accuracy))
+        same = full.get((name, warm, seed), (None,))[0]
+        label = f"hard task: {measured['algorithms'][name]['label']}, gain over the warm start at {SE_BUDGET:,}"
+        figures.append(figure("sample_efficiency", label, same, gain, noise, source))
+    if {"dapo", "dapo_no_ds"} <= set(names):
+
+        def difference(table: dict, w: int, s: int) -> float | None:
+            if ("dapo", w, s) not in table or ("dapo_no_ds", w, s) not in table:
+                return None
+            return table[("dapo", w, s)][1] - table[("dapo_no_ds", w, s)][1]
+
+        value = difference(mine, warm, seed)
+        others = [d for (n, w, s) in full if n == "dapo" and (d := difference(full, w, s)) is not None]
+        noise = max(
+            2 * statistics.stdev(others) if len(others) > 1 else 0.0, binomial_noise(mine[("dapo", warm, seed)][1])
+        )
+        label = f"hard task: dynamic sampling - without, accuracy at {SE_BUDGET:,} completions"
+        figures.append(figure("sample_efficiency", label, difference(full, warm, seed), value, noise, source))
+    return figures
 
 
 def at_budget(evals: list[list[float]]) -> float | None:

@@ -52,6 +52,38 @@ def test_reduced_sample_efficiency_reads_the_evaluation_at_the_budget():
     assert reproduce.at_budget([[1280, 10, 0.1]]) is None
 
 
+def test_reduced_sample_efficiency_compares_gains_and_the_difference_not_absolute_accuracy():
+    reproduce = _load("reproduce")
+
+    def run(name, warm, seed, start, end):
+        return {"name": name, "warm_start": warm, "seed": seed, "start": start, "evals": [[10240, 80, end]]}
+
+    full = {
+        "warm_starts": {"0": {"start": 0.10}, "1": {"start": 0.20}},
+        "runs": [
+            run("dapo_no_ds", 0, 3, 0.10, 0.12),
+            run("dapo", 0, 3, 0.10, 0.15),
+            run("dapo_no_ds", 1, 3, 0.20, 0.20),
+            run("dapo", 1, 3, 0.20, 0.21),
+        ],
+    }
+    labels = {"dapo_no_ds": {"label": "off"}, "dapo": {"label": "on"}}
+    # another machine's warm start 0 is 0.30: every accuracy is 0.20 higher, the gains the same
+    mine = {"algorithms": labels, "runs": [run("dapo_no_ds", 0, 3, 0.30, 0.32), run("dapo", 0, 3, 0.30, 0.35)]}
+    start, off, on, diff = reproduce.sample_efficiency_figures(mine, full, "s")
+    assert (start["committed"], start["measured"]) == (0.10, 0.30)
+    assert off["committed"] == pytest.approx(0.02) and off["measured"] == pytest.approx(0.02) and off["reproduced"]
+    assert on["committed"] == pytest.approx(0.05) and on["measured"] == pytest.approx(0.05)
+    # the wider of 2 sd of the full run's gains of "on" (0.05, 0.01) and 2 binomial standard errors at 0.35
+    assert on["noise"] == pytest.approx(max(2 * statistics.stdev([0.05, 0.01]), 2 * (0.35 * 0.65 / 240) ** 0.5))
+    # dynamic sampling minus without: 0.03 committed (0.15 - 0.12), 0.03 measured; across warm starts 0.03 and 0.01
+    assert diff["committed"] == pytest.approx(0.03) and diff["measured"] == pytest.approx(0.03)
+    assert diff["noise"] == pytest.approx(max(2 * statistics.stdev([0.03, 0.01]), 2 * (0.35 * 0.65 / 240) ** 0.5))
+    # a gain far from the full run's is not reproduced
+    worse = {"algorithms": labels, "runs": [run("dapo_no_ds", 0, 3, 0.30, 0.20), run("dapo", 0, 3, 0.30, 0.35)]}
+    assert not reproduce.sample_efficiency_figures(worse, full, "s")[1]["reproduced"]
+
+
 # -- sample efficiency: conclusions only as far as they hold across warm starts ------------------------------------------
 
 
