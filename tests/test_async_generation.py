@@ -403,12 +403,25 @@ def test_refill_ahead_covers_the_first_rounds_likely_shortfall():
     """Hand-computed: shortfall = 16 - 0.35 x 32 + sqrt(32 x 0.35 x 0.65) = 7.5 -> 8 informative groups ->
     ceil(8 / 0.35 x 1.05) = 24 groups; none when the first round is surely enough (rate 1); at rate 0.7 after 24
     groups: 16 - 16.8 + 2.24 -> 2 -> ceil(2 / 0.7 x 1.05) = 3; the budget left bounds it (40 - 32 = 8)."""
-    from trl_ext.grpo.async_rollout import refill_ahead_groups
+    from trl_ext.grpo.dynamic_sampling.sizing import refill_ahead_groups
 
     assert refill_ahead_groups(0.35, 32, 16, 1.05, 1, cap=32, budget=64) == 24
     assert refill_ahead_groups(1.0, 16, 16, 1.05, 1, cap=32, budget=64) == 0
     assert refill_ahead_groups(0.7, 24, 16, 1.05, 1, cap=32, budget=64) == 3
     assert refill_ahead_groups(0.35, 32, 16, 1.05, 2, cap=32, budget=40) == 8
+
+
+def test_ahead_rounds_go_as_trls_batch_then_half_batches():
+    """Hand-computed: at rate 0.35 the first round is ceil(16 / 0.35 x 1.05) = 48 groups, capped at 32, and its refill
+    24 (above): 56 groups, sent as 16 and then five half batches of 8. At rate 0.7 on two processes: 24 groups and a
+    refill of ceil(16 - 16.8 + 2.24 = 1.44 -> 2 / 0.7 x 1.05) = 3, rounded up to 4: 28 = 16 + 8 + 4. At rate 1 the
+    margin's extra group goes as a round of its own, dropped when the batch fills."""
+    from trl_ext.grpo.dynamic_sampling.sizing import ahead_round_sizes
+
+    assert ahead_round_sizes(0.35, 16, 1.05, 1, cap=32, budget=64) == [16, 8, 8, 8, 8, 8]
+    assert ahead_round_sizes(0.7, 16, 1.05, 2, cap=32, budget=64) == [16, 8, 4]
+    assert ahead_round_sizes(1.0, 16, 1.05, 1, cap=32, budget=64) == [16, 1]
+    assert ahead_round_sizes(0.35, 16, 1.05, 1, cap=32, budget=16) == [16]  # no budget beyond TRL's batch
 
 
 def test_refill_rounds_are_submitted_ahead(tiny_model, tokenizer, problems, tmp_path, engine):

@@ -3,9 +3,10 @@
 While generation batch k trains, the vLLM server generates the first round of batch k+1 with the weights batch k
 started from. Only the engine call runs in the background and no TRL generation code is copied: ``PrefetchingClient``
 wraps TRL's ``VLLMClient``, and TRL's own ``_generate_and_score_completions`` later runs the round, its
-``vllm_client.generate`` call receiving the prefetched completions. With dynamic sampling a refill round sized for the
-first round's likely shortfall (``refill_ahead_groups``) is submitted behind it, because a refill the trainer waits for
-stalls the whole step; an unused one is dropped (``async/unused_rounds``).
+``vllm_client.generate`` call receiving the prefetched completions. With dynamic sampling the groups the step will likely
+need are submitted ahead (``sizing.ahead_round_sizes``), because a refill the trainer waits for stalls the whole step; they
+go as TRL's batch and then half batches, so the step scores at most half a batch past the point where it is full, and
+an unused one is dropped (``async/unused_rounds``).
 
 Batch k+1 is sampled from pi_k and trained from pi_{k+1} (``async/staleness``). The lag sits in the importance weight
 of TRL's vLLM correction, ``exp(old - sampling)``: hence ``vllm_importance_sampling_correction=True``. The rounds in
@@ -19,7 +20,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import math
 import os
 import time
 from typing import Any
@@ -30,7 +30,7 @@ from accelerate.utils import gather_object
 from trl_ext.grpo.async_checks import check_async_trainer
 from trl_ext.grpo.dynamic_sampling.loop import refill_inputs, sample_informative_batch
 from trl_ext.grpo.dynamic_sampling.prompts import PromptStream
-from trl_ext.grpo.dynamic_sampling.sizing import refill_groups, round_cap
+from trl_ext.grpo.dynamic_sampling.sizing import ahead_round_sizes, round_cap
 from trl_ext.grpo.prefetching_client import PrefetchingClient, engine_sampling_params
 from trl_ext.grpo.trainers import DAPOTrainer, GRPOTrainer, GSPOTokenTrainer, GSPOTrainer
 
@@ -122,9 +122,7 @@ class AsyncGenerationMixin:
             sampler = self.dynamic_sampler
             cap = round_cap(num_groups, sampler.max_round_size)
             budget = sampler.max_generation_batches * num_groups
-            rate = sampler.rate.estimate()
-            sizes = [max(num_groups, refill_groups(num_groups, rate, sampler.margin, world, cap, budget))]
-            sizes.append(refill_ahead_groups(rate, sizes[0], num_groups, sampler.margin, world, cap, budget))
+            sizes = ahead_round_sizes(sampler.rate.estimate(), num_groups, sampler.margin, world, cap, budget)
         self.prefetched = [refill_inputs(self, template, n, stream=self.prefetch_stream) for n in sizes if n]
         client = self.prefetching_client
         for round_inputs, _ in self.prefetched:
@@ -185,16 +183,6 @@ class AsyncGenerationMixin:
             answers = torch.load(os.path.join(checkpoint, ASYNC_ROLLOUT_FILE), weights_only=False)
             for answer in [answers] if isinstance(answers, dict) else answers:
                 client.preload(answer["prompts"], answer["params"], answer["result"])
-
-
-def refill_ahead_groups(
-    rate: float, first: int, num_groups: int, margin: float, world_size: int, cap: int, budget: int
-) -> int:
-    """Groups of the refill round submitted behind a first round of ``first`` groups: its expected shortfall at
-    ``rate`` plus one standard deviation of Binomial(``first``, ``rate``), 0 when the first round is likely enough.
-    One deviation balances a surplus round's scoring cost against a synchronous refill's stall of an engine call."""
-    shortfall = num_groups - rate * first + math.sqrt(first * rate * (1 - rate))
-    return refill_groups(math.ceil(shortfall - 1e-9), rate, margin, world_size, cap, budget - first)
 
 
 class AsyncGRPOTrainer(AsyncGenerationMixin, GRPOTrainer):

@@ -66,6 +66,33 @@ def refill_groups(missing: int, rate: float, margin: float, world_size: int, cap
     return max(min(groups, limit), 0)
 
 
+def refill_ahead_groups(
+    rate: float, first: int, num_groups: int, margin: float, world_size: int, cap: int, budget: int
+) -> int:
+    """Groups of the refill submitted behind a first round of ``first`` groups: its expected shortfall at ``rate`` plus
+    one standard deviation of Binomial(``first``, ``rate``), 0 when the first round is likely enough. One deviation
+    balances a surplus round's scoring cost against a synchronous refill's stall of an engine call."""
+    shortfall = num_groups - rate * first + math.sqrt(first * rate * (1 - rate))
+    return refill_groups(math.ceil(shortfall - 1e-9), rate, margin, world_size, cap, budget - first)
+
+
+def ahead_round_sizes(
+    rate: float, num_groups: int, margin: float, world_size: int, cap: int, budget: int
+) -> list[int]:
+    """Round sizes (groups) overlapped generation submits for one step: a first round sized from ``rate`` (at least
+    TRL's batch) and the refill for its likely shortfall (``refill_ahead_groups``), cut into TRL's batch of
+    ``num_groups`` and then rounds of half a batch (a multiple of ``world_size``). The loop stops at the first round
+    that fills the batch, so it scores at most half a batch past that point; a large round would cost the trainer
+    scoring and old-policy passes for the groups it then drops."""
+    first = max(num_groups, refill_groups(num_groups, rate, margin, world_size, cap, budget))
+    total = first + refill_ahead_groups(rate, first, num_groups, margin, world_size, cap, budget)
+    half = -(-math.ceil(num_groups / 2) // world_size) * world_size
+    sizes = [min(num_groups, total)]
+    while sum(sizes) < total:
+        sizes.append(min(half, total - sum(sizes)))
+    return sizes
+
+
 def expected_refill_rounds(
     informative_frac: float,
     num_groups: int,
