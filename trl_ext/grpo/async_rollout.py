@@ -3,10 +3,10 @@
 While generation batch k trains, the vLLM server generates the first round of batch k+1 with the weights batch k
 started from. Only the engine call runs in the background and no TRL generation code is copied: ``PrefetchingClient``
 wraps TRL's ``VLLMClient``, and TRL's own ``_generate_and_score_completions`` later runs the round, its
-``vllm_client.generate`` call receiving the prefetched completions. With dynamic sampling the groups the step will likely
-need are submitted ahead (``sizing.ahead_round_sizes``), because a refill the trainer waits for stalls the whole step; they
-go as TRL's batch and then half batches, so the step scores at most half a batch past the point where it is full, and
-an unused one is dropped (``async/unused_rounds``).
+``vllm_client.generate`` call receiving the prefetched completions. With dynamic sampling the groups the step will
+likely need are submitted ahead (``sizing.ahead_round_sizes``), because a refill the trainer waits for stalls the
+whole step; they go as TRL's batch and then half batches, so the step scores at most half a batch past the point
+where it is full, and an unused one is dropped (``async/unused_rounds``).
 
 Batch k+1 is sampled from pi_k and trained from pi_{k+1} (``async/staleness``). The lag sits in the importance weight
 of TRL's vLLM correction, ``exp(old - sampling)``: hence ``vllm_importance_sampling_correction=True``. The rounds in
@@ -123,7 +123,7 @@ class AsyncGenerationMixin:
             cap = round_cap(num_groups, sampler.max_round_size)
             budget = sampler.max_generation_batches * num_groups
             sizes = ahead_round_sizes(sampler.rate.estimate(), num_groups, sampler.margin, world, cap, budget)
-        self.prefetched = [refill_inputs(self, template, n, stream=self.prefetch_stream) for n in sizes if n]
+        self.prefetched = [refill_inputs(self, template, n, stream=self.prefetch_stream) for n in sizes]
         client = self.prefetching_client
         for round_inputs, _ in self.prefetched:
             prompts = gather_object([x["prompt"] for x in round_inputs])

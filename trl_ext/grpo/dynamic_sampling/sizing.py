@@ -54,14 +54,18 @@ def round_cap(num_groups: int, max_round_size: float) -> int:
     return max(math.ceil(num_groups * max_round_size - 1e-9), 1)
 
 
+def whole_processes(groups: int, world_size: int) -> int:
+    """``groups`` rounded up to a multiple of ``world_size`` (every process generates the same number)."""
+    return -(-groups // world_size) * world_size
+
+
 def refill_groups(missing: int, rate: float, margin: float, world_size: int, cap: int, remaining: int) -> int:
     """Groups the next refill round generates: ``ceil(missing / rate x margin)``, rounded up to a multiple of
     ``world_size``, at most ``cap`` (rounded up the same way) and at most ``remaining`` (rounded down). 0: stop."""
     if missing <= 0:
         return 0
     want = math.ceil(missing / max(rate, RATE_FLOOR) * margin - 1e-9)
-    cap = -(-cap // world_size) * world_size
-    groups = min(-(-max(want, 1) // world_size) * world_size, cap)
+    groups = min(whole_processes(max(want, 1), world_size), whole_processes(cap, world_size))
     limit = remaining // world_size * world_size
     return max(min(groups, limit), 0)
 
@@ -86,11 +90,9 @@ def ahead_round_sizes(
     scoring and old-policy passes for the groups it then drops."""
     first = max(num_groups, refill_groups(num_groups, rate, margin, world_size, cap, budget))
     total = first + refill_ahead_groups(rate, first, num_groups, margin, world_size, cap, budget)
-    half = -(-math.ceil(num_groups / 2) // world_size) * world_size
-    sizes = [min(num_groups, total)]
-    while sum(sizes) < total:
-        sizes.append(min(half, total - sum(sizes)))
-    return sizes
+    half = whole_processes(math.ceil(num_groups / 2), world_size)
+    head = min(num_groups, total)
+    return [head] + [min(half, total - start) for start in range(head, total, half)]
 
 
 def expected_refill_rounds(
