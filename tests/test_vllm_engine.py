@@ -44,6 +44,7 @@ NUM_GENERATIONS = 4
 MAX_TOKENS = 6
 MARGIN = 0.05  # nats: a top-2 margin below this may flip between float32 and bfloat16
 LOGPROB_ATOL = 0.1  # nats: bfloat16 engine vs float32 policy (measured below 0.02 on the demo model)
+FLOAT32_ATOL = 1e-5  # nats: float32 engine vs float32 policy (measured below 6e-7)
 USER_THREADS = 3  # neither the machine's count nor 1
 LORA_TARGETS = ["q_proj", "v_proj", "up_proj", "down_proj"]
 PROMPTS = ["1+2=", "17+25=", "3+4=", "29+29=", "10+0=", "8+9=", "21+5=", "6+6="]
@@ -169,6 +170,45 @@ def compare_engine_with_policy(trainer, prompts: list[str] = PROMPTS) -> dict[st
     error = torch.cat(errors)
     return {"max_logprob_error": error.max().item(), "mean_logprob_error": error.mean().item(),
             "argmax_mismatches": mismatches, "free_running_equal": equal}  # fmt: skip
+
+
+def float32_route_gaps(trainer, base_dir: str, rank: int, folder) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
+    """Both LoRA routes given the trainer's adapter in float32 engines (``vllm_routes_fp32.py``, its own process),
+    each route's greedy tokens read teacher-forced by the policy over ``GAP_PROMPTS``: mean and max log-prob gap."""
+    import copy
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tokenizer, model = trainer.processing_class, trainer.model
+    adapter, merged, prompts, out = (
+        folder / name for name in ("fp32-adapter", "fp32-merged", "prompts.json", "out.json")
+    )
+    model.save_pretrained(adapter)
+    copy.deepcopy(model).merge_and_unload().save_pretrained(merged)
+    tokenizer.save_pretrained(merged)
+    ids = [tokenizer(p)["input_ids"] for p in GAP_PROMPTS]
+    prompts.write_text(json.dumps(ids))
+    script = Path(__file__).with_name("vllm_routes_fp32.py")
+    # without the colocated engines' torch.distributed variables, which would point the new engines at this process
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                                             "MASTER_ADDR", "MASTER_PORT")}  # fmt: skip
+    command = [sys.executable, str(script), str(merged), base_dir, str(adapter), str(rank), str(prompts), str(out)]
+    subprocess.run(command, check=True, timeout=900, env=env)
+    gaps = {}
+    model.eval()
+    with torch.no_grad():
+        for route, found in json.loads(out.read_text()).items():
+            errors = []
+            for prompt, sequence in zip(ids, found, strict=True):
+                tokens = sequence["tokens"]
+                logits = model(input_ids=torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1].float()
+                policy = logits.log_softmax(-1)[torch.arange(len(tokens)), torch.tensor(tokens)]
+                errors.append((policy - torch.tensor(sequence["logprobs"])).abs())
+            error = torch.cat(errors)
+            gaps[route] = {"mean_logprob_error": error.mean().item(), "max_logprob_error": error.max().item()}
+    return gaps
 
 
 def assert_engine_is_policy(trainer) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -330,8 +370,9 @@ def test_lora_merges_syncs_and_unmerges(model_dir, train_set, tmp_path):  # type
 def test_lora_adapter_sync_serves_the_trained_adapter_of_an_in_memory_model(model_dir, train_set, tmp_path):  # type: ignore[no-untyped-def]
     """``vllm_lora_sync="adapter"``: a LoRA-enabled engine, one new ``LoRARequest`` per sync, the base never merged
     nor sent. The engine reads the trained policy as closely as merge-sync does with the same weights: a merge-sync
-    trainer is given the trained adapter and both engines are read over ``GAP_PROMPTS``. The model is built in
-    memory: the engine loads a snapshot of it."""
+    trainer is given the trained adapter and both engines are read over ``GAP_PROMPTS`` (bfloat16, as TRL builds
+    them), then both routes again in float32 engines, where only float32 rounding separates them. The model is
+    built in memory: the engine loads a snapshot of it."""
     from peft import LoraConfig, get_peft_model_state_dict, set_peft_model_state_dict
     from peft.tuners.lora import LoraLayer
 
@@ -376,12 +417,20 @@ def test_lora_adapter_sync_serves_the_trained_adapter_of_an_in_memory_model(mode
     gap = {"adapter": compare_engine_with_policy(trainer, GAP_PROMPTS)}
     gap["merge"] = compare_engine_with_policy(merged, GAP_PROMPTS)
     print(f"same weights, {len(GAP_PROMPTS)} prompts: {gap}")
-    # Measured 0.96-1.32x merge-sync's mean gap and 0.91-1.43x its max over six adapters (docs/VLLM.md: an unmerged
-    # adapter adds its low-rank term to an already-rounded bfloat16 base output); the policy
-    # without its adapter reads the engine over 0.1 nats off (above).
+    # In bfloat16, measured 0.96-1.32x merge-sync's mean gap and 0.91-1.43x its max over seven adapters (docs/VLLM.md:
+    # vLLM's LoRA kernel adds the low-rank term to an already-rounded bfloat16 base output); the policy without its
+    # adapter reads the engine over 0.1 nats off (above).
     for key in ("mean_logprob_error", "max_logprob_error"):
         assert gap["adapter"][key] <= 1.5 * gap["merge"][key], (key, gap)
     assert gap["adapter"]["argmax_mismatches"] == gap["merge"]["argmax_mismatches"] == 0, gap
+    # At equal precision (float32 engines) the adapter route reads the policy as merge-sync does, to float32
+    # rounding: what it adds in bfloat16 above is rounding, not the adapter. Measured: mean 1.1e-7 (merge) and
+    # 1.3e-7 (adapter), max 4.8e-7 and 6.0e-7 nats; a wrong scaling or a stale adapter is off by over 0.1.
+    fp32 = float32_route_gaps(trainer, model_dir, lora.r, tmp_path)
+    print(f"same weights, float32 engines: {fp32}")
+    assert fp32["merge"]["max_logprob_error"] < FLOAT32_ATOL, fp32
+    assert fp32["adapter"]["max_logprob_error"] < FLOAT32_ATOL, fp32
+    assert fp32["adapter"]["mean_logprob_error"] <= fp32["merge"]["mean_logprob_error"] + FLOAT32_ATOL / 10, fp32
 
 
 def test_eval_with_vllm_matches_transformers(model_dir, tmp_path):  # type: ignore[no-untyped-def]
