@@ -12,6 +12,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
+def _share_the_cores_between_workers() -> None:
+    """Under pytest-xdist (the README's ``-n auto``) each worker gives torch its share of the cores, so that N workers
+    do not each start one thread per core (N times oversubscribed). One process: torch's default, untouched."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+_share_the_cores_between_workers()
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from trl_ext.demo import build_tokenizer

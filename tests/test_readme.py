@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DEMO_COMMAND = "pip install torch==2.13.0 -e . && trl-ext dapo"
-TEST_COMMAND = 'pip install torch==2.13.0 -e ".[dev]" && python -m pytest -q'  # keeps the user's TRL
+TEST_COMMAND = 'pip install torch==2.13.0 -e ".[dev]" && python -m pytest -q -n auto'  # keeps the user's TRL
 PPO_COMMAND = 'pip install torch==2.13.0 -e ".[dev,ppo]"'  # trl 1.12.0, in a virtual environment of its own
 
 
@@ -41,7 +41,7 @@ def test_readme_commands_are_what_ci_runs():
         'pip install --quiet torch==2.13.0 -e ".[dev]"' in ci
         and 'pip install --quiet torch==2.13.0 -e ".[dev,ppo]"' in ci
     )
-    assert "python -m pytest -q -p no:cacheprovider" in ci
+    assert "python -m pytest -q -n auto -p no:cacheprovider" in ci
     assert "python recipes/dapo.py" in ci  # the demo command's documented equivalent
 
 
