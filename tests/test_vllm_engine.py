@@ -137,6 +137,13 @@ def engine_requests(trainer) -> int:  # type: ignore[no-untyped-def]
     return trainer.vllm_generation.llm.request_counter.counter
 
 
+def teacher_forced_logps(model, prompt: list[int], tokens: list[int]) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """The policy's log-probabilities over the vocabulary at each of ``tokens``' positions after ``prompt``, read in
+    one forward pass (teacher-forced), in float32: shape ``(len(tokens), vocab)``."""
+    logits = model(input_ids=torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1].float()
+    return logits.log_softmax(-1)
+
+
 def compare_engine_with_policy(trainer, prompts: list[str] = PROMPTS) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """Greedy continuations of ``prompts`` by the engine, read teacher-forced by the policy (module docstring):
     ``max_logprob_error``, ``mean_logprob_error``, ``argmax_mismatches`` (positions with a clear margin where the engine's token is not the
@@ -154,8 +161,7 @@ def compare_engine_with_policy(trainer, prompts: list[str] = PROMPTS) -> dict[st
         for prompt, output in zip(ids, outputs, strict=True):
             tokens = list(output.outputs[0].token_ids)
             engine_lp = torch.tensor([lp[t].logprob for lp, t in zip(output.outputs[0].logprobs, tokens, strict=True)])
-            logits = model(input_ids=torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1].float()
-            logps = logits.log_softmax(-1)
+            logps = teacher_forced_logps(model, prompt, tokens)
             policy_lp = logps[torch.arange(len(tokens)), torch.tensor(tokens)]
             errors.append((policy_lp - engine_lp).abs())
             top2 = logps.topk(2, dim=-1)
@@ -202,8 +208,7 @@ def float32_route_gaps(trainer, base_dir: str, rank: int, folder) -> dict[str, d
             errors = []
             for prompt, sequence in zip(ids, found, strict=True):
                 tokens = sequence["tokens"]
-                logits = model(input_ids=torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1].float()
-                policy = logits.log_softmax(-1)[torch.arange(len(tokens)), torch.tensor(tokens)]
+                policy = teacher_forced_logps(model, prompt, tokens)[torch.arange(len(tokens)), torch.tensor(tokens)]
                 errors.append((policy - torch.tensor(sequence["logprobs"])).abs())
             error = torch.cat(errors)
             gaps[route] = {"mean_logprob_error": error.mean().item(), "max_logprob_error": error.max().item()}
