@@ -512,6 +512,7 @@ def test_refill_rounds_generate_through_trls_vllm_path(tiny_model, tokenizer, pr
 
 
 @pytest.mark.slow
+@pytest.mark.once  # the GPU script does not rot: run once in CI, on the newest TRL (.ci/run)
 def test_gpu_check_script_dry_run_on_cpu(tmp_path):
     """``benchmarks/gpu_check.sh`` end to end on CPU (``GPU_CHECK_DRY_RUN=1``: tiny model, transformers generation
     only), so that the script the GPU machine runs does not rot between GPU sessions."""

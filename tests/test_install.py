@@ -19,6 +19,9 @@ import time
 
 import pytest
 
+#: Run once in CI, on the newest TRL (.ci/run): packaging: a wheel installs and runs outside the checkout.
+pytestmark = pytest.mark.once
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -12,6 +12,10 @@ import os
 
 import pytest
 
+#: Run once in CI, on the newest TRL (.ci/run): the notebooks run top to bottom; the trainers they call are tested on
+#: both TRL ends.
+pytestmark = pytest.mark.once
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 

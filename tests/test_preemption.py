@@ -31,6 +31,10 @@ from trl_ext.reliability.checkpoints import (
 )
 from trl_ext.reliability.preemption import PREEMPTED_EXIT_CODE, PREEMPTED_FILE, parse_signals
 
+#: Run once in CI, on the newest TRL (.ci/run): signals, staging and the record: trl_ext's and transformers' code
+#: (exact resume on both TRL ends: test_resume.py).
+pytestmark = pytest.mark.once
+
 LIMIT = ("--save-total-limit", "2")  # rotation happens in every run (checkpoint-3 deleted at 9)
 UNTIMED = ("time", "runtime", "per_second")
 

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+#: Run once in CI, on the newest TRL (.ci/run): the README's text, links and example.
+pytestmark = pytest.mark.once
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DEMO_COMMAND = "pip install torch==2.13.0 -e . && trl-ext dapo"

@@ -33,6 +33,9 @@ from trl_ext.rewards.sandbox import (
     run_program,
 )
 
+#: Run once in CI, on the newest TRL (.ci/run): the code sandbox: no TRL in it.
+pytestmark = pytest.mark.once
+
 TIMEOUT = 1.0
 # A run ends at the wall-clock limit; launch, kill and namespace teardown add well under a second even on two busy
 # cores. The host's own backstop (limit + 5 s) is never needed when the launcher works.
