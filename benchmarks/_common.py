@@ -1,6 +1,8 @@
 """Helpers shared by the trainer benchmarks (``overhead.py``, ``sample_efficiency.py``, ``dynamic_sampling.py``).
 
 - ``setup(threads)``: fixed torch / OpenMP threads, quiet logging, no network (call before building anything).
+- ``on_cuda()``: whether the benchmarks train on the GPU (``TRL_EXT_BENCH_DEVICE=cuda``, set by
+  ``benchmarks/gpu_check.sh``; the environment reaches every worker process); by default they train on the CPU.
 - ``demo_settings()``: the demo's tuned RL settings, read from ``recipes/configs/demo/dapo/config_demo.yaml`` so that the
   benchmarks follow the recipe instead of a copy of it.
 - ``load_policy()``: the demo's SFT warm start (``trl_ext.demo.warm_start``, cached), model and tokenizer.
@@ -46,6 +48,14 @@ DEMO_YAML = ROOT / "recipes" / "configs" / "demo" / "dapo" / "config_demo.yaml"
 TASKS = {"demo": {}, "hard": {"max_operand": 49}}
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+#: ``cuda``: the benchmarks train on the GPU (fp32, deterministic kernels, so that two arms doing the same work still
+#: end on identical weights); unset or anything else: on the CPU, as every committed result was measured.
+DEVICE_ENV = "TRL_EXT_BENCH_DEVICE"
+
+
+def on_cuda() -> bool:
+    return os.environ.get(DEVICE_ENV) == "cuda"
+
 
 # The keys of the demo YAML that define the RL setting (the rest: output, hardware, step count).
 _DEMO_KEYS = (
@@ -67,6 +77,8 @@ def setup(threads: int) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    if on_cuda():
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts: deterministic GEMMs
     import warnings
 
     import datasets
@@ -74,6 +86,8 @@ def setup(threads: int) -> None:
     import transformers
 
     torch.set_num_threads(threads)
+    if on_cuda():
+        torch.use_deterministic_algorithms(True, warn_only=True)
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     datasets.disable_progress_bars()
@@ -98,14 +112,15 @@ def demo_settings(prompts_per_step: int | None = None) -> tuple[dict[str, Any], 
 
 
 def run_args(output_dir: str, seed: int = 0, **overrides: Any) -> dict[str, Any]:
-    """Trainer fields every benchmark run shares: CPU, fp32, no checkpoints, a log dict every step."""
+    """Trainer fields every benchmark run shares: CPU (GPU with ``on_cuda()``), fp32, no checkpoints, a log dict
+    every step."""
     return dict(
         output_dir=output_dir,
         seed=seed,
         save_strategy="no",
         report_to="none",
         logging_steps=1,
-        use_cpu=True,
+        use_cpu=not on_cuda(),
         bf16=False,
         disable_tqdm=True,
         **overrides,

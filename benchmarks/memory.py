@@ -14,6 +14,8 @@ per step, fp32 weights and AdamW. The peak is the process's ``ru_maxrss`` (all o
 state, activations, generation), and "training memory" subtracts the RSS measured after the imports and before any
 model is loaded, so that the ~0.5 GiB of Python, torch and TRL does not flatten the ratios. The CPU allocator returns
 freed memory lazily, so this is an upper bound of what a GPU's allocator would report, for every method alike.
+With ``TRL_EXT_BENCH_DEVICE=cuda`` (``benchmarks/gpu_check.sh``) the methods train on the GPU and each worker also
+reports ``torch.cuda.max_memory_allocated`` (``cuda_peak_mib``).
 
 The results table (with machine, versions, date and command) is printed and written to
 ``benchmarks/results/memory.md`` (``--output``).
@@ -70,7 +72,7 @@ def _common(output_dir: str) -> dict:
         output_dir=output_dir,
         report_to="none",
         save_strategy="no",
-        use_cpu=True,
+        use_cpu=os.environ.get("TRL_EXT_BENCH_DEVICE") != "cuda",  # benchmarks/_common.py: DEVICE_ENV
         bf16=False,
         disable_tqdm=True,
         logging_steps=1,
@@ -194,10 +196,12 @@ def _run_dpo(path: str, output_dir: str) -> None:
 
 def worker(method: str, path: str) -> dict:
     """One method, one training step; returns its memory numbers (run in a fresh process)."""
-    import torch  # noqa: F401  (imports before the baseline, so that they are not counted as training memory)
+    import torch  # imports before the baseline, so that they are not counted as training memory
     import transformers  # noqa: F401
     import trl  # noqa: F401
-    from trl.experimental.ppo import PPOTrainer  # noqa: F401
+
+    if method.startswith("ppo"):  # TRL 1.12 only: the other methods run on every TRL release
+        from trl.experimental.ppo import PPOTrainer  # noqa: F401
 
     import trl_ext.dpo  # noqa: F401
     import trl_ext.grpo.trainers  # noqa: F401
@@ -212,11 +216,13 @@ def worker(method: str, path: str) -> dict:
         else:
             _run_group(method.removesuffix("_reward_model"), path, output_dir, method.endswith("_reward_model"))
     peak = _peak_mib()
+    cuda = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_initialized() else None
     return {
         "method": method,
         "baseline_mib": baseline,
         "peak_mib": peak,
         "train_mib": peak - baseline,
+        "cuda_peak_mib": cuda,
         "seconds": time.time() - start,
     }
 
