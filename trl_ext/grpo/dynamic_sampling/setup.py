@@ -47,12 +47,6 @@ def dynamic_sampling_for(trainer: Any) -> tuple[DynamicSampler | None, list[int]
     args = trainer.args
     if not getattr(args, "dynamic_sampling", False):
         return None, [], None
-    if getattr(trainer, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
-        raise ValueError(
-            "dynamic_sampling=True with multi_objective_aggregation='normalize_then_sum': that aggregation normalizes "
-            "over the whole generation batch, which dynamic sampling assembles from several rounds. Use "
-            "multi_objective_aggregation='sum_then_normalize' (TRL's default), or set dynamic_sampling=False."
-        )
     columns = metric_columns(trainer.reward_funcs, list(trainer.reward_func_names), args.dynamic_sampling_metric)
     seed = args.seed + _STREAM_SEED_OFFSET
     dataset = trainer.train_dataset
