@@ -246,12 +246,13 @@ def test_code_layouts_train_on_the_code_reward(layout_dir, layout, tmp_path):
 def test_wrong_reference_column_warns_once_with_a_pair_then_stops(layout_dir, tmp_path, caplog):
     """DAPO-Math-17k's whole ``reward_model`` dict as the reference: every completion unscorable, accuracy 0, and one
     warning naming the reward, the column and a reference/completion pair; then the run stops, since its only task
-    reward scored no completion of its first rounds (``trl_ext.reliability.unscorable``)."""
+    reward scored no completion for the recipes' ``max_unscorable_rounds=3`` optimizer steps
+    (``trl_ext.reliability.unscorable``)."""
     from trl_ext.reliability.reward_guard import RewardFunctionError
 
     with caplog.at_level(logging.WARNING, logger="trl_ext.reliability.zero_reward"):
         with pytest.raises(RewardFunctionError, match=r"\['accuracy'\] returned None/NaN"):
-            _train(layout_dir, "dapo_math", tmp_path, "--dataset_answer_column", "reward_model", "--max_steps", "3")
+            _train(layout_dir, "dapo_math", tmp_path, "--dataset_answer_column", "reward_model", "--max_steps", "5")
     warnings = [r.getMessage() for r in caplog.records if r.name == "trl_ext.reliability.zero_reward"]
     assert len(warnings) == 1
     assert "reward 'accuracy'" in warnings[0] and "'answer'" in warnings[0] and "unscorable" in warnings[0]

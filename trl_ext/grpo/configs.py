@@ -64,7 +64,8 @@ class GRPOFamilyConfig(GRPOConfig):
             fail when the trainer is built; advantages still use every function.
         dynamic_sampling_skip_predicted: GRESO (arXiv 2506.02177); needs a ``datasets.Dataset`` (history per index).
         reward_errors, reward_timeout, max_unscorable_rounds, preemption_signals: ``trl_ext.reliability``
-            (``docs/PREEMPTION.md``); a plain ``trl.GRPOConfig`` never stops on unscorable rounds.
+            (``docs/PREEMPTION.md``). ``max_unscorable_rounds`` counts optimizer steps; its default None trains on
+            as TRL does (the recipes set 3).
         async_generation: ``trl_ext.grpo.async_rollout`` (``docs/ASYNC_GENERATION.md``).
         bf16: TRL's default is bf16 everywhere, which stops a CPU-only machine at construction and, once a trainer has
             run in fp32 in the same process (the demo's warm start), the next one.
@@ -152,10 +153,11 @@ class GRPOFamilyConfig(GRPOConfig):
         },
     )
     max_unscorable_rounds: int | None = field(
-        default=3,
+        default=None,
         metadata={
-            "help": "Stop when no task reward scores any completion (all None/NaN) for this many consecutive "
-            "generation rounds (before that: one warning, training goes on as in TRL). None or 0: never stop."
+            "help": "Stop after this many consecutive optimizer steps in which no task reward scored any completion "
+            "(all None/NaN; a dynamic-sampling step's refill rounds count as one step). Until then: one warning, and "
+            "training goes on as in TRL. None or 0: never stop (the trainers' default, as TRL's)."
         },
     )
     preemption_signals: list[str] = field(

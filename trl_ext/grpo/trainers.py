@@ -127,7 +127,7 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         training = self.model.training
         watched = self.unscorable_watch.observe(
-            rewards_per_func.cpu(), training=training, main_process=self.accelerator.is_main_process
+            rewards_per_func.cpu(), self.state.global_step, training, self.accelerator.is_main_process
         )
         for key, value in watched.items():
             self._metrics["train" if training else "eval"][key].append(value)

@@ -23,6 +23,11 @@ from trl_ext.recipe.help import HELP_ALL, short_help, wants_help
 from trl_ext.recipe.paths import DEMO_CONFIG_DIR, demo_config_path, documented_name, resolve_config
 from trl_ext.reliability.checks import check_config_keys, check_report_to
 
+#: The recipes' own defaults where they differ from the config class's (shown by --help; a flag or YAML key overrides):
+#: a recipe run stops after 3 optimizer steps in which no task reward scored anything (the trainers, like TRL's, warn
+#: and train on), since a recipe's reward that scores nothing is almost always the wrong reward for the data.
+RECIPE_DEFAULTS: dict[str, object] = {"max_unscorable_rounds": 3}
+
 
 class RecipeParser(TrlParser):
     """``TrlParser`` whose usage errors (e.g. ``--max_steps ten``) print one line, not a usage line of every field."""
@@ -34,11 +39,15 @@ class RecipeParser(TrlParser):
 
 def make_parser(dataclass_types: Sequence[type]) -> RecipeParser:
     """``RecipeParser`` over ``dataclass_types``: no abbreviations (``--learning_rat`` is not ``--learning_rate``),
-    and a bare ``%`` in any help text escaped, since argparse formats help with ``%`` (``--help-all`` would fail)."""
+    and a bare ``%`` in any help text escaped, since argparse formats help with ``%`` (``--help-all`` would fail); the
+    fields of ``RECIPE_DEFAULTS`` default to the recipes' values."""
     parser = RecipeParser(tuple(dataclass_types), allow_abbrev=False)
     for action in parser._actions:
         if isinstance(action.help, str):
             action.help = re.sub(r"%(?!\()", "%%", action.help)
+        if action.dest in RECIPE_DEFAULTS and action.option_strings:
+            action.default = RECIPE_DEFAULTS[action.dest]
+            action.help = f"{action.help or ''} The recipes set {action.default}.".strip()
     return parser
 
 

@@ -1,10 +1,13 @@
-"""Unscorable completions made visible: per-function None/NaN fractions, one warning, and a stop when it lasts.
+"""Unscorable completions made visible: per-function None/NaN fractions, one warning, and a stop only if asked.
 
 A reward function returns ``None`` (TRL stores NaN) for a completion it does not apply to; TRL leaves it out of the
-sum, a completion no function scores gets advantage 0, and training goes on: silent when the only task reward is NaN
-everywhere (the run exits 0). :class:`UnscorableWatch` reads every round's per-function rewards, gathered across
-processes, and stops the run when no task reward (shaping rewards aside) scores any completion for
-``max_unscorable_rounds`` consecutive training rounds (each dynamic-sampling refill is a round; ``None`` or 0: never).
+sum, a completion no function scores gets advantage 0, and training goes on with one warning. :class:`UnscorableWatch`
+reads every round's per-function rewards, gathered across processes: it logs ``rewards/<name>/none_frac``, warns once
+as TRL does (naming each function and its fraction), and trains on. Only when ``max_unscorable_rounds`` is set does it
+stop the run: after that many consecutive optimizer steps trained on generation batches in which no task reward
+(shaping rewards aside) scored any completion. Counted in optimizer steps, not generation rounds, so that dynamic
+sampling's refills (several rounds in one step) do not end a run inside its first step; checked when the next step's
+batch is generated. ``None`` or 0 (the trainers' default, as TRL's): never stop. The recipes set 3.
 """
 
 from __future__ import annotations
@@ -20,19 +23,24 @@ logger = logging.getLogger(__name__)
 
 class UnscorableWatch:
     """The module docstring's watch. ``names``: the reward functions' logged names, in column order; ``shaping``:
-    which of them are shaping rewards."""
+    which of them are shaping rewards; ``max_steps``: ``max_unscorable_rounds`` (None or 0: never stop)."""
 
-    def __init__(self, names: list[str], shaping: list[bool], rounds: int | None = None):
+    def __init__(self, names: list[str], shaping: list[bool], max_steps: int | None = None):
         self.names = list(names)
         self.shaping = list(shaping)
-        self.rounds = rounds
-        self.unscored_rounds = 0  # consecutive training rounds in which no task reward scored anything
-        self.unscored_completions = 0  # their completions
+        self.max_steps = max_steps
+        self.scored_step: int | None = None  # the optimizer step whose batch a task reward last scored
+        self.unscored_since: int | None = None  # the first step of the current run of unscored batches
+        self.unscored_steps = 0  # completed optimizer steps of that run
+        self.unscored_completions = 0  # the completions they generated
         self.warned = False
 
-    def observe(self, rewards_per_func: torch.Tensor, training: bool = True, main_process: bool = True) -> dict:
-        """``rewards/<name>/none_frac`` for this round; a training round also counts toward the warning (once, main
-        process) and the stop (``RewardFunctionError`` after ``rounds`` unscored rounds)."""
+    def observe(
+        self, rewards_per_func: torch.Tensor, step: int = 0, training: bool = True, main_process: bool = True
+    ) -> dict:
+        """``rewards/<name>/none_frac`` of this round. A training round (``step``: the optimizer steps completed, the
+        Trainer's ``global_step``) also counts toward the warning (once, main process) and the stop
+        (``RewardFunctionError`` once ``max_steps`` completed steps trained on batches no task reward scored)."""
         unscorable = torch.isnan(rewards_per_func.detach().float().cpu())
         if unscorable.numel() == 0:
             return {}
@@ -42,14 +50,22 @@ class UnscorableWatch:
                 self.warned = True
                 if main_process:
                     logger.warning(self._warning(fractions, int(unscorable.all(dim=1).sum()), unscorable.size(0)))
-            if bool(unscorable[:, self.task_columns()].all()):
-                self.unscored_rounds += 1
-                self.unscored_completions += unscorable.size(0)
-            else:
-                self.unscored_rounds = self.unscored_completions = 0
-            if self.rounds and self.unscored_rounds >= self.rounds:
-                raise RewardFunctionError(self._stop_message())
+            self._count(bool(unscorable[:, self.task_columns()].all()), unscorable.size(0), step)
         return {f"rewards/{name}/none_frac": frac for name, frac in zip(self.names, fractions, strict=True)}
+
+    def _count(self, unscored: bool, completions: int, step: int) -> None:
+        if not unscored:  # any round of a step that scores makes the step's batch scored
+            self.scored_step, self.unscored_since = step, None
+            self.unscored_steps = self.unscored_completions = 0
+            return
+        if step == self.scored_step:  # a later round of a step a task reward already scored
+            return
+        if self.unscored_since is None:
+            self.unscored_since = step
+        self.unscored_steps = step - self.unscored_since
+        if self.max_steps and self.unscored_steps >= self.max_steps:
+            raise RewardFunctionError(self._stop_message())
+        self.unscored_completions += completions
 
     def task_columns(self) -> list[int]:
         """The task rewards: every function but the shaping ones (all of them if all are shaping)."""
@@ -59,10 +75,10 @@ class UnscorableWatch:
     def _warning(self, fractions: list[float], unscored: int, total: int) -> str:
         which = ", ".join(f"{name!r} on {frac:.0%}" for name, frac in zip(self.names, fractions, strict=True) if frac)
         rule = (
-            f"the run stops if no task reward scores any completion for max_unscorable_rounds={self.rounds} "
-            "consecutive rounds"
-            if self.rounds
-            else "this config sets no max_unscorable_rounds (trl-ext's configs: 3), so the run never stops for this"
+            f"the run stops after max_unscorable_rounds={self.max_steps} consecutive optimizer steps in which no task "
+            "reward scores any completion"
+            if self.max_steps
+            else "max_unscorable_rounds is not set (the recipes set 3), so the run never stops for this"
         )
         return (
             f'reward functions returned None/NaN ("does not apply") on a training round of {total} completions: '
@@ -79,9 +95,9 @@ class UnscorableWatch:
         left = f"only the shaping rewards {rest} score them" if rest else "every advantage is 0"
         return (
             f'reward function(s) {names} returned None/NaN ("does not apply") for all {self.unscored_completions} '
-            f"completions of {self.unscored_rounds} consecutive generation rounds (max_unscorable_rounds="
-            f"{self.rounds}): {left} and training cannot learn the task. Either the function(s) do not apply to this "
-            "data (pass the reward that fits, reward_funcs / --reward_funcs), or they are broken (call one on a few "
-            "dataset rows by hand). If they legitimately score nothing for a while, raise max_unscorable_rounds "
+            f"completions generated for {self.unscored_steps} consecutive optimizer steps (max_unscorable_rounds="
+            f"{self.max_steps}): {left} and training cannot learn the task. Either the function(s) do not apply to "
+            "this data (pass the reward that fits, reward_funcs / --reward_funcs), or they are broken (call one on a "
+            "few dataset rows by hand). If they legitimately score nothing for a while, raise max_unscorable_rounds "
             "(None: never stop, as TRL)."
         )
