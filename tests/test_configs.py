@@ -511,23 +511,85 @@ def test_refill_rounds_generate_through_trls_vllm_path(tiny_model, tokenizer, pr
     assert any("sampling/importance_sampling_ratio/mean" in h for h in trainer.state.log_history)
 
 
+def _gpu_check(tmp_path, *flags: str, timeout: int = 1500) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GPU_CHECK_STEPS": "2"}  # the extras' DAPO wiring run: 2 steps
+    script = os.path.join(REPO, "benchmarks", "gpu_check.sh")
+    command = ["bash", script, "--dry-run", "--out", str(tmp_path), *flags]
+    result = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    return result
+
+
+def _rows(report: str, heading: str) -> list[list[str]]:
+    """The cells of the first markdown table after ``heading`` (header and rule left out)."""
+    lines = report.split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip().strip("*`") for cell in line.strip("|").split("|")])
+    return rows
+
+
 @pytest.mark.slow
 @pytest.mark.once  # the GPU script does not rot: run once in CI, on the newest TRL (.ci/run)
 def test_gpu_check_script_dry_run_on_cpu(tmp_path):
-    """``benchmarks/gpu_check.sh`` end to end on CPU (``GPU_CHECK_DRY_RUN=1``: tiny model, transformers generation
-    only), so that the script the GPU machine runs does not rot between GPU sessions."""
-    env = {**os.environ, "GPU_CHECK_DRY_RUN": "1", "GPU_CHECK_STEPS": "2", "GPU_CHECK_OUT": str(tmp_path)}
-    env["OMP_NUM_THREADS"] = "1"
-    script = os.path.join(REPO, "benchmarks", "gpu_check.sh")
-    result = subprocess.run(["bash", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=400)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "CHECK OK" in result.stdout
+    """``benchmarks/gpu_check.sh --dry-run``: the one-go GPU check end to end on CPU, every size shrunk, so that the
+    script a lent GPU runs does not rot between GPU sessions. Every part runs and has its section in the one report:
+    the overhead ratio (final weights compared), the dynamic-sampling cost at p = 0.5, peak memory of GRPO, DAPO and
+    GSPO, generation tokens/s of the 0.5B-shape build (shrunk) and the DS scale benchmark at one process where it
+    exists; the GPU time estimate it prints fits 8 minutes."""
+    result = _gpu_check(tmp_path)
+    assert "ESTIMATE OK" in result.stdout and "CHECK OK: every part passed" in result.stdout
+    assert int(re.search(r"total\s+(\d+) s \(budget 480 s\)", result.stdout).group(1)) <= 480
+    report = (tmp_path / "gpu_check.md").read_text()
+    status = {row[0]: row[1] for row in _rows(report, "## Parts")}
+    scale = os.path.exists(os.path.join(REPO, "benchmarks", "ds_scale.py"))
+    assert status == {
+        "overhead": "ok",
+        "ds_cost": "ok",
+        "memory": "ok",
+        "tokens": "ok",
+        "ds_scale": "ok" if scale else "skipped: `benchmarks/ds_scale.py` does not exist",
+    }
+    for heading in ("## Overhead: ours / TRL", "## Dynamic-sampling cost at p = 0.5", "## Peak memory of one step",
+                    "## Generation tokens/s", "## Dynamic-sampling scale benchmark at one process",
+                    "## Time estimate"):  # fmt: skip
+        assert heading in report
+    # overhead: both comparisons, lock-stepped, and each arm pair ended on identical weights
+    overhead = {row[0]: row for row in _rows(report, "## Overhead: ours / TRL")}
+    assert set(overhead) == {"dapo", "gspo"} and all(row[-1] == "yes" for row in overhead.values())
+    assert all(0.1 < float(row[4]) < 10 for row in overhead.values())
+    # dynamic sampling at p = 0.5 against its base p = 0: at least the ideal 1/(1-p) = 2 groups per kept group
+    ds = {(row[0], float(row[1])): row for row in _rows(report, "## Dynamic-sampling cost at p = 0.5")}
+    assert set(ds) == {("dapo", 0.0), ("dapo", 0.5)} and float(ds[("dapo", 0.5)][6]) == 2.0
+    assert float(ds[("dapo", 0.5)][7]) >= 1.0
+    memory = {row[0]: row for row in _rows(report, "## Peak memory of one step")}
+    assert set(memory) == {"grpo", "dapo", "gspo"}
+    assert all(float(row[2].replace(",", "")) > 0 for row in memory.values())  # host peak RSS (no CUDA on a CPU)
+    # tokens/s: the shrunk 0.5B build (a vocabulary larger than the tokenizer's: only its ids are sampled)
+    summary = json.loads((tmp_path / "tokens" / "summary_transformers.json").read_text())
+    assert summary["steps"] == 2 and summary["generation_rounds"] > 2  # refill rounds happened
+    assert summary["generated_tokens"] % (8 * 8) == 0 and summary["completion_ids_outside_tokenizer"] == 0
+    assert summary["generation_tokens_per_s"] > 0
+    (tokens,) = _rows(report, "## Generation tokens/s")
+    assert float(tokens[6].replace(",", "")) == pytest.approx(summary["generation_tokens_per_s"], abs=1)
+
+
+@pytest.mark.slow
+@pytest.mark.once
+def test_gpu_check_script_extras_dry_run_on_cpu(tmp_path):
+    """The script's extras outside the 8 minutes (``--with-vllm --with-gsm8k``), dry run: the DAPO wiring check in
+    transformers mode (vLLM itself needs a GPU) and the GSM8K reproduction's recipe and ``trl-ext eval``."""
+    result = _gpu_check(tmp_path, "--skip-check", "--with-vllm", "--with-gsm8k", timeout=600)
+    assert "CHECK OK" in result.stdout and not (tmp_path / "gpu_check.md").exists()
     summary = json.loads((tmp_path / "summary_transformers.json").read_text())
     assert summary["steps"] == 2 and summary["generation_rounds"] > 2  # refill rounds happened
     # forced full-length completions (8 tokens); refill rounds are right-sized (issue 14): whole groups of 8
     # completions, no longer a whole generation batch each
     assert summary["generated_tokens"] % (8 * 8) == 0
-    assert (tmp_path / "gpu_check.md").exists()
+    assert (tmp_path / "vllm_check.md").exists()
     # the GSM8K reproduction ran its recipe and trl-ext eval of the base and the trained model side by side
     assert "CHECK OK gsm8k reproduction" in result.stdout
     evaluation = json.loads((tmp_path / "gsm8k-eval" / "eval.json").read_text())
