@@ -16,7 +16,7 @@ def test_the_gpu_estimate_fits_the_budget_and_covers_every_part(capsys):
     seconds, notes = gpu_check.estimate()
     assert set(seconds) == {"start", "overhead", "ds_cost", "memory", "tokens", "ds_scale", "report"}
     assert sum(seconds.values()) <= gpu_check.BUDGET_S == 480
-    assert all(value > 0 for value in seconds.values()) and len(notes) == len(seconds)
+    assert all(value > 0 for value in seconds.values()) and len(notes) == len(seconds) - 1  # start + report: one
     # the 0.5B throughput assumption starts from the H200's measured 4,113 tokens/s of the 8-layer model
     assert any("4,113 x 8/24" in note for note in notes)
     assert gpu_check.cmd_estimate(argparse.Namespace()) == 0
@@ -96,3 +96,12 @@ def test_the_large_build_has_the_shape_it_names(size):
         return
     model = gpu_check.build_large(build_tokenizer(), size)
     assert model.config.vocab_size == 64 > len(build_tokenizer()) and str(model.dtype) == "torch.bfloat16"
+
+
+def test_the_scale_benchmarks_own_report_goes_under_its_section(tmp_path):
+    (tmp_path / "ds_scale").mkdir()
+    (tmp_path / "ds_scale" / "ds_scale.md").write_text("# Dynamic sampling at scale\n\n## Assembly\n\n| w | ms |\n")
+    part = next(p for p in gpu_check.plan(str(tmp_path), dry_run=True) if p.name == "ds_scale")
+    section = gpu_check._section(part, str(tmp_path))
+    assert section[0] == "`ds_scale/ds_scale.md`:" and "## Dynamic sampling at scale" in section
+    assert "### Assembly" in section and "| w | ms |" in section  # headings demoted under the report's own
