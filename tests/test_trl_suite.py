@@ -1,5 +1,6 @@
-"""TRL's own multi-turn and VLM GRPO tests, run with ``trl.GRPOTrainer`` (the stand-ins are faithful) and with
-``trl_ext.DAPOTrainer(DAPOConfig(dynamic_sampling=True))`` (dynamic sampling passes what TRL passes).
+"""TRL's own multi-turn and VLM GRPO tests, and its reward-aggregation and all-None tests, run with
+``trl.GRPOTrainer`` (the stand-ins are faithful) and with ``trl_ext.DAPOTrainer(DAPOConfig(dynamic_sampling=True))``
+(dynamic sampling passes what TRL passes).
 
 Source: huggingface/trl ``tests/test_grpo_trainer.py`` at commit f2cd57710ae345ea6428ae95363267fcf38a3dc8 ("Async
 grpo OpenEnv harness rollout (#6420)", 2026-07-24), the newest in the stored snapshot; read with
@@ -37,7 +38,13 @@ import trl
 from datasets import Dataset
 from packaging.version import Version
 from transformers.utils import is_peft_available
-from trl_suite_models import build, zen_conversational_prompt_only, zen_image, zen_multi_image
+from trl_suite_models import (
+    build,
+    zen_conversational_prompt_only,
+    zen_image,
+    zen_multi_image,
+    zen_standard_prompt_only,
+)
 
 from trl_ext import DAPOConfig, DAPOTrainer
 
@@ -51,6 +58,7 @@ CPU = dict(use_cpu=True, bf16=False, disable_tqdm=True)  # TRL's default bf16=Tr
 
 QWEN3_MOE = "trl-internal-testing/tiny-Qwen3MoeForCausalLM"
 QWEN3 = "trl-internal-testing/tiny-Qwen3ForCausalLM"
+QWEN2 = "trl-internal-testing/tiny-Qwen2ForCausalLM-2.5"
 REWARD_MODEL = "trl-internal-testing/tiny-Qwen2ForSequenceClassification-2.5"
 GEMMA3 = "trl-internal-testing/tiny-Gemma3ForConditionalGeneration"
 LLAVA_NEXT = "trl-internal-testing/tiny-LlavaNextForConditionalGeneration"
@@ -207,6 +215,123 @@ def test_generate_rollout_func_raises_when_required_keys_are_missing(kind):
     trainer.rollout_func = MagicMock(return_value={"prompt_ids": [[1]], "completion_ids": [[2]]})
     with pytest.raises(ValueError, match="rollout_func must return keys"):
         trainer._generate(["prompt"])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# TestGRPOTrainer: reward aggregation and rewards that are all None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("multi_objective_aggregation", ["sum_then_normalize", "normalize_then_sum"])
+def test_reward_metric_reflects_reward_weights(kind, multi_objective_aggregation, standin, tmp_path):
+    """Test that the logged 'reward' metric uses reward_weights, not an unweighted sum."""
+    dataset = zen_standard_prompt_only(ZEN_ROWS)
+
+    def constant_reward_1(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    def constant_reward_0(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    args = dict(
+        learning_rate=0.1,  # use higher lr because gradients are tiny and default lr can stall updates
+        per_device_train_batch_size=3,  # reduce the batch size to reduce memory usage
+        num_generations=3,  # reduce the number of generations to reduce memory usage
+        max_completion_length=8,  # reduce the completion length to reduce memory usage
+        report_to="none",
+        reward_weights=[0.7, 0.3],
+        multi_objective_aggregation=multi_objective_aggregation,
+    )
+    trainer = make_trainer(
+        kind,
+        str(tmp_path),
+        args,
+        model=standin(QWEN2),
+        reward_funcs=[constant_reward_1, constant_reward_0],
+        train_dataset=dataset,
+    )
+
+    trainer.train()
+
+    log = trainer.state.log_history[-1]
+    # With reward_weights=[0.7, 0.3] and rewards [1.0, 0.0]:
+    # weighted reward = 0.7*1.0 + 0.3*0.0 = 0.7
+    # unweighted reward = 1.0 + 0.0 = 1.0
+    assert abs(log["reward"] - 0.7) < 1e-5, (
+        f"Expected logged reward to be ~0.7 (weighted), got {log['reward']}. "
+        "The reward metric should reflect reward_weights."
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_train_normalize_then_sum_aggregation(kind, standin, tmp_path):
+    dataset = zen_standard_prompt_only(ZEN_ROWS)
+
+    def reward_func1(completions, **kwargs):
+        """Reward function that rewards longer completions."""
+        return [float(len(completion)) for completion in completions]
+
+    def reward_func2(completions, **kwargs):
+        """Reward function that rewards completions with more unique letters."""
+        return [float(len(set(completion))) for completion in completions]
+
+    args = dict(
+        learning_rate=0.1,  # use higher lr because gradients are tiny and default lr can stall updates
+        per_device_train_batch_size=3,  # reduce the batch size to reduce memory usage
+        num_generations=3,  # reduce the number of generations to reduce memory usage
+        max_completion_length=8,  # reduce the completion length to reduce memory usage
+        multi_objective_aggregation="normalize_then_sum",
+        report_to="none",
+    )
+    trainer = make_trainer(
+        kind,
+        str(tmp_path),
+        args,
+        model=standin(QWEN2),
+        reward_funcs=[reward_func1, reward_func2],
+        train_dataset=dataset,
+    )
+
+    previous_trainable_params = snapshot(trainer)
+
+    trainer.train()
+
+    assert trainer.state.log_history[-1]["train_loss"] is not None
+
+    # Check that the params have changed
+    assert_params_changed(previous_trainable_params, trainer)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_warning_raised_all_rewards_none(kind, standin, tmp_path, caplog):
+    """Test that a proper warning is raised when all rewards are None."""
+    dataset = zen_standard_prompt_only(ZEN_ROWS)
+
+    def always_none_reward_func(completions, **kwargs):
+        """Reward function that always returns None."""
+        return [None] * len(completions)
+
+    args = dict(
+        learning_rate=0.1,  # use higher lr because gradients are tiny and default lr can stall updates
+        per_device_train_batch_size=3,  # reduce the batch size to reduce memory usage
+        num_generations=3,  # reduce the number of generations to reduce memory usage
+        max_completion_length=8,  # reduce the completion length to reduce memory usage
+        report_to="none",
+    )
+    trainer = make_trainer(
+        kind,
+        str(tmp_path),
+        args,
+        model=standin(QWEN2),
+        reward_funcs=always_none_reward_func,
+        train_dataset=dataset,
+    )
+
+    with caplog.at_level("WARNING", logger="trl.trainer.grpo_trainer"):
+        trainer.train()
+
+    expected_warning = "All reward functions returned None for the following kwargs:"
+    assert expected_warning in caplog.text
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ Hub (``tests/test_grpo_trainer.py``; see ``tests/test_trl_suite.py`` for the com
 is a config with random weights, every tokenizer and processor is built in code, and each is saved to a local folder
 so that TRL loads it exactly as it loads a Hub id (``from_pretrained`` on a string).
 
-Text models (Qwen3, Qwen3-MoE, the Qwen2.5 reward model) keep the real tokenizers' ids where TRL's tests hard-code
+Text models (Qwen3, Qwen3-MoE, Qwen2.5 and its reward model) keep the real tokenizers' ids where TRL's tests hard-code
 them (their fake ``generate`` returns Qwen token ids): a byte-level tokenizer whose first 256 ids are GPT-2's byte
 alphabet (as Qwen's are), the handful of multi-byte tokens those tests use at their Qwen ids, Qwen's special tokens at
 their ids, and TRL's own copy of the Qwen chat template (the one TRL recognises to parse tool calls). The sizes follow
@@ -295,6 +295,27 @@ def _qwen3_small_vocab():
     return model, tokenizer, ids
 
 
+def _qwen2():
+    """``tiny-Qwen2ForCausalLM-2.5`` (TRL's ``for_causal_lm/qwen2_for_causal_lm_2_5.py``: Qwen2.5's tokenizer)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = qwen_tokenizer("qwen2_5")
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=8,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=32,
+        bos_token_id=151643,
+        eos_token_id=151645,
+        pad_token_id=151643,
+    )
+    model = Qwen2ForCausalLM(config)
+    _init_weights(model)
+    return model, tokenizer, [151645, 151643]
+
+
 def _qwen2_reward_model():
     from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
@@ -470,6 +491,7 @@ def _qwen_vl(version: str):
 BUILDERS = {
     "trl-internal-testing/tiny-Qwen3MoeForCausalLM": _qwen3_moe,
     "trl-internal-testing/tiny-Qwen3ForCausalLM": _qwen3,
+    "trl-internal-testing/tiny-Qwen2ForCausalLM-2.5": _qwen2,
     "trl-internal-testing/tiny-Qwen2ForSequenceClassification-2.5": _qwen2_reward_model,
     "trl-ext/tiny-Qwen3ForCausalLM-small-vocab": _qwen3_small_vocab,
     "trl-internal-testing/tiny-Gemma3ForConditionalGeneration": _gemma3,
@@ -522,6 +544,33 @@ ZEN_QUESTIONS = [
     "Any great ideas?",
 ]
 MESSAGE = [{"content": Value("string"), "role": Value("string")}]
+#: ``trl-internal-testing/zen``, config ``standard_prompt_only`` (TRL's ``scripts/generate_zen_dataset.py``)
+ZEN_STANDARD_PROMPTS = [
+    "Beautiful is better than",
+    "Explicit is",
+    "Simple is better",
+    "Complex",
+    "Flat is better than",
+    "Sparse is better",
+    "Readability",
+    "Special cases aren't special",
+    "Although practicality beats",
+    "Errors should never",
+    "Unless explicitly",
+    "In the face of ambiguity, refuse",
+    "There should be one-- and preferably",
+    "Although that way may not be obvious at first unless you're",
+    "Now is",
+    "Although never is often",
+    "If the implementation is hard to explain,",
+    "If the implementation is easy",
+    "Namespaces are one honking great",
+]
+
+
+def zen_standard_prompt_only(rows: int) -> Dataset:
+    """``trl-internal-testing/zen``, config ``standard_prompt_only``, split ``train`` (its first ``rows``)."""
+    return Dataset.from_dict({"prompt": ZEN_STANDARD_PROMPTS[:rows]})
 
 
 def zen_conversational_prompt_only(rows: int) -> Dataset:
