@@ -86,8 +86,10 @@ def setup(threads: int) -> None:
     import transformers
 
     torch.set_num_threads(threads)
-    if on_cuda():
+    if on_cuda():  # the same work gives the same weights: deterministic kernels, attention by plain matmuls
         torch.use_deterministic_algorithms(True, warn_only=True)
+        for backend in ("flash", "mem_efficient", "cudnn"):  # their backward passes accumulate in any order
+            getattr(torch.backends.cuda, f"enable_{backend}_sdp")(False)
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     datasets.disable_progress_bars()
