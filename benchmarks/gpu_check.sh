@@ -52,7 +52,8 @@ CHECK_ARGS=(--out "$OUT")
 check_status=0
 if [ "$RUN_CHECK" = 1 ]; then
     python benchmarks/gpu_check.py check "${CHECK_ARGS[@]}" || check_status=$?
-    echo "one-go check done in $((SECONDS - started)) s (exit $check_status); report: $OUT/gpu_check.md"
+    echo "one-go check done in $((SECONDS - started)) s (exit $check_status)"
+    [ -f "$OUT/gpu_check.md" ] && echo "report: $OUT/gpu_check.md"
 fi
 if [ "$WITH_VLLM" != 1 ] && [ "$WITH_GSM8K" != 1 ]; then
     exit "$check_status"
