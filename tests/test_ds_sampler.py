@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trl_ext.grpo.dynamic_sampling.batch import Round, assemble, column_layout, select_groups
+from trl_ext.grpo.dynamic_sampling.batch import Round, assemble, plan_rows, select_groups
 from trl_ext.grpo.dynamic_sampling.prompts import PromptStream
 from trl_ext.grpo.dynamic_sampling.sampler import DynamicSampler
 
@@ -112,4 +112,23 @@ def test_assemble_pads_each_key_by_where_its_columns_sit_and_zero_weights_filler
     assert batch["advantages"].tolist() == [1, -1, 2, -2, 0, 0]
     assert batch["completion_mask"][4:].sum() == 0  # fillers train nothing
     assert batch["num_items_in_batch"].item() == 1 * 2 + 2 * 2  # the trained tokens, not the rounds' counts
-    assert column_layout([first, second], set())["image_sizes"] == "fixed"
+
+
+def test_plan_keeps_each_process_rows_and_moves_only_the_surplus_hand_computed():
+    # 2 processes, groups of 2, rounds of 8 rows (4 per process): group g of a round holds rows 2g, 2g + 1, so
+    # groups 0-1 were generated on process 0 and groups 2-3 on process 1
+    groups = [(0, 0), (0, 1), (1, 0), (0, 3)]  # process 0 generated 6 of the 8 trained rows, process 1 two
+    plan = plan_rows(groups, num_fillers=1, rows_per_process=[4, 4], num_generations=2, world=2)
+    assert plan.origin.tolist() == [0, 0, 0, 0, 0, 0, 1, 1]
+    assert plan.local_row.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert plan.round.tolist() == [0, 0, 0, 0, 1, 1, 0, 0]
+    # each trains 4: process 0 keeps its first 4 rows, its surplus (round 1's group 0) moves to process 1
+    assert plan.dest.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    # a batch holds its own rows first, then the rows it receives: process 1 trains its 2 rows, then 2 from process 0
+    assert plan.slot.tolist() == [0, 1, 2, 3, 2, 3, 0, 1]
+    assert plan.trained_on(1).tolist() == [6, 7, 4, 5]
+    assert plan.filler.tolist() == [False] * 6 + [True] * 2
+    assert plan.moved(0, 1).tolist() == [4, 5] and plan.moved(1, 0).tolist() == []
+    # balanced already: nothing moves, each process trains what it generated
+    balanced = plan_rows([(0, 0), (0, 2)], 0, [4, 4], 2, 2)
+    assert balanced.dest.tolist() == balanced.origin.tolist() == [0, 0, 1, 1]

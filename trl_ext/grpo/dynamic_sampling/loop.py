@@ -61,8 +61,8 @@ def sample_informative_batch(
         trainer.step_gate.arm(bool(fillers))
     if len(rounds) == 1 and len(chosen) == num_groups:
         return trainer.deferred_old_logps.fill(rounds[0].output)  # nothing dropped: TRL's own batch
-    batch_weights = trainer.reward_weights if trainer.scale_rewards == "batch" else None
-    batch = assemble(rounds, chosen, fillers, accelerator, group_size, trainer.pad_token_id, batch_weights)
+    advantage_args = (trainer.reward_weights, trainer.scale_rewards, trainer.multi_objective_aggregation)
+    batch = assemble(rounds, chosen, fillers, accelerator, group_size, trainer.pad_token_id, advantage_args)
     return trainer.deferred_old_logps.fill(batch)  # the old-policy pass, on the trained rows only
 
 
