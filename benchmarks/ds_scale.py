@@ -417,7 +417,9 @@ def _worker_main(spec_path: str) -> None:
 
     spec = json.loads(Path(spec_path).read_text())
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and spec["part"] == "assembly":
-        dist.init_process_group("gloo")
+        from accelerate import PartialState
+
+        PartialState(cpu=True)  # the process group as a trainer has it (accelerate's object gathers need it)
     torch.set_num_threads(1)
     try:
         result = (assembly_worker if spec["part"] == "assembly" else trainer_worker)(spec)
