@@ -4,7 +4,7 @@ Dynamic sampling (DAPO, arXiv 2503.14476, section 3.2) trains a batch joined fro
 TRL computes advantages inline in ``_generate_and_score_completions`` (the block is the same in trl 1.12 and 1.16;
 TRL has no function for it), so this module mirrors that block once, calling TRL's ``nanstd``:
 
-- ``multi_objective_aggregation="sum_then_normalize"`` (TRL's default; GRPO, arXiv 2402.03300, Eq. 3 /
+- ``multi_objective_aggregation="sum_then_normalize"`` (TRL's default; GRPO, arXiv 2402.03300,
   section 4.1.2): r_i = sum_k w_k r_{i,k} over the functions that scored completion i (``combine_rewards``),
   A_i = (r_i - mean(group)) / (std + 1e-4), the std that of the group (``scale_rewards="group"``), of the whole batch
   (``"batch"``), or no division (``"none"``; Dr. GRPO, arXiv 2503.20783);
