@@ -167,9 +167,9 @@ def test_overoptimization_is_quiet_on_the_healthy_demo_run(tmp_path):
 
 
 def test_probe_reports_the_reward_models_spread_on_the_first_groups(reward_model_dir):
-    from trl_ext.diagnostics.probe import ProbeArguments, probe_model
     from trl_ext.diagnostics.probe_stats import reward_model_spread
     from trl_ext.recipe.models import load_policy
+    from trl_ext.scripts.probe import ProbeArguments, probe_model
 
     assert reward_model_spread([1.0, 3.0, 0.0, 0.0], 2) == {"within_group_std": 0.5, "std": 1.224744871391589,
                                                            "min": 0.0, "max": 3.0}  # fmt: skip
@@ -213,7 +213,7 @@ def test_pipeline_with_a_learned_reward_end_to_end(tmp_path, capsys):
 
     argv = [
         *("--output_dir", str(tmp_path / "out"), "--learned_reward", "true"),
-        *("--reward_overrides", "max_steps=20", "num_generations=4"),
+        *("--reward_overrides", "max_steps=20", "num_generations=4", "init_sft_steps=0"),
         *("--dapo_overrides", "max_steps=2", "logging_steps=1", "held_out_eval_steps=0"),
     ]
     (args,) = TrlParser((PipelineArguments,)).parse_args_and_config(argv)
@@ -224,3 +224,51 @@ def test_pipeline_with_a_learned_reward_end_to_end(tmp_path, capsys):
     assert "2. reward model: held-out pairwise accuracy" in printed
     rows = [json.loads(line) for line in open(tmp_path / "out" / "dapo-rm" / "metrics.jsonl")]
     assert "rewards/reward/mean" in rows[0]  # DAPO trained on the reward model's scores (folder out/reward)
+
+
+def test_pairwise_accuracy_by_hand():
+    from datasets import Dataset
+
+    from trl_ext.reward_model import held_out_pairwise_accuracy, pairwise_accuracy
+
+    # right, wrong, tie (one half), right: 2.5 of 4
+    assert pairwise_accuracy([2.0, 0.5, 1.0, -1.0], [1.0, 0.7, 1.0, -2.0]) == 0.625
+    with pytest.raises(ValueError, match="as many chosen as rejected"):
+        pairwise_accuracy([1.0], [])
+
+    # A reward called as GRPO calls it, on prompt + completion: here the completion's length
+    pairs = Dataset.from_dict(
+        {"prompt": ["1+1=", "2+2=", "3+3="], "chosen": ["2", "4", "66"], "rejected": ["22", "4", "6"]}
+    )
+
+    def length(prompts, completions, **kwargs):
+        return [-float(len(c)) for c in completions]  # shorter is better: right, tie, wrong
+
+    assert held_out_pairwise_accuracy(length, pairs) == pytest.approx(0.5)
+
+
+def test_rollout_pairs_pair_the_answer_with_each_distinct_mistake_most_frequent_first():
+    from trl_ext.reward_model import rollout_pairs
+
+    completions = ["4", "5", "4", "5", "3", "5"] + ["7", "8", "8", "9", "7", "8"] + ["2", "2", "2", "2", "2", "2"]
+    labels = [1, 0, 1, 0, 0, 0] + [0, 0, 0, 0, 0, 0] + [1, 1, 1, 1, 1, 1]
+    pairs = rollout_pairs(["2+2=", "3+3=", "1+1="], completions, labels, 6, max_pairs_per_prompt=2)
+    rows = list(zip(pairs["prompt"], pairs["chosen"], pairs["rejected"], strict=True))
+    assert rows == [("2+2=", "4", "5"), ("2+2=", "4", "3")]
+    # the known answer stands in where no rollout is right; a group with no mistake gives nothing
+    pairs = rollout_pairs(["2+2=", "3+3=", "1+1="], completions, labels, 6, 8, references=["4", "6", "2"])
+    assert list(zip(pairs["chosen"], pairs["rejected"], strict=True))[2:] == [("6", "8"), ("6", "7"), ("6", "9")]
+
+
+def test_reward_model_trains_on_the_tokens_grpo_scores():
+    """TRL's RewardTrainer appends EOS to text pairs; GRPO scores prompt + completion without it."""
+    from datasets import Dataset
+
+    from trl_ext.demo import build_tokenizer
+    from trl_ext.reward_model import as_scored_ids
+
+    tokenizer = build_tokenizer()
+    ids = as_scored_ids(Dataset.from_dict({"prompt": ["1+2="], "chosen": ["3"], "rejected": ["12"]}), tokenizer)
+    assert ids.column_names == ["chosen_ids", "rejected_ids"]
+    assert ids[0]["chosen_ids"] == tokenizer("1+2=3", add_special_tokens=False)["input_ids"]
+    assert tokenizer.eos_token_id not in ids[0]["chosen_ids"] + ids[0]["rejected_ids"]

@@ -7,6 +7,7 @@ loss by TRL's ``RewardTrainer`` (``recipes/reward.py``).
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -119,3 +120,79 @@ def as_callable(func: Any) -> Callable:
     if getattr(func, "_trl_ext_scorer", None) is None:
         func._trl_ext_scorer = RewardModelScorer(func)
     return func._trl_ext_scorer
+
+
+def pairwise_accuracy(chosen_scores: Sequence[float], rejected_scores: Sequence[float]) -> float:
+    """The share of pairs whose chosen completion scores above its rejected one; a tie counts one half (a reward
+    that cannot tell the two apart is at chance, not wrong)."""
+    if len(chosen_scores) != len(rejected_scores) or not chosen_scores:
+        raise ValueError(
+            f"pairwise_accuracy needs as many chosen as rejected scores, at least one: got {len(chosen_scores)} and "
+            f"{len(rejected_scores)}."
+        )
+    wins = sum(1.0 if c > r else 0.5 if c == r else 0.0 for c, r in zip(chosen_scores, rejected_scores, strict=True))
+    return wins / len(chosen_scores)
+
+
+def score_pairs(reward: Callable, pairs: Dataset, tokenizer: Any = None) -> tuple[list[float], list[float]]:
+    """``reward``'s scores of each pair's ``prompt + chosen`` and ``prompt + rejected``, called as TRL's GRPO calls a
+    reward (``prompts=``, ``completions=``); a reward model scores the text GRPO scores (``RewardModelScorer``, with
+    ``tokenizer`` or the one saved with it)."""
+    score = RewardModelScorer(reward, tokenizer) if is_reward_model(reward) else reward
+    prompts = list(pairs["prompt"])
+    chosen = score(prompts=prompts, completions=list(pairs["chosen"]))
+    return chosen, score(prompts=prompts, completions=list(pairs["rejected"]))
+
+
+def held_out_pairwise_accuracy(reward: Callable, pairs: Dataset, tokenizer: Any = None) -> float:
+    """``pairwise_accuracy`` of ``reward`` on ``pairs`` (``prompt``, ``chosen``, ``rejected``) as RL scores them."""
+    return pairwise_accuracy(*score_pairs(reward, pairs, tokenizer))
+
+
+def as_scored_ids(pairs: Dataset, tokenizer: Any) -> Dataset:
+    """Text pairs as ``chosen_ids`` / ``rejected_ids`` of ``prompt + completion`` with no EOS added: the tokens TRL's
+    GRPO scores a reward model on (completions decoded without special tokens). ``RewardTrainer`` appends EOS to text
+    pairs, so a model trained on them reads its score at an EOS it never sees during RL."""
+
+    def ids(row: dict) -> dict:
+        encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+        return {
+            "chosen_ids": encode(row["prompt"] + row["chosen"]),
+            "rejected_ids": encode(row["prompt"] + row["rejected"]),
+        }
+
+    return pairs.map(ids, remove_columns=pairs.column_names)
+
+
+def rollout_pairs(
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    labels: Sequence[float],
+    num_generations: int,
+    max_pairs_per_prompt: int,
+    references: Sequence[str] | None = None,
+) -> Dataset:
+    """Pairs from ``num_generations`` rule-labelled rollouts of each prompt (group-contiguous ``completions``, 1.0 =
+    correct): the most frequent correct text against each distinct incorrect text, most frequent first (the mistakes
+    the policy makes most), up to ``max_pairs_per_prompt``. A group with no correct rollout is paired against its
+    ``references`` entry (the known answer) when given, else skipped; one with no incorrect rollout is skipped."""
+    if len(completions) != len(labels) or len(completions) != len(prompts) * num_generations:
+        raise ValueError(
+            f"{len(prompts)} prompts x num_generations={num_generations} needs {len(prompts) * num_generations} "
+            f"completions and labels, got {len(completions)} and {len(labels)}."
+        )
+    rows: dict[str, list[str]] = {"prompt": [], "chosen": [], "rejected": []}
+    for k, prompt in enumerate(prompts):
+        group = range(k * num_generations, (k + 1) * num_generations)
+        correct = Counter(completions[i] for i in group if labels[i] == 1.0)
+        wrong = Counter(completions[i] for i in group if labels[i] != 1.0)
+        if not correct and references is not None:
+            correct = Counter([references[k]])
+        if not correct or not wrong:
+            continue
+        chosen = min(correct, key=lambda t: (-correct[t], t))
+        for rejected in sorted(wrong, key=lambda t: (-wrong[t], t))[:max_pairs_per_prompt]:
+            rows["prompt"].append(prompt)
+            rows["chosen"].append(chosen)
+            rows["rejected"].append(rejected)
+    return Dataset.from_dict(rows)

@@ -151,7 +151,28 @@ class RewardScriptArguments(DPOScriptArguments):
 
     num_generations: int = field(default=8, metadata={"help": "Demo: completions per prompt mined into pairs."})
     mining_max_new_tokens: int = field(default=4, metadata={"help": "Demo: length of the mined completions."})
-    pairs_per_group: int = field(default=1, metadata={"help": "Demo: pairs mined from each informative group."})
+    pairs_per_group: int = field(
+        default=1, metadata={"help": "Demo: the most pairs made from each problem's rollouts (distinct mistakes)."}
+    )
+    reference_pairs: bool = field(
+        default=False,
+        metadata={"help": "Demo: a group with no correct completion pairs the known answer against its mistakes."},
+    )
+    held_out_pairs: str | None = field(
+        default=None,
+        metadata={
+            "help": "Demo: a JSONL of held-out pairs (prompt, chosen, rejected) that pairwise accuracy is measured "
+            "on. None: benchmarks/data/reward_held_out_pairs.jsonl where the package runs from the repository, else "
+            "pairs of the held-out problems' rollouts."
+        },
+    )
+    init_sft_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Demo: the reward model starts from the demo's SFT run with this many steps (cached like the "
+            "warm start) instead of the policy's checkpoint; 0: the policy's."
+        },
+    )
     held_out_fraction: float = field(
         default=0.1,
         metadata={"help": "Share of the pairs held out for pairwise accuracy when the data has no held-out split."},
@@ -222,4 +243,11 @@ class PipelineArguments:
     )
     reward_overrides: list[str] = field(
         default_factory=list, metadata={"help": "key=value settings over the reward-model YAML (learned_reward)."}
+    )
+    reward_models: int = field(
+        default=1,
+        metadata={
+            "help": "learned_reward: reward models trained (seeds seed, seed+1, ...); DAPO optimizes their mean "
+            "score, an ensemble against over-optimization (Coste et al. 2023)."
+        },
     )

@@ -11,6 +11,7 @@ Each stage runs its recipe's own code path and YAML from the previous stage's sa
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import sys
@@ -18,7 +19,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from datasets import Dataset
+from datasets import Dataset, load_dataset
 from transformers import AutoModelForCausalLM, PreTrainedModel
 from trl import ModelConfig, RewardConfig
 
@@ -32,6 +33,7 @@ from trl_ext.recipe.parsing import check_flags, make_parser, parse
 from trl_ext.recipe.paths import DEMO_CONFIG_DIR, demo_config_path
 from trl_ext.recipe.report import write_summary
 from trl_ext.recipe.steps import run
+from trl_ext.reward_model import load_reward_model, pairwise_accuracy, score_pairs
 from trl_ext.scoring import generate_groups
 from trl_ext.scripts import dapo as dapo_recipe
 from trl_ext.scripts import dpo as dpo_recipe
@@ -136,44 +138,86 @@ def stage_table(accuracies: dict[str, float], header: str) -> list[str]:
     return ["", f"| stage | {header} |", "|---|---|", *(f"| {k} | {v:.3f} |" for k, v in accuracies.items())]
 
 
+#: DAPO against a learned reward, before the user's ``dapo_overrides``: a KL penalty to the warm start (InstructGPT's
+#: beta; DAPO drops it for rule rewards); rewards normalized over the batch, not within each group (a group of wrong
+#: answers differs only by the reward model's noise, which a per-group std would blow up to full-size advantages);
+#: held-out accuracy every 20 steps, the gold figure the health monitor watches the learned reward against (Gao et
+#: al. 2022).
+LEARNED_REWARD_DAPO = ["beta=0.04", "scale_rewards=batch", "held_out_eval_steps=20", "logging_steps=20"]
+
+
 def learned_reward_stages(
     args: PipelineArguments, sft_dir: str, accuracies: dict[str, float], timings: dict[str, float], start: float
 ) -> dict[str, Any]:
-    """RLHF with a learned reward (Ouyang et al. 2022): a reward model on pairs mined from the warm start, then DAPO
-    against it; held-out accuracy is the rule reward's, showing how well the learned reward stands in for it."""
-    # 2. Reward model on the warm start's mined pairs: recipes/reward.py's code path and YAML.
+    """RLHF with a learned reward (Ouyang et al. 2022): reward models on the warm start's rule-labelled rollouts, then
+    DAPO against their mean score; held-out accuracy is the rule reward's, showing how well the learned reward stands
+    in for it."""
+    # 2. Reward models (an ensemble of seeds): recipes/reward.py's code path and YAML.
     t = time.time()
-    rm_dir = os.path.join(args.output_dir, "reward")
-    argv = _recipe_argv(demo_config_path("reward"), sft_dir, rm_dir, args.seed, args.reward_overrides)
-    reward = reward_recipe.main(*parse((RewardScriptArguments, RewardConfig, ModelConfig), "reward", argv))
+    if args.reward_models < 1:
+        raise ValueError(f"reward_models={args.reward_models}: train at least 1 reward model.")
+    rm_dirs = [os.path.join(args.output_dir, "reward" if k == 0 else f"reward-{k}") for k in range(args.reward_models)]
+    rewards = []
+    for k, rm_dir in enumerate(rm_dirs):
+        argv = _recipe_argv(demo_config_path("reward"), sft_dir, rm_dir, args.seed + k, args.reward_overrides)
+        rewards.append(reward_recipe.main(*parse((RewardScriptArguments, RewardConfig, ModelConfig), "reward", argv)))
+    reward = rewards[0]
+    if len(rewards) > 1:  # the ensemble's own figure: the mean score, as DAPO sums the models' scores
+        reward = dict(reward, accuracy_after=ensemble_pairwise_accuracy(rm_dirs), members=rewards)
     timings["reward"] = time.time() - t
     print(f"[pipeline] 2. reward model: held-out pairwise accuracy {reward['accuracy_after']:.3f}", flush=True)
 
-    # 3. DAPO from the warm start against the reward model (rule reward for held-out accuracy only).
+    # 3. DAPO from the warm start against the reward models (rule reward for held-out accuracy only).
     t = time.time()
     dapo_dir = os.path.join(args.output_dir, "dapo-rm")
     dapo_config = args.dapo_config or demo_config_path("dapo")
-    argv = _recipe_argv(dapo_config, sft_dir, dapo_dir, args.seed, args.dapo_overrides, "--reward_funcs", rm_dir)
+    overrides = [*LEARNED_REWARD_DAPO, *args.dapo_overrides]
+    argv = _recipe_argv(dapo_config, sft_dir, dapo_dir, args.seed, overrides, "--reward_funcs", *rm_dirs)
     dapo = dapo_recipe.main(*parse_grpo("dapo", argv=argv))
     accuracies["3. DAPO against the reward model"] = dapo["accuracy_after"]
     timings["dapo"] = time.time() - t
+    curve = held_out_curve(dapo_dir)
+    alert = next((w for w in dapo.get("health_warnings") or [] if w["kind"] == "reward_overoptimized"), None)
     total = time.time() - start
     lines = stage_table(accuracies, "held-out accuracy (rule reward)")
     lines.append(
         f"\nreward model: held-out pairwise accuracy {reward['accuracy_before']:.3f} -> {reward['accuracy_after']:.3f} "
         f"({reward['held_out_pairs']} pairs). Wall time {total / 60:.1f} min (sft {timings['sft']:.0f} s, reward "
-        f"{timings['reward']:.0f} s, dapo {timings['dapo']:.0f} s)."
+        f"{timings['reward']:.0f} s, dapo {timings['dapo']:.0f} s). Over-optimization alert: "
+        + (f"step {alert['step']}" if alert else "none")
     )
     print("\n".join(lines), flush=True)
+    keys = ("accuracy_before", "accuracy_after", "train_pairs", "held_out_pairs")
     summary = {
         "accuracies": accuracies,
-        "reward_model": {k: reward[k] for k in ("accuracy_before", "accuracy_after", "train_pairs", "held_out_pairs")},
+        "reward_model": {k: reward[k] for k in keys}
+        | ({"members": [{k: r[k] for k in keys} for r in rewards]} if len(rewards) > 1 else {}),
+        "held_out_curve": curve,
+        "overoptimization_alert": alert,
         "timings_s": timings,
         "wall_time_s": total,
         "args": asdict(args),
     }
     write_summary(args.output_dir, summary)
     return summary
+
+
+def ensemble_pairwise_accuracy(rm_dirs: list[str]) -> float:
+    """Held-out pairwise accuracy of the reward models' mean score on the demo's held-out pairs."""
+    pairs = load_dataset("json", data_files=str(reward_recipe.HELD_OUT_PAIRS), split="train")
+    scores = [score_pairs(load_reward_model(d), pairs) for d in rm_dirs]
+    chosen, rejected = ([sum(values) for values in zip(*side, strict=True)] for side in zip(*scores, strict=True))
+    return pairwise_accuracy(chosen, rejected)
+
+
+def held_out_curve(run_dir: str) -> list[list[float]]:
+    """``[step, held-out accuracy]`` of an RL run, from its ``metrics.jsonl``."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [[r["step"], r["held_out/accuracy"]] for r in rows if "held_out/accuracy" in r and "step" in r]
 
 
 def style_report(model: PreTrainedModel, tokenizer: Any, dataset: Dataset, max_new_tokens: int = 6) -> dict:
