@@ -3,6 +3,10 @@ be killed (SIGKILL) by the test and resumed, and writes what it did to ``<out>/r
 checkpoint it resumed from) and its final weights to ``<out>/final_weights.pt``.
 
     python tests/resume_script.py dapo|dapo_offpolicy|gspo|dpo <out> [--resume] [--step-sleep S] [--stall-save-at N]
+    python tests/resume_script.py trl_sft|trl_dpo|trl_grpo <out> [--callback-only] ...
+
+``trl_sft``, ``trl_dpo``, ``trl_grpo``: TRL's own ``SFTTrainer``, ``DPOTrainer`` and ``GRPOTrainer`` as
+``class T(Reliable, trl.XTrainer)``, or with ``--callback-only`` unchanged plus ``PreemptionCallback(trainer)``.
     python -m torch.distributed.run --nproc_per_node 2 tests/resume_script.py dapo|dapo_offpolicy <out> [--resume]
 
 ``--step-sleep`` slows every step down (not its numbers) so that the test's kill lands between checkpoints;
@@ -25,6 +29,7 @@ Not a test file itself (pytest does not collect it).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -140,6 +145,8 @@ def build(algo: str, out: str, callbacks: list, **overrides):
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, DemoModelConfig(**SMALL))
     train, _ = make_problems(DemoTaskConfig(max_operand=9, num_train=12, num_eval=20))
+    if algo.startswith("trl_"):
+        train, _ = make_problems(DemoTaskConfig(max_operand=9, num_train=60, num_eval=20))
     if algo in ("dapo", "dapo_offpolicy"):
         # 2 prompts x 4 per step, 12 prompts: 6 steps per epoch, so the run crosses an epoch boundary. "dapo": one
         # rollout per step (the off-policy split is the GSPO case's). "dapo_offpolicy": 2 minibatches per rollout, so
@@ -183,9 +190,9 @@ def build(algo: str, out: str, callbacks: list, **overrides):
         )
     if algo == "dpo":
         from trl_ext.dpo.trainer import DPOConfig, DPOTrainer
-        from trl_ext.reliability.checkpoints import AtomicCheckpointMixin
+        from trl_ext.reliability.reliable import Reliable
 
-        class ResumableDPOTrainer(AtomicCheckpointMixin, DPOTrainer):
+        class ResumableDPOTrainer(Reliable, DPOTrainer):
             """The composition proposed for trl_ext.dpo.DPOTrainer: atomic checkpoints, checked resumes, and TRL's
             num_tokens counter restored."""
 
@@ -199,7 +206,40 @@ def build(algo: str, out: str, callbacks: list, **overrides):
         )
         torch.manual_seed(args.seed)  # mining samples from the global RNG: the same pairs on every (re)start
         return ResumableDPOTrainer.from_groups(model, [length_reward], args, train, tokenizer, callbacks=callbacks)
+    if algo.startswith("trl_"):
+        return build_trl(algo, out, callbacks, model, tokenizer, train, **overrides)
     raise ValueError(algo)
+
+
+def build_trl(algo: str, out: str, callbacks: list, model, tokenizer, train, callback_only: bool = False, **overrides):
+    """TRL's own trainer as ``class T(Reliable, trl.<X>Trainer)``, or (``callback_only``) unchanged plus the
+    preemption callback: 6 optimizer steps of 2 micro-steps, a checkpoint every 2 (GRPO: every 3, inside a
+    generation block of 2 steps), all in the first epoch."""
+    import trl
+
+    from trl_ext.reliability.preemption import PreemptionCallback
+    from trl_ext.reliability.reliable import Reliable
+
+    settings = {**common(out, max_steps=6, save_steps=3 if algo == "trl_grpo" else 2), **overrides}
+    settings.update(per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    if algo == "trl_sft":
+        base, args = trl.SFTTrainer, trl.SFTConfig(**settings, max_length=32)
+        kwargs = dict(train_dataset=train.select_columns(["prompt", "completion"]))
+    elif algo == "trl_dpo":
+        pairs = train.map(lambda row: {"chosen": row["completion"], "rejected": row["completion"][::-1] + "0"})
+        base, args = trl.DPOTrainer, trl.DPOConfig(**settings, max_length=32)
+        kwargs = dict(train_dataset=pairs.select_columns(["prompt", "chosen", "rejected"]))
+        kwargs["ref_model"] = copy.deepcopy(model).eval()  # an in-memory model has no name TRL could reload
+    else:
+        settings.update(gradient_accumulation_steps=1, steps_per_generation=2)
+        base = trl.GRPOTrainer
+        args = trl.GRPOConfig(**settings, num_generations=4, max_completion_length=4, temperature=1.5)
+        kwargs = dict(reward_funcs=[parity_reward], train_dataset=train)
+    cls = base if callback_only else type(f"Reliable{base.__name__}", (Reliable, base), {})
+    trainer = cls(model=model, args=args, processing_class=tokenizer, callbacks=callbacks, **kwargs)
+    if callback_only:
+        trainer.add_callback(PreemptionCallback(trainer))
+    return trainer
 
 
 class StopAt(TrainerCallback):
@@ -216,7 +256,8 @@ class StopAt(TrainerCallback):
 def main() -> None:
     torch.set_num_threads(1)
     parser = argparse.ArgumentParser()
-    parser.add_argument("algo", choices=["dapo", "dapo_offpolicy", "gspo", "dpo"])
+    parser.add_argument("algo", choices=["dapo", "dapo_offpolicy", "gspo", "dpo", "trl_sft", "trl_dpo", "trl_grpo"])
+    parser.add_argument("--callback-only", action="store_true")
     parser.add_argument("out")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--resume-from", default=None)
@@ -240,6 +281,8 @@ def main() -> None:
     if options.signal_at is not None and rank == options.signal_rank:
         callbacks.append(SignalAt(options.signal_at, 2 if options.signal_twice else 1))
     overrides = {"save_total_limit": options.save_total_limit} if options.save_total_limit else {}
+    if options.callback_only:
+        overrides["callback_only"] = True
     trainer = build(options.algo, options.out, callbacks, **overrides)
     if options.stall_save_at is not None:
         original = trainer._save_rng_state

@@ -74,3 +74,26 @@ def test_refill_rounds_of_a_step_push_the_weights_once(tiny_model, tokenizer, pr
     assert engine.pushes == 3  # one per optimizer step, not one per round
     assert engine.enable_sleep_mode and not engine._llm_weights_sleeping  # asleep at level 1 between steps
     assert torch.isfinite(torch.tensor([h["loss"] for h in trainer.state.log_history if "loss" in h])).all()
+
+
+def test_trl_reads_the_sleep_flag_at_each_generate_call():
+    """The contract ``engine_awake`` relies on, against the installed TRL: every ``sleep`` / ``wake_up`` of the engine
+    in ``VLLMGeneration.generate`` sits under an ``if`` that reads ``self.enable_sleep_mode`` at call time, so turning
+    the attribute off between calls keeps the engine awake, and the sleep after generating is at level 2 (the one that
+    discards the weights, which ``engine_awake`` avoids). Fails loudly if TRL caches the flag or renames it."""
+    import ast
+    import inspect
+    import textwrap
+
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(VLLMGeneration.generate)))
+    guarded, calls = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "self.enable_sleep_mode" in ast.unparse(node.test):
+            guarded |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("self.llm.sleep", "self.llm.wake_up"):
+            calls.append(node)
+    assert calls and all(id(call) in guarded for call in calls), [ast.unparse(c) for c in calls]
+    assert "self.llm.sleep(level=2)" in [ast.unparse(c) for c in calls]
+    assert "enable_sleep_mode" in inspect.signature(VLLMGeneration.__init__).parameters

@@ -17,7 +17,7 @@ from datasets import Dataset
 from helpers import tiny_args
 
 from trl_ext import DAPOTrainer, GRPOTrainer, get_preset
-from trl_ext.reliability.mixin import NonFiniteLossError
+from trl_ext.reliability.reliable import NonFiniteLossError
 from trl_ext.reliability.reward_guard import RewardFunctionError
 
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from trl_ext.diagnostics.eval_metrics import pass_at_k
-from trl_ext.diagnostics.probe import ProbeArguments, main, probe_model, sample_transformers
 from trl_ext.diagnostics.probe_args import default_run_config, dynamic_sampling_policy
 from trl_ext.diagnostics.probe_stats import _expected_cost, fit_beta_prior, mixed_group_prob, recommend, summarize
 from trl_ext.rewards.arithmetic import parse_first_int
+from trl_ext.scripts.probe import ProbeArguments, main, probe_model, sample_transformers
 
 
 def test_pass_at_k_hand_values():
@@ -282,7 +282,7 @@ def test_the_probe_takes_the_runs_config_for_its_projection(demo):
 
 
 def test_cli_reads_the_runs_yaml_and_names_the_config_field_of_a_former_flag(tmp_path):
-    from trl_ext.diagnostics.probe import parse_args
+    from trl_ext.scripts.probe import parse_args
 
     # A recipe's YAML by its documented name: its sampling and data fill the probe, its config is the run
     args, run = parse_args(["--config", "recipes/configs/demo/dapo/config_demo.yaml", "--num_prompts", "3"])

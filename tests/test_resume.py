@@ -210,7 +210,7 @@ def test_gspo_killed_inside_a_rollout_resumes_exactly(tmp_path):
 @pytest.mark.slow
 def test_group_mined_dpo_killed_between_checkpoints_resumes_exactly(tmp_path):
     """Group-mined DPO (pairs mined from the seeded initial policy, so a restart mines the same pairs) through
-    ``AtomicCheckpointMixin`` + ``trl_ext.dpo.DPOTrainer``, the composition proposed for ``trl_ext.dpo``; it also
+    ``Reliable`` + ``trl_ext.dpo.DPOTrainer``, the composition proposed for ``trl_ext.dpo``; it also
     restores TRL's ``num_tokens`` counter, which plain TRL restarts from 0 on resume."""
     full_dir, killed_dir = tmp_path / "full", tmp_path / "killed"
     full = _launch("dpo", full_dir)

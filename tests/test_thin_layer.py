@@ -75,8 +75,14 @@ def names_used_in_package() -> dict[str, set[str]]:
 
 
 def overridden_trl_methods(cls: type) -> set[str]:
-    """Methods of TRL's GRPOTrainer (or its bases) that a class defined in trl_ext redefines in ``cls``'s MRO."""
-    trl_methods = {name for name in dir(trl.GRPOTrainer) if callable(getattr(trl.GRPOTrainer, name, None))}
+    """Methods of TRL's GRPOTrainer (or its bases) that a class defined in trl_ext redefines in ``cls``'s MRO
+    (``object``'s own, such as ``__new__``, are not TRL's)."""
+    trl_methods = {
+        name
+        for name in dir(trl.GRPOTrainer)
+        if callable(getattr(trl.GRPOTrainer, name, None))
+        and getattr(trl.GRPOTrainer, name) is not getattr(object, name, None)
+    }
     ours = [klass for klass in cls.__mro__ if klass.__module__.startswith("trl_ext.")]
     return {name for klass in ours for name in vars(klass) if name in trl_methods and name != "__init_subclass__"}
 

@@ -26,7 +26,7 @@ _HOMES = {
     "trl_ext.dpo.trainer": ["DPOConfig", "DPOTrainer", "train_iterative_dpo"],
     "trl_ext.dpo.pairs": ["build_pairs", "mine_pairs"],
     "trl_ext.diagnostics.health": ["HealthMonitor", "HealthThresholds"],
-    "trl_ext.diagnostics.probe": ["ProbeArguments", "probe_model", "run_probe"],
+    "trl_ext.scripts.probe": ["ProbeArguments", "probe_model", "run_probe"],
 }
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -75,10 +75,10 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static analysis and IDEs see the real names
     from trl_ext.diagnostics.health import HealthMonitor, HealthThresholds
-    from trl_ext.diagnostics.probe import ProbeArguments, probe_model, run_probe
     from trl_ext.dpo.pairs import build_pairs, mine_pairs
     from trl_ext.dpo.trainer import DPOConfig, DPOTrainer, train_iterative_dpo
     from trl_ext.grpo.async_rollout import AsyncDAPOTrainer, AsyncGRPOTrainer, AsyncGSPOTokenTrainer, AsyncGSPOTrainer
     from trl_ext.grpo.configs import DAPOConfig, DrGRPOConfig, GRPOFamilyConfig, GRPOPaperConfig, GSPOConfig
     from trl_ext.grpo.presets import get_preset, preset_names, trainer_class_for
     from trl_ext.grpo.trainers import DAPOTrainer, GRPOTrainer, GSPOTokenTrainer, GSPOTrainer
+    from trl_ext.scripts.probe import ProbeArguments, probe_model, run_probe

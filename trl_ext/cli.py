@@ -5,7 +5,7 @@
     trl-ext gspo_token                             # a preset name alone runs the grpo recipe with that preset
     trl-ext sft | dpo | ppo | reward | pipeline    # the other recipes, same flags as their files
     trl-ext eval --models <model> <model> ...      # pass@1, avg@k, pass@k, maj@k side by side
-    trl-ext probe --config <run YAML>              # the pre-flight probe (trl_ext.diagnostics.probe)
+    trl-ext probe --config <run YAML>              # the pre-flight probe (trl_ext.scripts.probe)
 
 A command runs the ``cli`` of the recipe module ``trl_ext.scripts.<command>``, so every flag and ``--config`` YAML
 works the same way, from any directory and from a wheel. ``trl-ext --help`` imports nothing heavy (no torch).

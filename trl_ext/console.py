@@ -14,10 +14,9 @@ from typing import Any
 from tqdm import tqdm
 from transformers import TrainerCallback
 
-from trl_ext.diagnostics.held_out import HELD_OUT_KEY
-
 LIBRARY_WARNINGS_ENV = "TRL_EXT_LIBRARY_WARNINGS"
 PLACEHOLDER = "-"  # a column's figure that this log does not carry
+HELD_OUT_KEY = "held_out/accuracy"  # logged by trl_ext.diagnostics.held_out
 
 # (log key, label, format) of the shown figures, in order; a phase shows those its logs carry (``columns``).
 FIGURES: tuple[tuple[str, str, str], ...] = (

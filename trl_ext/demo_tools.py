@@ -25,7 +25,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 from trl import SFTConfig, SFTTrainer
 
-from trl_ext import demo
+import trl_ext.demo as demo
 from trl_ext.console import use_console
 from trl_ext.data import Layout, TaskData
 from trl_ext.rewards.arithmetic import arithmetic_reward

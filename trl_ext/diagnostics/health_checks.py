@@ -313,7 +313,7 @@ class HealthChecks:
         return active, (
             f"reward stalled: it changed by {rise:+.4f} over the last {n} logs (mean {r_mean:.3f}, threshold "
             f"{th.reward_stall_delta:g}) while the loss moved over a range of {loss_range:.4g}. Check a sample of "
-            "completions against the reward functions, the dataset's difficulty (run trl_ext.diagnostics.probe), "
+            "completions against the reward functions, the dataset's difficulty (run trl-ext probe), "
             f"learning_rate{_hint(args, 'learning_rate')} and num_generations{_hint(args, 'num_generations')}."
         )
 

@@ -16,11 +16,10 @@ from typing import Any
 
 from datasets import Dataset
 
+from trl_ext.console import HELD_OUT_KEY
 from trl_ext.diagnostics.evaluation import greedy_accuracy
 from trl_ext.diagnostics.health import FirstCallback
 from trl_ext.rewards.arithmetic import arithmetic_reward
-
-HELD_OUT_KEY = "held_out/accuracy"
 
 
 def held_out_accuracy(

@@ -2,7 +2,8 @@
 (``reward_funcs`` optional: an ``environment_factory`` whose environments define ``get_reward`` may own the reward).
 
 The algorithm lives in the config (``trl_ext.grpo.configs``); a trainer class exists only where behaviour changes
-(table: ``trl_ext.grpo.presets``). Every one adds the reliability layer (``trl_ext.reliability``). Nothing here imports
+(table: ``trl_ext.grpo.presets``). Every one is ``trl_ext.reliability.Reliable`` over TRL's trainer (atomic checkpoints,
+the finite-loss stop, exact resume, preemption) plus the construction checks. Nothing here imports
 ``trl.experimental``: TRL removes experimental modules without notice.
 """
 
@@ -17,7 +18,6 @@ import torch
 import trl
 from trl.rewards import get_soft_overlong_punishment
 
-from trl_ext.diagnostics.moe import attach_moe_monitor
 from trl_ext.errors import UserError
 from trl_ext.generation import vllm_setup, vllm_sync
 from trl_ext.grpo import rollout_rhythm
@@ -26,9 +26,11 @@ from trl_ext.grpo.configs import DAPOConfig, GRPOFamilyConfig, GSPOConfig
 from trl_ext.grpo.dynamic_sampling import setup
 from trl_ext.grpo.dynamic_sampling.loop import sample_informative_batch
 from trl_ext.grpo.dynamic_sampling.old_logps import DeferredOldLogps
-from trl_ext.grpo.gspo_token import GSPOTokenMixin
+from trl_ext.grpo.gspo_token import gspo_token_old_logps
+from trl_ext.grpo.moe import attach_moe_monitor
+from trl_ext.reliability import checks
 from trl_ext.reliability.checks import tokenizer_of
-from trl_ext.reliability.mixin import GRPOReliabilityMixin
+from trl_ext.reliability.reliable import Reliable
 from trl_ext.reliability.unscorable import UnscorableWatch
 from trl_ext.rewards.shaping import is_shaping_reward, mark_shaping
 from trl_ext.scoring import combine_rewards
@@ -69,9 +71,9 @@ def _check_ratio_level(args: Any) -> None:
         )
 
 
-class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
-    """``trl.GRPOTrainer`` with DAPO dynamic sampling available to any config (``GRPOFamilyConfig`` fields), GSPO-token
-    when the config says ``gspo_token``, and the reliability layer (module docstring)."""
+class GRPOTrainer(Reliable, trl.GRPOTrainer):
+    """``trl.GRPOTrainer`` with DAPO dynamic sampling available to any config (``GRPOFamilyConfig`` fields) and the
+    reliability layer (module docstring). A config with ``gspo_token=True`` needs ``GSPOTokenTrainer``."""
 
     _default_config: type[GRPOFamilyConfig] = GRPOFamilyConfig
     _default_suffix = "GRPO"
@@ -87,6 +89,11 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
         if args is None:
             args = self._default_args(model)
         _check_ratio_level(args)
+        if getattr(args, "gspo_token", False) and not isinstance(self, GSPOTokenTrainer):
+            raise UserError(
+                f"{type(self).__name__} got a config with gspo_token=True; GSPO-token is its own trainer: use "
+                "trl_ext.GSPOTokenTrainer (or trl_ext.trainer_class_for(args), which picks it), or GSPOTrainer."
+            )
         if getattr(args, "async_generation", False) and not self.overlaps_generation:
             raise UserError(
                 f"{type(self).__name__} got a config with async_generation=True; overlapped generation is its own "
@@ -96,7 +103,11 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
         warn_truncated_importance_sampling(args)
         # no vLLM, vLLM outside TRL's range, broken torchvision: fail here; an in-memory model gets an engine snapshot
         vllm_setup.check_trainer_args(args, model, *rest, **kw)
-        super().__init__(model, reward_funcs, args, *rest, **kw)
+        # bound against TRL's own signature: every argument is found by name, and a call TRL rejects fails alike
+        bound = inspect.signature(trl.GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *rest, **kw)
+        checks.check_grpo_arguments(bound.arguments)
+        super().__init__(*bound.args[1:], **bound.kwargs)
+        checks.check_built_grpo_trainer(self, model, bound.arguments.get("train_dataset"))
         attach_moe_monitor(self)  # MoE: router-logits guard and moe/* metrics; nothing for a dense model
         if hasattr(self.model, "add_model_tags"):
             self.model.add_model_tags(list(self.model_tags))
@@ -113,6 +124,10 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
         )
         self.scored_rewards: torch.Tensor | None = None  # what TRL's _calculate_rewards returned for the last round
         self.dynamic_sampler, self.metric_columns, self.step_gate = setup.dynamic_sampling_for(self)
+        if self.step_gate is not None:
+            self.loss_observers.append(self.step_gate.count)
+        if self._logs_rollout:
+            self.loss_observers.append(self._log_rollout)
         self.deferred_old_logps = DeferredOldLogps(self)
 
     def _default_args(self, model: Any) -> GRPOFamilyConfig:
@@ -146,16 +161,10 @@ class GRPOTrainer(GRPOReliabilityMixin, GSPOTokenMixin, trl.GRPOTrainer):
             model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
         )
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.model.training and self.step_gate is not None:
-            self.step_gate.count(inputs)
-        if self.model.training and self._logs_rollout:
-            # several optimizer steps per rollout: every training row says which rollout it trained on (rollout_rhythm)
-            every = rollout_rhythm.generate_every(self.args)
-            self._metrics["train"]["rollout"].append(float(rollout_rhythm.rollout_index(self._step + 1, every)))
-        return super().compute_loss(
-            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
-        )
+    def _log_rollout(self, inputs: dict[str, Any]) -> None:
+        """Several optimizer steps per rollout: every training row says which rollout it trained on (rollout_rhythm)."""
+        every = rollout_rhythm.generate_every(self.args)
+        self._metrics["train"]["rollout"].append(float(rollout_rhythm.rollout_index(self._step + 1, every)))
 
     # -- dynamic sampling's round (trl_ext.grpo.dynamic_sampling.loop) ----------------------------------------------
 
@@ -244,7 +253,14 @@ class DAPOTrainer(GRPOTrainer):
 
 class GSPOTrainer(GRPOTrainer):
     """GSPO (arXiv 2507.18071): the sequence-level ratio and its clipping come from ``GSPOConfig``
-    (``importance_sampling_level="sequence"``, TRL's implementation of Eq. 7)."""
+    (``importance_sampling_level="sequence"``, TRL's implementation of Eq. 7). Given a config with ``gspo_token=True``
+    it builds a ``GSPOTokenTrainer``."""
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if cls is GSPOTrainer and getattr(config, "gspo_token", False):
+            cls = GSPOTokenTrainer
+        return super().__new__(cls)
 
     _default_config = GSPOConfig
     _default_suffix = "GSPO"
@@ -260,8 +276,13 @@ class GSPOTrainer(GRPOTrainer):
 
 class GSPOTokenTrainer(GSPOTrainer):
     """GSPO-token (arXiv 2507.18071, Eq. 13): s_{i,t} = sg[s_i] * pi(o_t) / sg[pi(o_t)] (``trl_ext.grpo.gspo_token``,
-    over TRL's token-level loss). ``args.gspo_token`` switches the ratio in the shared mixin (a ``GSPOTrainer`` given
-    such a config trains GSPO-token too); this class only insists on the flag."""
+    over TRL's token-level loss); needs ``gspo_token=True``.
+
+    The one side channel of this class: TRL's ``_compute_loss`` forms ``log_ratio = per_token_logps -
+    old_per_token_logps`` from a policy forward it runs itself, and Eq. 13 needs that forward's log-probabilities in
+    the old ones. ``compute_loss`` hands TRL a copy of the batch and keeps it for the length of the call; the policy
+    forward of that call (``_get_per_token_logps_and_entropies``) writes GSPO-token's old log-probabilities into the
+    copy. A TRL loss hook that received the policy log-probabilities with the batch would remove it."""
 
     _default_suffix = "GSPO-token"
     _default_overrides = {"gspo_token": True}
@@ -277,3 +298,27 @@ class GSPOTokenTrainer(GSPOTrainer):
                 "GSPOConfig(gspo_token=True)."
             )
         super().__init__(model, reward_funcs, args, *rest, **kw)
+
+    _gspo_token_batch: dict[str, Any] | None = None
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        batch = dict(inputs)  # the caller's buffered batch is reused by later steps: never edit it
+        self._gspo_token_batch = batch
+        try:  # TRL's compute_loss hands this batch to its _compute_loss, whose policy forward is the next call below
+            return super().compute_loss(model, batch, return_outputs, num_items_in_batch)
+        finally:
+            self._gspo_token_batch = None
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        result = super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+        )
+        batch, self._gspo_token_batch = self._gspo_token_batch, None  # only the policy forward of this loss
+        if batch is None or result[0] is None:  # generation-time passes (old / reference log-probs): TRL's own
+            return result
+        mask = batch["completion_mask"] * batch["tool_mask"] if "tool_mask" in batch else batch["completion_mask"]
+        old = batch.get("old_per_token_logps")
+        if getattr(self, "off_policy_mask_threshold", None) is not None and "sampling_per_token_logps" not in batch:
+            batch["sampling_per_token_logps"] = result[0].detach() if old is None else old
+        batch["old_per_token_logps"] = gspo_token_old_logps(result[0], old, mask)
+        return result

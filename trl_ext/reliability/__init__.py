@@ -1,3 +1,3 @@
 """What keeps a run from failing late or silently: construction checks (``checks``), guarded reward functions
-(``reward_guard``), atomic checkpoints with one extra-state mechanism (``checkpoints``), and the trainer mixin that
-wires them into the GRPO trainers (``mixin``)."""
+(``reward_guard``), atomic checkpoints (``checkpoints``), graceful preemption (``preemption``, a callback any Trainer
+can take) and ``reliable.Reliable``, the one class any TRL trainer can put first in its bases."""

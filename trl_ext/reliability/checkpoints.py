@@ -1,10 +1,10 @@
 """Checkpoints that are complete or absent, and resumes that refuse another run's checkpoints (docs/PREEMPTION.md).
 
 transformers' ``get_last_checkpoint`` returns the highest ``checkpoint-N`` whatever it holds, so a kill while saving
-leaves a half-written checkpoint that ``resume_from_checkpoint=True`` picks up. ``AtomicCheckpointMixin`` (first in the
-bases) stages each save, rotation and same-step replacement in ``output_dir/.incomplete/`` and renames a checkpoint
-into place only once it is complete (marker ``trl_ext_checkpoint.json``, fsynced). ``train()`` resumes from the newest
-complete checkpoint and refuses another run's (run identity in ``trl_ext_run.json``).
+leaves a half-written checkpoint that ``resume_from_checkpoint=True`` picks up. The functions here stage each save,
+rotation and same-step replacement in ``output_dir/.incomplete/`` and rename a checkpoint into place only once it is
+complete (marker ``trl_ext_checkpoint.json``); ``resolve_resume`` picks the newest complete checkpoint. The class that
+uses them is ``trl_ext.reliability.reliable.Reliable``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import logging
 import os
 import re
 import shutil
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -54,7 +53,7 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
     return complete[-1] if complete else None
 
 
-def _fsync_tree(folder: str) -> None:
+def fsync_tree(folder: str) -> None:
     """Flush every file of ``folder`` to disk: a pre-empted VM loses its page cache, a killed process does not."""
     for root, _, files in os.walk(folder):
         for name in files:
@@ -72,7 +71,7 @@ def _fsync_path(path: str) -> None:
             os.close(fd)
 
 
-def _remove_if_empty(folder: str) -> None:
+def remove_if_empty(folder: str) -> None:
     with contextlib.suppress(OSError):
         os.rmdir(folder)
 
@@ -87,16 +86,8 @@ def write_json_atomic(path: str, payload: Any) -> None:
     os.replace(tmp, path)
 
 
-def any_process(accelerator: Any, flag: bool) -> bool:
-    """True on every process when ``flag`` is True on any (one all-reduce; no collective on a single process)."""
-    if accelerator is None or accelerator.num_processes == 1:
-        return bool(flag)
-    value = torch.tensor(float(bool(flag)), device=accelerator.device)
-    return accelerator.reduce(value, reduction="sum").item() > 0
-
-
 def recover_interrupted_publish(output_dir: str) -> list[str]:
-    """When a kill interrupted ``AtomicCheckpointMixin._publish`` and ``checkpoint-N`` is missing, put back the staged
+    """When a kill interrupted ``publish`` and ``checkpoint-N`` is missing, put back the staged
     new copy if complete, else ``replaced-checkpoint-N``. Main process only; returns the folders restored."""
     staging_parent = os.path.join(output_dir, STAGING_DIR)
     if not os.path.isdir(staging_parent):
@@ -230,7 +221,7 @@ def save_failure_cause(
     return f"{type(error).__name__}: {error}", "fix the cause"
 
 
-def _rows_digest(dataset: Any, count: int = 8) -> str | None:
+def rows_digest(dataset: Any, count: int = 8) -> str | None:
     """A content hash of the first rows (the same on every process, unlike a processed ``Dataset``'s fingerprint)."""
     try:
         rows = [dataset[i] for i in range(min(count, len(dataset)))]
@@ -270,215 +261,88 @@ def check_fresh_output_dir(output_dir: str, identity: dict[str, Any] | None = No
     )
 
 
-class AtomicCheckpointMixin:
-    """Atomic checkpoints and checked resumes (module docstring): ``class T(AtomicCheckpointMixin, trl.DPOTrainer)``."""
-
-    _staging_parent: str | None = None
-    _identity: dict[str, Any] | None = None
-
-    # -- identity of a run ---------------------------------------------------------------------------------------
-
-    def run_identity(self) -> dict[str, Any]:
-        """What makes two runs the same run (a resume must match it); JSON-serializable."""
-        model = getattr(self, "model", None)
-        config = getattr(model, "config", None)
-        identity: dict[str, Any] = {"trainer": type(self).__name__, "seed": self.args.seed}
-        if config is not None:
-            identity["model_type"] = getattr(config, "model_type", None)
-        if model is not None:
-            # ds_numel: the full size of a DeepSpeed ZeRO-3 parameter, whose local tensor is a shard
-            identity["model_parameters"] = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
-        dataset = getattr(self, "train_dataset", None)
-        if dataset is not None:
-            if getattr(dataset, "column_names", None) is not None:
-                identity["dataset_columns"] = sorted(dataset.column_names)
-            if hasattr(dataset, "__len__"):
-                identity["dataset_rows"] = len(dataset)
-                identity["dataset_first_rows"] = _rows_digest(dataset)
-        extra = {
-            f"model_{key}": getattr(config, key, None) for key in ("vocab_size", "hidden_size", "num_hidden_layers")
-        }
-        extra |= {key: getattr(self, key, None) for key in ("reward_func_names", "num_generations")}
-        extra["loss_type"] = getattr(self.args, "loss_type", None)
-        for key, value in extra.items():
-            if value is not None:
-                identity[key] = list(value) if isinstance(value, list | tuple) else value
-        return identity
-
-    # -- train: resolve and check the resume ---------------------------------------------------------------------
-
-    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
-        output_dir = self.args.output_dir
-        if self.args.should_save:
-            recover_interrupted_publish(output_dir)  # before any process looks for the newest checkpoint
-        self.accelerator.wait_for_everyone()
-        resume = self._resolve_resume(resume_from_checkpoint, output_dir)
-        self._identity = self.run_identity()  # before the model is wrapped or sharded; stored in each checkpoint
-        if resume is None:
-            check_fresh_output_dir(output_dir, self._identity)
-        elif diff := identity_difference(resume, self._identity):
+def resolve_resume(resume: str | bool | None, output_dir: str) -> str | None:
+    """The checkpoint ``train(resume_from_checkpoint=resume)`` resumes from: the newest complete one for True; a
+    given folder checked complete; None for no resume."""
+    if resume is None or resume is False:
+        return None
+    if resume is True:
+        checkpoints = list_checkpoints(output_dir)
+        skipped = [path for _, path, ok in checkpoints if not ok]
+        complete = [path for _, path, ok in checkpoints if ok]
+        if skipped:
+            logger.warning(f"Skipping incomplete checkpoint(s) {skipped} (stopped while being written).")
+        if not complete:
             raise ValueError(
-                f"resume_from_checkpoint={resume!r} was written by another run ({'; '.join(diff)}). Resume from a "
-                "checkpoint of this run, or start this run without resume_from_checkpoint in a new output_dir. If the "
-                f"change is intended, delete {os.path.join(resume, RUN_FILE)} to resume anyway."
+                f"resume_from_checkpoint=True, but output_dir={output_dir!r} holds no complete checkpoint "
+                f"(found: {[os.path.basename(p) for _, p, _ in checkpoints] or 'none'}). Start the run without "
+                "resume_from_checkpoint, or set output_dir to the folder of the run to resume."
             )
-        if self.args.should_save:
-            shutil.rmtree(os.path.join(output_dir, STAGING_DIR), ignore_errors=True)  # killed saves: garbage
-        if resume is not None:
-            self._load_extra_state(resume)  # before the Trainer's loop, which starts from this state
-        return super().train(resume, *args, **kwargs)
-
-    def _resolve_resume(self, resume: str | bool | None, output_dir: str) -> str | None:
-        if resume is None or resume is False:
-            return None
-        if resume is True:
-            checkpoints = list_checkpoints(output_dir)
-            skipped = [path for _, path, ok in checkpoints if not ok]
-            complete = [path for _, path, ok in checkpoints if ok]
-            if skipped:
-                logger.warning(f"Skipping incomplete checkpoint(s) {skipped} (stopped while being written).")
-            if not complete:
-                raise ValueError(
-                    f"resume_from_checkpoint=True, but output_dir={output_dir!r} holds no complete checkpoint "
-                    f"(found: {[os.path.basename(p) for _, p, _ in checkpoints] or 'none'}). Start the run without "
-                    "resume_from_checkpoint, or set output_dir to the folder of the run to resume."
-                )
-            return complete[-1]
-        resume = str(resume)
-        if not os.path.isdir(resume):
-            raise FileNotFoundError(
-                f"resume_from_checkpoint={resume!r}: no such directory. Give a checkpoint-N folder, or True for the "
-                f"newest complete checkpoint of output_dir={output_dir!r}."
-            )
-        if not is_complete_checkpoint(resume):
-            last = last_complete_checkpoint(os.path.dirname(os.path.abspath(resume)))
-            incomplete = f"resume_from_checkpoint={resume!r} is incomplete (no {MARKER_FILE}: its save was cut)"
-            raise ValueError(
-                f"{incomplete}. Resume from {last!r} (the newest complete one), or pass resume_from_checkpoint=True."
-                if last
-                else f"{incomplete} and there is no complete checkpoint next to it. Start the run without "
-                "resume_from_checkpoint."
-            )
-        return resume
-
-    # -- saving --------------------------------------------------------------------------------------------------
-
-    def _get_output_dir(self, trial: Any) -> str:
-        return self._staging_parent or super()._get_output_dir(trial)
-
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        run_dir = self._get_output_dir(trial)
-        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        staging_parent = os.path.join(run_dir, STAGING_DIR)
-        staging, final = os.path.join(staging_parent, name), os.path.join(run_dir, name)
-        if self.args.should_save:
-            shutil.rmtree(staging_parent, ignore_errors=True)
-            os.makedirs(staging_parent, exist_ok=True)
-        self.accelerator.wait_for_everyone()
-        self._staging_parent = staging_parent
-        error: Exception | None = None
-        try:
-            super()._save_checkpoint(model, trial)  # every file lands in output_dir/.incomplete/checkpoint-N
-            os.makedirs(staging, exist_ok=True)
-            self._save_extra_state(staging)
-        except Exception as raised:  # noqa: BLE001 - every process must reach the agreement below, then raise
-            error = raised
-        finally:
-            self._staging_parent = None
-        # all processes' files are in the staging folder, or some process failed: every process learns which
-        if any_process(self.accelerator, error is not None):
-            self._fail_save(error, staging, run_dir)
-        best = self.state.best_model_checkpoint
-        if best is not None and os.path.abspath(os.path.dirname(best)) == os.path.abspath(staging_parent):
-            self.state.best_model_checkpoint = os.path.join(run_dir, os.path.basename(best))
-            if self.args.should_save:
-                self.state.save_to_json(os.path.join(staging, TRAINER_STATE_NAME))
-        if self.args.should_save:
-            try:
-                write_json_atomic(os.path.join(staging, RUN_FILE), self._identity or self.run_identity())
-                write_json_atomic(os.path.join(staging, MARKER_FILE), {"global_step": self.state.global_step})
-                _fsync_tree(staging)
-                self._publish(staging, final)
-            except Exception as raised:  # noqa: BLE001 - as above
-                error = raised
-        if any_process(self.accelerator, error is not None):
-            self._fail_save(error, staging, run_dir)
-        if self.args.should_save:
-            self._rotate(run_dir)
-        self.accelerator.wait_for_everyone()
-
-    def _fail_save(self, error: Exception | None, staging: str, run_dir: str) -> None:
-        """Remove the unfinished staging folder and raise ``CheckpointSaveError`` (on every process)."""
-        free_before = _free_bytes(staging)
-        if self.args.should_save:
-            shutil.rmtree(staging, ignore_errors=True)
-            _remove_if_empty(os.path.dirname(staging))
-        free_after = _free_bytes(run_dir)
-        needed = checkpoint_bytes_needed(run_dir, getattr(self, "model", None), getattr(self, "optimizer", None))
-        probe = _errno_of(error) is None and is_torch_write_failure(error) and needed
-        probed = space_errno(run_dir, needed) if probe else None  # torch's writer lost the errno: ask the disk
-        cause, fix = save_failure_cause(error, free_before, free_after, needed, probed)
-        last = last_complete_checkpoint(run_dir)
-        kept = (
-            f"The last complete checkpoint, {last}, is intact: {fix}, then resume from it with "
-            "resume_from_checkpoint=True (recipes: --resume_from_checkpoint latest)."
+        return complete[-1]
+    resume = str(resume)
+    if not os.path.isdir(resume):
+        raise FileNotFoundError(
+            f"resume_from_checkpoint={resume!r}: no such directory. Give a checkpoint-N folder, or True for the "
+            f"newest complete checkpoint of output_dir={output_dir!r}."
+        )
+    if not is_complete_checkpoint(resume):
+        last = last_complete_checkpoint(os.path.dirname(os.path.abspath(resume)))
+        incomplete = f"resume_from_checkpoint={resume!r} is incomplete (no {MARKER_FILE}: its save was cut)"
+        raise ValueError(
+            f"{incomplete}. Resume from {last!r} (the newest complete one), or pass resume_from_checkpoint=True."
             if last
-            else f"No complete checkpoint exists yet: {fix}, then start the run again."
+            else f"{incomplete} and there is no complete checkpoint next to it. Start the run without "
+            "resume_from_checkpoint."
         )
-        where = "" if error is not None else f" on another process than process {self.accelerator.process_index}"
-        message = (
-            f"Could not write checkpoint-{self.state.global_step}{where}: {cause}. {_size(free_after)} free "
-            f"on the filesystem of {run_dir}; the unfinished {staging} was removed. {kept}"
-        )
-        logger.error(message)
-        raise CheckpointSaveError(message) from error
+    return resume
 
-    def _rotate(self, run_dir: str) -> None:
-        """``save_total_limit`` as the Trainer applies it (``sort_checkpoints`` puts the best just before the newest:
-        both stay, the oldest go first), each folder renamed into the staging area before it is deleted."""
-        limit = self.args.save_total_limit
-        if limit is None or limit <= 0:
-            return
-        best = self.state.best_model_checkpoint
-        checkpoints = sort_checkpoints(run_dir, PREFIX_CHECKPOINT_DIR, use_mtime=True, best_model_checkpoint=best)
-        protected = len(set(checkpoints[-1:]) | ({str(Path(best))} if best is not None else set()))
-        trash_dir = os.path.join(run_dir, STAGING_DIR)
-        for checkpoint in checkpoints[: max(len(checkpoints) - max(limit, protected), 0)]:
-            trash = os.path.join(trash_dir, DELETING_PREFIX + os.path.basename(checkpoint))
-            try:
-                os.makedirs(trash_dir, exist_ok=True)
-                shutil.rmtree(trash, ignore_errors=True)
-                os.rename(checkpoint, trash)  # atomic: the checkpoint is whole or gone, never half-deleted
-                shutil.rmtree(trash)
-            except OSError as error:
-                logger.warning(f"save_total_limit: could not delete {checkpoint} ({error}); it stays.")
-        _remove_if_empty(trash_dir)
 
-    @staticmethod
-    def _publish(staging: str, final: str) -> None:
-        """Move the finished checkpoint into place, replacing an older folder of the same step (a run resumed from an
-        earlier checkpoint); a kill in between leaves both in the staging area (``recover_interrupted_publish``)."""
-        parent = os.path.dirname(final)
-        replaced = None
-        if os.path.exists(final):
-            replaced = os.path.join(os.path.dirname(staging), REPLACED_PREFIX + os.path.basename(final))
-            shutil.rmtree(replaced, ignore_errors=True)
-            os.rename(final, replaced)  # set the old copy aside first
-        os.rename(staging, final)  # the one atomic step: readers see no checkpoint-N or a complete one, never half
-        _fsync_path(parent)  # the rename is durable only once the parent directory's entry reaches the disk
-        if replaced is not None:
-            shutil.rmtree(replaced, ignore_errors=True)
-        _remove_if_empty(os.path.dirname(staging))
+def publish(staging: str, final: str) -> None:
+    """Move the finished checkpoint into place, replacing an older folder of the same step (a run resumed from an
+    earlier checkpoint); a kill in between leaves both in the staging area (``recover_interrupted_publish``)."""
+    parent = os.path.dirname(final)
+    replaced = None
+    if os.path.exists(final):
+        replaced = os.path.join(os.path.dirname(staging), REPLACED_PREFIX + os.path.basename(final))
+        shutil.rmtree(replaced, ignore_errors=True)
+        os.rename(final, replaced)  # set the old copy aside first
+    os.rename(staging, final)  # the one atomic step: readers see no checkpoint-N or a complete one, never half
+    _fsync_path(parent)  # the rename is durable only once the parent directory's entry reaches the disk
+    if replaced is not None:
+        shutil.rmtree(replaced, ignore_errors=True)
+    remove_if_empty(os.path.dirname(staging))
 
-    def _save_extra_state(self, folder: str) -> None:
-        """Hook (every process): save state outside ``TrainerState`` in the staged checkpoint (TRL's token count)."""
-        if hasattr(self, "_total_train_tokens") and self.args.should_save:
-            with open(os.path.join(folder, COUNTERS_FILE), "w") as f:
-                json.dump({"total_train_tokens": self._total_train_tokens}, f)
 
-    def _load_extra_state(self, checkpoint: str) -> None:
-        """Hook: restore what ``_save_extra_state`` wrote (called on every process, before the Trainer resumes)."""
-        path = os.path.join(checkpoint, COUNTERS_FILE)
-        if hasattr(self, "_total_train_tokens") and os.path.exists(path):
-            with open(path) as f:
-                self._total_train_tokens = json.load(f)["total_train_tokens"]
+def delete_checkpoint(checkpoint: str, trash_dir: str) -> None:
+    """Delete ``checkpoint`` by renaming it into ``trash_dir`` first: it is whole or gone, never half-deleted."""
+    trash = os.path.join(trash_dir, DELETING_PREFIX + os.path.basename(checkpoint))
+    try:
+        os.makedirs(trash_dir, exist_ok=True)
+        shutil.rmtree(trash, ignore_errors=True)
+        os.rename(checkpoint, trash)
+        shutil.rmtree(trash)
+    except OSError as error:
+        logger.warning(f"save_total_limit: could not delete {checkpoint} ({error}); it stays.")
+
+
+def save_failure_message(
+    error: BaseException | None, staging: str, run_dir: str, step: int, model: Any, optimizer: Any, other: str | None
+) -> str:
+    """What a failed save of checkpoint-``step`` tells the user: the cause, the free space, the intact checkpoint."""
+    free_before = _free_bytes(staging)
+    free_after = _free_bytes(run_dir)
+    needed = checkpoint_bytes_needed(run_dir, model, optimizer)
+    probe = _errno_of(error) is None and is_torch_write_failure(error) and needed
+    probed = space_errno(run_dir, needed) if probe else None  # torch's writer lost the errno: ask the disk
+    cause, fix = save_failure_cause(error, free_before, free_after, needed, probed)
+    last = last_complete_checkpoint(run_dir)
+    kept = (
+        f"The last complete checkpoint, {last}, is intact: {fix}, then resume from it with "
+        "resume_from_checkpoint=True (recipes: --resume_from_checkpoint latest)."
+        if last
+        else f"No complete checkpoint exists yet: {fix}, then start the run again."
+    )
+    return (
+        f"Could not write checkpoint-{step}{other or ''}: {cause}. {_size(free_after)} free on the filesystem of "
+        f"{run_dir}; the unfinished {staging} was removed. {kept}"
+    )

@@ -1,5 +1,6 @@
 """Checks that run before training starts, so that a misconfigured run fails in seconds, not at step 5,000; each
-names the field, the value and the fix. GRPO-family trainers run them at construction (``mixin``), recipes the rest.
+names the field, the value and the fix. GRPO-family trainers run them at construction (``check_grpo_arguments``),
+recipes the rest.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import torch
 
 from trl_ext.errors import did_you_mean
-from trl_ext.reliability.reward_guard import reward_columns
+from trl_ext.reliability.reward_guard import guard_reward_funcs, reward_columns
 
 _PROMPT_SAMPLE = 256  # prompts tokenized to estimate the longest prompt (cheap at any dataset size)
 
@@ -281,3 +282,32 @@ def check_config_keys(config: str | dict[str, Any], dataclass_types: Sequence[ty
             f"config file {path}: unknown key {key!r}{' (and ' + str(unknown[1:]) + ')' if unknown[1:] else ''}."
             f"{did_you_mean(key, sorted(known))} Keys must be fields of {names}; fix the spelling or remove the line."
         )
+
+
+def check_grpo_arguments(params: dict[str, Any]) -> None:
+    """The construction checks of a GRPO-family trainer, on ``trl.GRPOTrainer.__init__``'s arguments bound by name
+    (``inspect.signature(...).bind``); ``params["reward_funcs"]`` becomes the guarded functions (``reward_guard``)."""
+    config, dataset = params.get("args"), params.get("train_dataset")
+    funcs = guard_reward_funcs(
+        params.get("reward_funcs"),
+        errors=getattr(config, "reward_errors", "raise"),
+        timeout=getattr(config, "reward_timeout", None),
+    )
+    check_prompt_column(dataset, environment_factory=params.get("environment_factory"))
+    check_reward_columns(funcs, dataset, rollout_func=params.get("rollout_func"))
+    check_dataset_size(dataset, config)
+    check_tokenizer(params.get("processing_class"))
+    check_tools(params.get("tools"), params.get("environment_factory"), params.get("processing_class"))
+    model = params["model"]
+    if not isinstance(model, str):  # fail before TRL copies the model or loads a reference model
+        check_context_length(getattr(model, "config", None), config, params.get("processing_class"), dataset)
+    params["reward_funcs"] = funcs
+
+
+def check_built_grpo_trainer(trainer: Any, model: Any, dataset: Any) -> None:
+    """What ``check_grpo_arguments`` could not see before TRL built the trainer: its tokenizer, and a model TRL
+    loaded from a name."""
+    check_tokenizer(trainer.processing_class)
+    if isinstance(model, str):
+        tokenizer = tokenizer_of(trainer.processing_class)
+        check_context_length(getattr(trainer.model, "config", None), trainer.args, tokenizer, dataset)

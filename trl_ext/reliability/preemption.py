@@ -1,4 +1,4 @@
-"""Graceful preemption (docs/PREEMPTION.md): on SIGTERM or SIGUSR1 the run finishes the optimizer step in progress,
+"""Graceful preemption (docs/PREEMPTION.md), a ``TrainerCallback`` any Trainer can take: on SIGTERM or SIGUSR1 the run finishes the optimizer step in progress,
 writes a checkpoint through the atomic path (``checkpoints``), says so and exits with ``PREEMPTED_EXIT_CODE`` (75,
 ``EX_TEMPFAIL``: "retry"). All ranks stop at the same step even when one was signalled; the main process also writes
 ``output_dir/preempted.json`` for launchers that do not pass the exit code on (``torchrun`` exits 1).
@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from trl_ext.reliability.checkpoints import any_process, write_json_atomic
+from trl_ext.reliability.checkpoints import write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,16 @@ def parse_signals(names: Any) -> list[signal.Signals]:
     return parsed
 
 
+def any_process(accelerator: Any, flag: bool) -> bool:
+    """True on every process when ``flag`` is True on any (accelerate's ``set_trigger`` / ``check_trigger``: one
+    all-reduce; none on a single process)."""
+    if accelerator.num_processes == 1:
+        return bool(flag)
+    if flag:
+        accelerator.set_trigger()
+    return accelerator.check_trigger()
+
+
 class Preempted(SystemExit):
     """Stopped on a preemption signal after a complete checkpoint (``step``, ``checkpoint``, ``signal_name``)."""
 
@@ -74,6 +84,8 @@ class SignalLatch:
         self._previous: dict[signal.Signals, Any] = {}
 
     def install(self) -> None:
+        if not self.signals:
+            return
         if threading.current_thread() is not threading.main_thread():
             logger.warning(
                 "train() runs outside the main thread: graceful preemption is off (signal handlers can only be set "
@@ -105,16 +117,35 @@ class SignalLatch:
 
 
 class PreemptionCallback(TrainerCallback):
-    """Agrees across processes (one all-reduce at each step end and after each checkpoint) on whether a signal
-    arrived; raises ``Preempted`` right after that step's checkpoint, once the main process logged how to resume."""
+    """Graceful preemption for any Trainer: ``trainer.add_callback(PreemptionCallback(trainer))``. During ``train()``
+    the signals of ``args.preemption_signals`` (default SIGTERM, SIGUSR1) only set a flag; the processes agree on it
+    at each step end and after each checkpoint (accelerate's trigger), save, and raise ``Preempted`` right after that
+    step's checkpoint, once the main process logged how to resume."""
 
-    def __init__(self, latch: SignalLatch, accelerator: Any) -> None:
-        self.latch = latch
-        self.accelerator = accelerator
+    def __init__(self, trainer: Any) -> None:
+        self.accelerator = trainer.accelerator
+        self.latch = SignalLatch([])
         self.stopping = False
 
     def _agreed(self) -> bool:
         return any_process(self.accelerator, self.latch.received is not None)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if args.should_save:
+            stale = os.path.join(args.output_dir, PREEMPTED_FILE)
+            if os.path.exists(stale):
+                os.remove(stale)  # a previous segment's stop; this one starts
+        self.latch.restore()
+        self.latch = SignalLatch(parse_signals(getattr(args, "preemption_signals", DEFAULT_PREEMPTION_SIGNALS)))
+        self.stopping = False
+        self.latch.install()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.latch.restore()
+        if self.latch.received is not None and not self.stopping:
+            logger.warning(
+                f"{self.latch.received} arrived after the last optimizer step: no preemption checkpoint was written."
+            )
 
     def on_step_end(self, args, state, control, **kwargs):
         if not self.stopping and self._agreed():
@@ -127,6 +158,7 @@ class PreemptionCallback(TrainerCallback):
         if not self.stopping and not self._agreed():
             return control
         self.stopping = True
+        self.latch.restore()
         checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         name = self.latch.received or "a preemption signal on another process"
         message = (
@@ -146,30 +178,3 @@ class PreemptionCallback(TrainerCallback):
             )
             logger.warning(message)
         raise Preempted(message, state.global_step, checkpoint, name)
-
-
-class PreemptionMixin:
-    """Graceful preemption (module docstring), before ``AtomicCheckpointMixin`` in the bases: during ``train()`` the
-    signals of ``args.preemption_signals`` only set a flag; one after the last step's check is logged and ignored."""
-
-    def train(self, *args: Any, **kwargs: Any):
-        signals = parse_signals(getattr(self.args, "preemption_signals", DEFAULT_PREEMPTION_SIGNALS))
-        if self.args.should_save:
-            stale = os.path.join(self.args.output_dir, PREEMPTED_FILE)
-            if os.path.exists(stale):
-                os.remove(stale)  # a previous segment's stop; this one starts
-        if not signals:
-            return super().train(*args, **kwargs)
-        latch = SignalLatch(signals)
-        callback = PreemptionCallback(latch, self.accelerator)
-        self.add_callback(callback)
-        latch.install()
-        try:
-            return super().train(*args, **kwargs)
-        finally:
-            latch.restore()
-            self.remove_callback(callback)
-            if latch.received is not None and not callback.stopping:
-                logger.warning(
-                    f"{latch.received} arrived after the last optimizer step: no preemption checkpoint was written."
-                )

@@ -20,9 +20,10 @@ import time
 from transformers import set_seed
 from trl import ModelConfig, get_peft_config
 
-from trl_ext import GRPOFamilyConfig, trainer_class_for
 from trl_ext.data import format_prompts, load_task_data
 from trl_ext.demo_tools import ToolDemo
+from trl_ext.grpo.configs import GRPOFamilyConfig
+from trl_ext.grpo.presets import trainer_class_for
 from trl_ext.recipe.args import RLScriptArguments
 from trl_ext.recipe.evaluation import held_out_evaluator
 from trl_ext.recipe.grpo import (
@@ -62,7 +63,8 @@ def main(script_args: RLScriptArguments, training_args: GRPOFamilyConfig, model_
     trainer_class = trainer_class_for(training_args)
     trainer_name = f"{trainer_class.__name__} ({type(training_args).__name__})"
 
-    announce(recipe, trainer_name, script_args, training_args, model_args, data, reward_names)
+    demo_model = tool_demo.describe() if tool_demo else None  # the tool demo's warm start trains after this line
+    announce(recipe, trainer_name, script_args, training_args, model_args, data, reward_names, demo_model)
 
     # Model and tokenizer (none given: the demo's SFT warm start); a given model's context bounds the completions
     model, tokenizer, model_path = load_policy(
