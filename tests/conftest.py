@@ -49,3 +49,17 @@ def problems():
     from trl_ext.demo import DemoTaskConfig, make_problems
 
     return make_problems(DemoTaskConfig(max_operand=9, num_train=60, num_eval=20))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Under ``-q`` pytest counts skips without their reasons (``-rs`` shows them): print each distinct reason once,
+    so that a hint such as PPO's "run its tests in the PPO venv of README 'Set up'" is seen where it applies."""
+    if "s" in config.option.reportchars or "a" in config.option.reportchars or "A" in config.option.reportchars:
+        return  # pytest's own short summary lists them
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+            reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+            reasons[reason] = reasons.get(reason, 0) + 1
+    for reason, count in reasons.items():
+        terminalreporter.write_line(f"skipped ({count}): {reason}")

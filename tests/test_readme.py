@@ -1,5 +1,5 @@
 """The README is a front door that cannot rot: at most 250 lines, its Python example within the first 120 and
-training visibly as written, its set-up commands the ones CI runs (from a clone: trl-ext is not on PyPI), its links
+learning as written (and running again), its set-up commands the ones CI runs (from a clone: trl-ext is not on PyPI), its links
 pointing at files that exist. (Its generated figure blocks are checked by benchmarks/tests/test_reproduce.py.)"""
 
 from __future__ import annotations
@@ -62,21 +62,29 @@ def test_install_lines_work_from_a_clone():
 
 
 @pytest.mark.slow
-def test_readme_python_example_trains_visibly(tmp_path, monkeypatch, capsys):
-    """The example exactly as printed, in a temporary folder: it trains from the demo's SFT warm start (cached), so
-    dynamic sampling keeps informative groups and the policy moves (non-zero loss, clipped ratios), in 30 steps. From
-    random weights (the example before) every group scored 0: nothing kept, loss 0. Nothing is downloaded."""
+def test_readme_python_example_learns_and_runs_again(tmp_path, monkeypatch, capsys):
+    """The example exactly as printed, in a temporary folder, from the demo's SFT warm start (cached): held-out
+    accuracy, as the example itself prints it, rises by at least 10 points (measured: +17 to +32 over three warm starts
+    and training seeds, issue 49; the 30-step example before went 0.53 -> 0.51 on a stronger warm start). Run again in
+    the same folder it trains again: before, the second run stopped on the first's ``checkpoint-30``."""
     _, code = _python_example()
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "readme_example"}
     exec(compile(code, "README.md (Python example)", "exec"), namespace)  # noqa: S102 - the README's own example
     trainer = namespace["trainer"]
-    assert type(trainer).__name__ == "DAPOTrainer" and trainer.state.global_step == 30
+    assert type(trainer).__name__ == "DAPOTrainer" and trainer.state.global_step == trainer.args.max_steps
     logs = [row for row in trainer.state.log_history if "dynamic_sampling/kept_group_frac" in row]
     assert logs and all(row["dynamic_sampling/kept_group_frac"] > 0.5 for row in logs)
-    assert any(row.get("loss") for row in trainer.state.log_history)
     printed = capsys.readouterr().out
-    assert "held-out accuracy before: 0." in printed and "held-out accuracy after:  0." in printed
+    before = float(re.search(r"held-out accuracy before: (\d\.\d+)", printed).group(1))
+    after = float(re.search(r"held-out accuracy after:  (\d\.\d+)", printed).group(1))
+    assert after - before >= 0.10, f"the README example moved held-out accuracy {before:.2f} -> {after:.2f}"
+
+    # the same code again, in the same folder (2 steps: the second run's start is what failed)
+    again = re.sub(r"max_steps=\d+", "max_steps=2", code)
+    assert again != code
+    exec(compile(again, "README.md (Python example, again)", "exec"), {"__name__": "readme_example"})  # noqa: S102
+    assert "held-out accuracy after:" in capsys.readouterr().out
 
 
 def test_readme_and_docs_links_point_at_files_that_exist():

@@ -126,14 +126,31 @@ def tool_answer_reward(prompts: list, completions: list, answer: list, **kwargs:
     return arithmetic_reward(prompts, ended, answer)
 
 
-def tool_warm_start(output_dir: str | None = None, sft: Any = TOOL_WARM_START) -> str:
-    """The demo model after a short SFT on tool-call traces (TRL's ``SFTTrainer``), saved with the tool tokenizer under
-    ``output_dir/<hash of the settings and of this file>`` and reused from there (``trl_ext.demo.warm_start_key``)."""
+TOOL_MODEL = demo.DemoModelConfig(max_position_embeddings=128)  # a tool conversation outgrows the demo's 64
+
+
+def _tool_warm_start_key(sft: Any) -> dict[str, Any]:
     with open(__file__, "rb") as f:
         code = hashlib.sha256(f.read()).hexdigest()[:12]
-    model_config = demo.DemoModelConfig(max_position_embeddings=128)  # a tool conversation outgrows the demo's 64
-    key = {**demo.warm_start_key(None, model_config, sft), "task": asdict(ToolTaskConfig()), "tool_code": code}
-    run_dir = os.path.join(output_dir or demo.cache_dir("demo-tools-warm-start"), demo.key_hash(key))
+    return {**demo.warm_start_key(None, TOOL_MODEL, sft), "task": asdict(ToolTaskConfig()), "tool_code": code}
+
+
+def tool_warm_start_dir(output_dir: str | None = None, sft: Any = TOOL_WARM_START) -> str:
+    """``output_dir/<hash of the settings and of this file>`` (None: ``cache_dir("demo-tools-warm-start")``)."""
+    key = _tool_warm_start_key(sft)
+    return os.path.join(output_dir or demo.cache_dir("demo-tools-warm-start"), demo.key_hash(key))
+
+
+def tool_warm_start_is_cached(sft: Any = TOOL_WARM_START) -> bool:
+    """Whether ``tool_warm_start(sft=sft)`` would load a cached warm start (else it trains one first)."""
+    return os.path.exists(os.path.join(tool_warm_start_dir(sft=sft), "warm_start.json"))
+
+
+def tool_warm_start(output_dir: str | None = None, sft: Any = TOOL_WARM_START) -> str:
+    """The demo model after a short SFT on tool-call traces (TRL's ``SFTTrainer``), saved with the tool tokenizer under
+    ``tool_warm_start_dir`` and reused from there (``trl_ext.demo.warm_start_key``)."""
+    key = _tool_warm_start_key(sft)
+    run_dir = tool_warm_start_dir(output_dir, sft)
     if os.path.exists(os.path.join(run_dir, "warm_start.json")):
         return run_dir
     tokenizer = build_tool_tokenizer()
@@ -142,7 +159,7 @@ def tool_warm_start(output_dir: str | None = None, sft: Any = TOOL_WARM_START) -
     new_name = "activation_checkpointing" in SFTConfig.__dataclass_fields__  # the old name warns on transformers 5
     args["activation_checkpointing" if new_name else "gradient_checkpointing"] = False  # a 0.6M model
     train = make_tool_problems()[0].select_columns(["prompt", "completion"])
-    model = demo.build_model(tokenizer, model_config)
+    model = demo.build_model(tokenizer, TOOL_MODEL)
     trainer = SFTTrainer(model, SFTConfig(**args), train_dataset=train, processing_class=tokenizer)
     use_console(trainer, "warm start (SFT on tool calls)", bar=True)
     threads = torch.get_num_threads()
@@ -161,10 +178,9 @@ def tool_warm_start(output_dir: str | None = None, sft: Any = TOOL_WARM_START) -
 @dataclass
 class ToolDemo:
     """The tool demo as the GRPO recipe runs it (YAML ``tools:``, no model, no dataset): the problems, the warm
-    start's model and the reward."""
+    start's model (trained on first use, after the recipe's opening line) and the reward."""
 
     data: TaskData
-    model_path: str
     rewards: tuple[list, list[str]] = ([tool_answer_reward], ["tool_answer_reward"])
 
     @classmethod
@@ -173,4 +189,15 @@ class ToolDemo:
             return None
         train, held_out = make_tool_problems()
         layout = Layout("built-in tool demo (a*b= with a multiply tool)", "prompt", "answer", "as is", "arithmetic")
-        return cls(TaskData(train.remove_columns("completion"), held_out, layout), tool_warm_start())
+        return cls(TaskData(train.remove_columns("completion"), held_out, layout))
+
+    @property
+    def model_path(self) -> str:
+        """The warm start's folder (``tool_warm_start``: trained the first time, then cached)."""
+        return tool_warm_start()
+
+    def describe(self) -> str:
+        """The opening line's model part, saying whether the warm start is cached or trains first."""
+        where = demo.cache_dir()
+        cached = f"cached in {where}" if tool_warm_start_is_cached() else f"trained first, then cached in {where}"
+        return f"demo model + SFT warm start on tool calls ({cached})"

@@ -17,6 +17,7 @@ from datasets import Dataset, load_dataset
 from trl_ext.data.layouts import Layout, apply_layout, detect_layout
 from trl_ext.demo import DemoTaskConfig, make_problems
 from trl_ext.errors import MissingFileError, UserError, missing_path_message
+from trl_ext.hub import check_hub_name, hub_unreachable
 
 logger = logging.getLogger(__name__)
 FILE_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -27,6 +28,7 @@ HELD_OUT_SEED = 0  # the carved rows are the same whatever the training seed, so
 HELD_OUT_SHARE = 0.1
 HELD_OUT_MAX_ROWS = 100
 CARVED = "carved from"  # how a carved split's description starts (held_out_label)
+DATA_LOCAL = "a folder or a .jsonl/.json/.csv/.parquet file"  # what to give instead of a Hub name
 
 
 @dataclass
@@ -97,10 +99,12 @@ def load_data(
         return _load_file(dataset_name, "dataset_name"), held_out
     if _looks_local(dataset_name) and not os.path.exists(os.path.expanduser(dataset_name)):
         raise MissingFileError(missing_path_message(dataset_name, "dataset_name"))
+    if not os.path.exists(os.path.expanduser(dataset_name)):  # a Hub name: no network answers at once, not in a minute
+        check_hub_name(f"dataset_name={dataset_name!r}", dataset_name, "dataset", DATA_LOCAL)
     try:
         data = load_dataset(dataset_name, dataset_config)
     except ConnectionError as error:  # datasets' "Couldn't reach '<name>' on the Hub", offline or network down
-        raise UserError(hub_unreachable(f"dataset_name={dataset_name!r}", error)) from error
+        raise UserError(hub_unreachable(f"dataset_name={dataset_name!r}", error, DATA_LOCAL)) from error
     if train_split not in data:
         raise UserError(f"dataset_train_split={train_split!r} is not a split of {dataset_name}: {list(data)}.")
     if test_file or opts_out(test_split):
@@ -109,18 +113,6 @@ def load_data(
         _check_test_split(dataset_name, list(data), test_split)
         return data[train_split], None
     return data[train_split], data[test_split]
-
-
-def hub_unreachable(
-    what: str, error: BaseException, local: str = "a folder or a .jsonl/.json/.csv/.parquet file"
-) -> str:
-    """The message for a Hub name that could not be fetched and is not cached (``what``: the field and its value)."""
-    cause = " ".join(str(error).split())  # transformers' message spans two lines
-    return (
-        f"{what}: the Hugging Face Hub could not be reached and no cached copy is here ({cause}). Give a local copy "
-        f"({local}), or fill the cache once where the Hub is reachable (the same HF_HOME) and set HF_HUB_OFFLINE=1 "
-        "to use it without waiting on the network."
-    )
 
 
 def held_out_size(rows: int) -> int:

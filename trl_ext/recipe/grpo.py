@@ -33,6 +33,7 @@ from trl_ext.reliability.checkpoints import (
     last_complete_checkpoint,
     recover_interrupted_publish,
 )
+from trl_ext.reliability.zero_reward import ZeroRewardWatch
 from trl_ext.reward_model import is_reward_model, reward_model_name
 
 logger = logging.getLogger(__name__)
@@ -277,9 +278,11 @@ def announce(
     model_args: ModelConfig,
     data: TaskData,
     rewards: list[str],
+    model: str | None = None,
 ) -> None:
-    """The opening line of a GRPO-family run; under it, when the user's own model runs at the preset's learning rate,
-    a hint: the papers' setting (7B+ models, thousands of steps) can leave a small model's policy where it started."""
+    """The opening line of a GRPO-family run (``model``: what runs when no model is named; None: the demo's); under it,
+    when the user's own model runs at the preset's learning rate, a hint: the papers' setting (7B+ models, thousands of
+    steps) can leave a small model's policy where it started."""
     report.announce(
         recipe,
         trainer_name,
@@ -290,6 +293,7 @@ def announce(
         steps_line(training_args),
         layout=data.layout,
         rewards=rewards,
+        model=model,
     )
     chosen = "learning_rate" in getattr(script_args, "given_fields", set())
     if model_args.model_name_or_path is not None and not chosen and training_args.process_index == 0:
@@ -359,9 +363,35 @@ def accuracy_after(trainer: Any, evaluate: Callable, held_out: HeldOutEvaluation
 
 
 def health_warnings(trainer: Any) -> list[dict[str, Any]] | None:
-    """The health monitor's warnings, one entry per kind (``HealthMonitor.warnings_by_kind``); None without one."""
+    """The run's warnings, one entry per kind: the health monitor's (``HealthMonitor.warnings_by_kind``), then the
+    reward watches' (a task reward that scored 0 everywhere in the first rounds, rewards that returned None); None
+    without a monitor."""
     monitor = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, HealthMonitor)), None)
-    return None if monitor is None else monitor.warnings_by_kind()
+    if monitor is None:
+        return None
+    warnings = monitor.warnings_by_kind()
+    for watch in _zero_reward_watches(getattr(trainer, "reward_funcs", None) or []):
+        if watch.warned:
+            warnings.append({"kind": "zero_reward", "count": 1, "step": None, "message": watch.message()})
+    unscorable = getattr(trainer, "unscorable_watch", None)
+    if unscorable is not None and unscorable.warned:
+        message = (
+            "reward functions returned None/NaN on training rounds (the first warning above names them); "
+            "rewards/<name>/none_frac in metrics.jsonl logs every round."
+        )
+        warnings.append({"kind": "unscorable_rewards", "count": 1, "step": None, "message": message})
+    return warnings
+
+
+def _zero_reward_watches(funcs: Sequence[Any]) -> list[ZeroRewardWatch]:
+    """The ``ZeroRewardWatch`` among ``funcs``, found through the wrappers that keep the function as ``.func``."""
+    found = []
+    for func in funcs:
+        while func is not None and not isinstance(func, ZeroRewardWatch):
+            func = getattr(func, "func", None)
+        if func is not None:
+            found.append(func)
+    return found
 
 
 def summarize(
@@ -481,8 +511,13 @@ def health_row(warnings: Sequence[dict[str, Any]]) -> str:
     if not warnings:
         return "no warnings"
     total = sum(w["count"] for w in warnings)
-    kinds = ", ".join(f"{w['kind']} x{w['count']} (first at step {w['step']})" for w in warnings)
+    kinds = ", ".join(f"{w['kind']} x{w['count']} ({_when(w['step'])})" for w in warnings)
     return f"{total} warning{'s' if total > 1 else ''}: {kinds}"
+
+
+def _when(step: int | None) -> str:
+    """``first at step 240``; a reward watch's warning has no step (it fires in the first generation rounds)."""
+    return "in the first rounds" if step is None else f"first at step {step}"
 
 
 def health_block(warnings: Sequence[dict[str, Any]]) -> list[str]:
@@ -490,5 +525,5 @@ def health_block(warnings: Sequence[dict[str, Any]]) -> list[str]:
     if not warnings:
         return []
     return ["health warnings (the first of each kind, with what to do):"] + [
-        f"  {w['kind']} at step {w['step']}: {w['message']}" for w in warnings
+        f"  {w['kind']} {_when(w['step']).removeprefix('first ')}: {w['message']}" for w in warnings
     ]

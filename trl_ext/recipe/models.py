@@ -14,11 +14,13 @@ from peft import AutoPeftModelForCausalLM
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from trl import get_quantization_config
 
-from trl_ext.data.loading import hub_unreachable
 from trl_ext.demo import WarmStartConfig, build_model, build_tokenizer, warm_start, warm_start_sft_kwargs
 from trl_ext.errors import UserError
+from trl_ext.hub import check_hub_name, hub_unreachable
 from trl_ext.reliability.checkpoints import list_checkpoints
 from trl_ext.reliability.checks import check_quantization
+
+MODEL_LOCAL = "a save_pretrained folder"  # what to give instead of a Hub name
 
 
 def load_policy(
@@ -40,6 +42,8 @@ def load_policy(
     path = model_name_or_path or warm_start(sft=demo_warm_start_config(warm_start_seed))
     check_model_folder(path)
     torch_dtype = "auto" if dtype in (None, "auto") else getattr(torch, dtype)
+    if not os.path.isdir(path):  # a Hub name: no network answers at once, not after the Hub client's retries
+        check_hub_name(f"model_name_or_path={path!r}", path, "model", MODEL_LOCAL)
     try:
         if os.path.exists(os.path.join(path, "adapter_config.json")):  # a LoRA run's output: base + adapter, merged
             model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **(quantization or {}))
@@ -50,7 +54,7 @@ def load_policy(
     except OSError as error:  # transformers: "We couldn't connect to 'https://huggingface.co' ..." (or offline mode)
         if os.path.isdir(path) or not re.search(r"connect|offline", str(error), re.IGNORECASE):
             raise
-        raise UserError(hub_unreachable(f"model_name_or_path={path!r}", error, "a save_pretrained folder")) from error
+        raise UserError(hub_unreachable(f"model_name_or_path={path!r}", error, MODEL_LOCAL)) from error
 
 
 def demo_warm_start_config(seed: int | None) -> WarmStartConfig:

@@ -85,15 +85,19 @@ def announce(
     steps: str | None = None,
     layout: Layout | None = None,
     rewards: Sequence[str] | None = None,
+    model: str | None = None,
 ) -> None:
-    """The opening line: what runs, on what data and rewards, for how long, at what learning rate and precision."""
+    """The opening line: what runs, on what data and rewards, for how long, at what learning rate and precision.
+    ``model``: what runs when no model is named (None: the demo model and its warm start)."""
     quiet_libraries()
     if getattr(training_args, "process_index", 0) != 0:
         return
     train_dataset, eval_dataset = data
     name = "built-in arithmetic demo" if script_args.dataset_name is None else script_args.dataset_name
     held_out = held_out_label(eval_dataset)
-    if recipe == "sft":
+    if model is not None:
+        default_model = model
+    elif recipe == "sft":
         default_model = "demo model, random init"
     elif warm_start_is_cached(sft=demo_warm_start_config(getattr(script_args, "demo_warm_start_seed", None))):
         default_model = f"demo model + SFT warm start (cached in {cache_dir()})"
