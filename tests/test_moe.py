@@ -12,7 +12,7 @@ from helpers import TINY_SETTINGS, tiny_args
 from transformers import MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from trl_ext import DAPOConfig, DAPOTrainer, GSPOConfig, GSPOTokenTrainer, GSPOTrainer
-from trl_ext.diagnostics.moe import (
+from trl_ext.grpo.moe import (
     MoERoutingMonitor,
     attach_moe_monitor,
     guard_router_logits,
