@@ -263,10 +263,11 @@ def assembly_worker(options: dict) -> dict:
                 if isinstance(value, torch.Tensor) and value.ndim
             }
             started = time.perf_counter()
-            for parts in pieces.values():
-                torch.cat(parts)
+            # kept until the next cat, as the batch is kept until the next assembly: both write to fresh memory
+            concatenated = [torch.cat(parts) for parts in pieces.values()]
             cat_seconds.append(time.perf_counter() - started)
             del pieces
+    del concatenated
     result = {
         "world": world,
         "rank": rank,
@@ -516,7 +517,11 @@ def _summary(ranks: list[dict]) -> dict:
         "cpu_seconds": max(r["cpu_seconds"] for r in ranks),
         "cat_seconds": max(r["cat_seconds"] for r in ranks),
         "vs_cat": max(r["seconds"] / r["cat_seconds"] for r in ranks),
-        "within_bound": all(r["seconds"] <= 1.3 * r["cat_seconds"] + 0.020 for r in ranks),
+        # the bound on wall seconds at one process; with several, on CPU seconds (module docstring: 2 shared cores)
+        "within_bound": all(
+            (r["seconds"] if first["world"] == 1 else r["cpu_seconds"]) <= 1.3 * r["cat_seconds"] + 0.020
+            for r in ranks
+        ),
         "bytes_ratio": max(s / r["batch_bytes"] for s, r in zip(ds_sent, ranks, strict=True)),
         "sent_mb": max(ds_sent) / 1e6,
         "batch_mb": max(r["batch_bytes"] for r in ranks) / 1e6,
@@ -562,27 +567,25 @@ def _trainer_line(ranks: list[dict]) -> str:
 
 
 def _growth(summaries: list[dict]) -> list[str]:
-    """How time grows with rows (per doubling, one process) and CPU time with processes (same rows per process)."""
+    """How time grows with rows (microseconds per row at one process: flat or falling is linear or better) and CPU
+    time with processes (the same rows per process; beside it, how much the plain cat of the same rows slowed, since
+    on 2 cores several processes also share caches and memory bandwidth)."""
     lines = []
     for completion in sorted({s["completion"] for s in summaries}):
         one = sorted((s for s in summaries if s["world"] == 1 and s["completion"] == completion),
                      key=lambda s: s["rows"])  # fmt: skip
-        if len(one) >= 2:
-            slope = (one[-1]["seconds"] / one[0]["seconds"]) / (one[-1]["rows"] / one[0]["rows"])
-            lines.append(
-                f"- {completion} tokens, one process: {one[0]['rows']} -> {one[-1]['rows']} rows "
-                f"({one[-1]['rows'] / one[0]['rows']:.0f}x) takes {one[-1]['seconds'] / one[0]['seconds']:.1f}x the "
-                f"time (linear: 1.0x per row; measured {slope:.2f}x)"
-            )
+        if one:
+            per_row = ", ".join(f"{s['rows']}: {s['seconds'] / s['rows'] * 1e6:.1f}" for s in one)
+            lines.append(f"- {completion} tokens, one process, wall microseconds per row by rows: {per_row}")
         for s in summaries:
-            if s["completion"] != completion or s["world"] == 1:
-                continue
             base = next((b for b in one if b["rows"] == s["rows"] // s["world"]), None)
-            if base is not None:
+            if s["completion"] == completion and s["world"] > 1 and base is not None:
+                cat = s["cat_seconds"] / base["cat_seconds"]  # the same copy, slowed by processes sharing the cores
                 lines.append(
-                    f"- {completion} tokens, {s['rows'] // s['world']} rows per process: {s['world']} processes "
-                    f"{s['cpu_seconds'] * 1e3:.1f} ms CPU per process vs one process {base['cpu_seconds'] * 1e3:.1f} "
-                    f"ms ({s['cpu_seconds'] / base['cpu_seconds']:.2f}x)"
+                    f"- {completion} tokens, {base['rows']} rows per process: {s['world']} processes "
+                    f"{s['cpu_seconds'] * 1e3:.1f} ms CPU per process against {base['cpu_seconds'] * 1e3:.1f} ms at one "
+                    f"process ({s['cpu_seconds'] / base['cpu_seconds']:.2f}x); the plain cat of the same rows "
+                    f"{cat:.2f}x ({s['cpu_seconds'] / base['cpu_seconds'] / cat:.2f}x of the cat's own slowdown)"
                 )
     return lines
 
@@ -601,7 +604,11 @@ def report(options: argparse.Namespace, prov: dict, data: dict, out: Path) -> Pa
         "",
         "Per configuration, the slowest process (median of "
         f"{options.repeats} assemblies); p = {options.p}; bytes: what one process's collectives sent during the "
-        "assembly, against the bytes of the batch it trains.",
+        "assembly, against the bytes of the batch it trains. The bound (1.3x a `torch.cat` of the process's rows "
+        "already padded to the batch's width, plus 20 ms) is read on wall seconds at one process and on CPU seconds "
+        "with several: on this machine 2, 4 and 8 processes share 2 cores, so wall time there includes waiting for a "
+        "descheduled peer inside each collective. 'of a GPU step': the wall seconds against the process's trained "
+        f"tokens at {TOKENS_PER_SECOND:,.0f} tokens/s (a 7B policy, the whole RL step).",
         "",
         *_common.table(
             [
