@@ -547,7 +547,11 @@ def _torchrun_main() -> None:
 
 
 if __name__ == "__main__":
-    _torchrun_main()
+    try:
+        _torchrun_main()
+    finally:  # join gloo's threads before the interpreter exits (a rank that returns first otherwise aborts, rarely)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 # -- the health monitor reads TRL's sampling/* metrics --------------------------------------------------------------
