@@ -16,7 +16,7 @@ import sys
 
 import torch
 import torch.distributed as dist
-from helpers import TINY_SETTINGS  # this script's folder (tests/) is on sys.path
+from helpers import TINY_SETTINGS, torchrun_script  # this script's folder (tests/) is on sys.path
 
 from trl_ext import DAPOTrainer, get_preset
 from trl_ext.demo import DemoModelConfig, DemoTaskConfig, build_model, build_tokenizer, make_problems
@@ -102,8 +102,5 @@ def main(out: str, mode: str = "on_policy") -> None:
 
 
 if __name__ == "__main__":
-    try:
+    with torchrun_script():
         main(*sys.argv[1:])
-    finally:  # join gloo's threads before the interpreter exits (a rank that returns first otherwise aborts, rarely)
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()

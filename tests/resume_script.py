@@ -323,8 +323,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
+    from helpers import torchrun_script  # this script's folder (tests/) is on sys.path
+
+    with torchrun_script():
         main()
-    finally:  # join gloo's threads before the interpreter exits (a rank that returns first otherwise aborts, rarely)
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()

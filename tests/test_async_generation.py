@@ -547,11 +547,10 @@ def _torchrun_main() -> None:
 
 
 if __name__ == "__main__":
-    try:
+    from helpers import torchrun_script  # run as a script: tests/ is on sys.path
+
+    with torchrun_script():
         _torchrun_main()
-    finally:  # join gloo's threads before the interpreter exits (a rank that returns first otherwise aborts, rarely)
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
 
 
 # -- the health monitor reads TRL's sampling/* metrics --------------------------------------------------------------
