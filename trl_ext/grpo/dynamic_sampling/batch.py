@@ -335,21 +335,21 @@ class _Assembly:
             trailing[0] = {"prompt": widths[0], "completion": widths[1], "both": sum(widths)}[kind]
         return torch.empty((count, *trailing), dtype=like.dtype, device=like.device)
 
-    def _split(self, key: str, prompt_width: int, total: int) -> int:
-        """Where the completion's columns start in a row of ``key`` whose prompt part is ``prompt_width`` wide."""
-        return {"prompt": total, "both": prompt_width}.get(self.layout[key], 0)
+    def _split(self, key: str, prompt_width: int, tensor: torch.Tensor) -> int:
+        """Where the completion's columns start in ``tensor`` (of ``key``) whose prompt part is ``prompt_width`` wide."""
+        width = tensor.size(1) if tensor.ndim > 1 else 0
+        return {"prompt": width, "both": prompt_width}.get(self.layout[key], 0)
 
     def _source_split(self, key: str, r: int) -> int:
         """``_split`` of this process's output of round ``r``."""
-        source = self.values[r][key]
-        return self._split(key, self.own_prompt[r], source.size(1) if source.ndim > 1 else 0)
+        return self._split(key, self.own_prompt[r], self.values[r][key])
 
     def own(self, key: str, k: int) -> torch.Tensor:
         """Key ``key`` (a tensor) of this process's batch, its own rows copied in (one block per round); the rows it
         receives (``receive``) come after them."""
         kind, fill = self.layout[key], self.pad_id if key in TOKEN_KEYS else 0
         out = self._empty(key, k, len(self.mine), self.batch_widths, self.values[0][key])
-        out_split = self._split(key, self.batch_widths[0], out.size(1) if out.ndim > 1 else 0)
+        out_split = self._split(key, self.batch_widths[0], out)
         for r, start, local_rows in self.own_blocks:
             source = self.values[r][key]
             _copy_block(
@@ -378,32 +378,23 @@ class _Assembly:
         device = batch[keys[0]].device
         send = torch.empty((sum(self.send_counts), row_bytes), dtype=torch.uint8, device=device)
         send_views, start = views(send), 0
+        splits = {key: self._split(key, self.widest[0], send_views[key]) for key in keys}  # sent and received alike
         for blocks in self.sent:
             for r, rows in enumerate(blocks):
                 if rows.numel():
+                    local_rows = self.plan.local_row[rows].to(device)
                     for key in keys:
-                        source, fill = self.values[r][key], self.pad_id if key in TOKEN_KEYS else 0
-                        split = self._split(
-                            key, self.widest[0], send_views[key].size(1) if send_views[key].ndim > 1 else 0
-                        )
-                        local_rows = self.plan.local_row[rows].to(source.device)
+                        fill = self.pad_id if key in TOKEN_KEYS else 0
+                        source_split = self._source_split(key, r)
                         _copy_block(
-                            send_views[key],
-                            start,
-                            source,
-                            local_rows,
-                            self.layout[key],
-                            self._source_split(key, r),
-                            split,
-                            fill,
-                        )
+                            send_views[key], start, self.values[r][key], local_rows, self.layout[key], source_split,
+                            splits[key], fill,
+                        )  # fmt: skip
                     start += len(rows)
         received = views(_all_to_all(send, self.send_counts, self.recv_counts))
         for key in keys:
-            out, got = batch[key], received[key]
-            split = self._split(key, self.widest[0], got.size(1) if got.ndim > 1 else 0)
-            out_split = self._split(key, self.batch_widths[0], out.size(1) if out.ndim > 1 else 0)
-            _copy_cropped(out[self.received_from :], got, self.layout[key], split, out_split)
+            out_split = self._split(key, self.batch_widths[0], batch[key])
+            _copy_cropped(batch[key][self.received_from :], received[key], self.layout[key], splits[key], out_split)
 
     def ragged(self, key: str, k: int) -> list[Any]:
         """Key ``key`` of this process's batch where TRL's split made it one entry per sample: tensors zero-padded
