@@ -11,7 +11,6 @@ Each stage runs its recipe's own code path and YAML from the previous stage's sa
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import sys
@@ -28,6 +27,7 @@ from trl_ext.demo import DemoTaskConfig, WarmStartConfig, build_tokenizer, greed
 from trl_ext.dpo.trainer import DPOConfig
 from trl_ext.recipe.args import DPOScriptArguments, PipelineArguments, RewardScriptArguments
 from trl_ext.recipe.grpo import parse as parse_grpo
+from trl_ext.recipe.grpo import read_metrics
 from trl_ext.recipe.models import demo_threads, fresh_demo_policy
 from trl_ext.recipe.parsing import check_flags, make_parser, parse
 from trl_ext.recipe.paths import DEMO_CONFIG_DIR, demo_config_path
@@ -213,10 +213,7 @@ def ensemble_pairwise_accuracy(rm_dirs: list[str]) -> float:
 def held_out_curve(run_dir: str) -> list[list[float]]:
     """``[step, held-out accuracy]`` of an RL run, from its ``metrics.jsonl``."""
     path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_metrics(path) if os.path.exists(path) else []
     return [[r["step"], r["held_out/accuracy"]] for r in rows if "held_out/accuracy" in r and "step" in r]
 
 
