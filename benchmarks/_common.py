@@ -45,7 +45,27 @@ DEMO_YAML = ROOT / "recipes" / "configs" / "demo" / "dapo" / "config_demo.yaml"
 #: ``--task(s)`` of the trainer benchmarks: the demo's problems (operands 0..29), or a harder variant with operands
 #: 0..49 from the same warm start (trained on the demo's problems): many more groups are all wrong, so at least half
 #: of them are uninformative.
-TASKS = {"demo": {}, "hard": {"max_operand": 49}}
+TASKS = {"demo": {}, "hard": {"max_operand": 49}, "mixed": {"num_train": 200, "hard_train": 200}}
+
+
+def task_problems(task: str):
+    """(train, held-out) of a ``TASKS`` entry. ``hard_train``: that many problems with an operand of 30..49 (the demo
+    model's warm starts almost never solve them) joined to the demo's training set, so that about half the groups
+    are uninformative while the held-out set stays the demo's (learnable)."""
+    from datasets import concatenate_datasets
+
+    from trl_ext.demo import DemoTaskConfig, make_problems
+
+    settings = dict(TASKS[task])
+    hard = settings.pop("hard_train", 0)
+    train, held_out = make_problems(DemoTaskConfig(**settings))
+    if hard:
+        pool, _ = make_problems(DemoTaskConfig(max_operand=49, num_train=2000, num_eval=0, seed=1))
+        beyond = pool.filter(lambda row: max(int(x) for x in row["prompt"][:-1].split("+")) > 29)
+        train = concatenate_datasets([train, beyond.select(range(hard))]).shuffle(seed=0)
+    return train, held_out
+
+
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 #: ``cuda``: the benchmarks train on the GPU (fp32, deterministic kernels, so that two arms doing the same work still

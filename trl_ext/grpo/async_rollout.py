@@ -123,7 +123,8 @@ class AsyncGenerationMixin:
             cap = round_cap(num_groups, sampler.max_round_size)
             budget = sampler.max_generation_batches * num_groups
             sizes = ahead_round_sizes(sampler.rate.estimate(), num_groups, sampler.margin, world, cap, budget)
-        self.prefetched = [refill_inputs(self, template, n, stream=self.prefetch_stream) for n in sizes]
+        stream = None if self.dynamic_sampler is not None else self.prefetch_stream  # DS: its stream and predictor
+        self.prefetched = [refill_inputs(self, template, n, stream=stream) for n in sizes]
         client = self.prefetching_client
         for round_inputs, _ in self.prefetched:
             prompts = gather_object([x["prompt"] for x in round_inputs])

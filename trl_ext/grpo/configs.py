@@ -63,6 +63,7 @@ class GRPOFamilyConfig(GRPOConfig):
         dynamic_sampling_metric: shaping functions are those marked in ``trl_ext.rewards.shaping``. Unknown names
             fail when the trainer is built; advantages still use every function.
         dynamic_sampling_skip_predicted: GRESO (arXiv 2506.02177); needs a ``datasets.Dataset`` (history per index).
+        dynamic_sampling_select_prompts: ``trl_ext.grpo.dynamic_sampling.selector``; a ``datasets.Dataset`` too.
         reward_errors, reward_timeout, max_unscorable_rounds, preemption_signals: ``trl_ext.reliability``
             (``docs/PREEMPTION.md``). ``max_unscorable_rounds`` counts optimizer steps; its default None trains on
             as TRL does (the recipes set 3).
@@ -122,6 +123,25 @@ class GRPOFamilyConfig(GRPOConfig):
     dynamic_sampling_skip_target: float = field(
         default=0.25,
         metadata={"help": "Zero-variance fraction of generated groups that GRESO's exploration probability targets."},
+    )
+    dynamic_sampling_select_prompts: bool = field(
+        default=False,
+        metadata={
+            "help": "Predictive prompt selection: keep a Beta posterior of each prompt's solve rate and generate for "
+            "the prompts most likely to give an informative group (beyond the DAPO paper; off by default)."
+        },
+    )
+    dynamic_sampling_selection_pool: float = field(
+        default=4.0,
+        metadata={"help": "Candidates looked at per prompt taken by the selector (>= 1; 1 takes the stream as is)."},
+    )
+    dynamic_sampling_selection_floor: float = field(
+        default=0.05,
+        metadata={"help": "Chance that a candidate is taken whatever its prediction (exploration), in [0, 1]."},
+    )
+    dynamic_sampling_selection_decay: float = field(
+        default=0.5,
+        metadata={"help": "Weight of a prompt's earlier visits at each new one, in [0, 1] (the policy moves)."},
     )
     dynamic_sampling_refill_margin: float | None = field(
         default=None,
@@ -277,6 +297,19 @@ class GRPOFamilyConfig(GRPOConfig):
                 raise ValueError(
                     f"dynamic_sampling_skip_target={self.dynamic_sampling_skip_target} must be in [0, 1) (e.g. 0.25)."
                 )
+            if self.dynamic_sampling_select_prompts and self.dynamic_sampling_skip_predicted:
+                raise ValueError(
+                    "dynamic_sampling_select_prompts=True and dynamic_sampling_skip_predicted=True are two predictors "
+                    "of the same thing; set one of them."
+                )
+            if self.dynamic_sampling_selection_pool < 1:
+                raise ValueError(
+                    f"dynamic_sampling_selection_pool={self.dynamic_sampling_selection_pool}: the selector needs at "
+                    "least one candidate per prompt it takes. Set a number >= 1 (e.g. 4)."
+                )
+            for name in ("dynamic_sampling_selection_floor", "dynamic_sampling_selection_decay"):
+                if not 0 <= getattr(self, name) <= 1:
+                    raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1].")
             if self.dynamic_sampling_carry_over:
                 raise ValueError(
                     f"dynamic_sampling_carry_over={self.dynamic_sampling_carry_over}: carrying surplus groups to the "

@@ -12,6 +12,7 @@ import torch
 from trl_ext.grpo.dynamic_sampling.batch import Round
 from trl_ext.grpo.dynamic_sampling.groups import group_stats, informative_groups
 from trl_ext.grpo.dynamic_sampling.prompts import IterablePromptStream, PromptStream
+from trl_ext.grpo.dynamic_sampling.selector import PromptSelector
 from trl_ext.grpo.dynamic_sampling.sizing import DEFAULT_MARGIN, InformativeRate, refill_groups, round_cap
 from trl_ext.grpo.dynamic_sampling.skip import SkipPredictor
 
@@ -24,8 +25,9 @@ _SKIP_ATTEMPTS = 10
 
 
 class DynamicSampler:
-    """Owns the refill prompt stream, the informative-rate estimate, GRESO's skip history, the reward range seen and
-    the warnings given; sizes refill rounds, draws their prompts and describes a finished step."""
+    """Owns the refill prompt stream, the informative-rate estimate, the prompt predictor (GRESO's skip history or
+    the posterior selector), the reward range seen and the warnings given; sizes refill rounds, draws their prompts
+    and describes a finished step."""
 
     def __init__(
         self,
@@ -33,6 +35,7 @@ class DynamicSampler:
         num_generations: int,
         stream: PromptStream | IterablePromptStream,
         skip: SkipPredictor | None = None,
+        selector: PromptSelector | None = None,
     ) -> None:
         self.num_generations = num_generations
         self.atol = float(args.dynamic_sampling_atol)
@@ -43,16 +46,17 @@ class DynamicSampler:
         self.reward_range = args.dynamic_sampling_reward_range
         self.stream = stream
         self.skip = skip
+        self.selector = selector
         self.rate = InformativeRate()
         self.warned = False
         self.empty_steps = 0
         self.reward_low, self.reward_high = float("inf"), float("-inf")
-        self.skipped = 0  # prompts skipped by GRESO in the current step
+        self.skipped = 0  # prompts skipped (GRESO) or passed over (selector) in the current step
 
     @property
     def draws_every_round(self) -> bool:
-        """Whether the first round too comes from the stream (GRESO skipping: TRL's sampler cannot skip prompts)."""
-        return self.skip is not None
+        """Whether the first round too comes from the stream (a predictor: TRL's sampler cannot skip prompts)."""
+        return self.skip is not None or self.selector is not None
 
     def informative(self, metric: torch.Tensor) -> torch.Tensor:
         """Per group: whether its metric varies (DAPO Eq. 11: 0 < #correct < G)."""
@@ -74,8 +78,12 @@ class DynamicSampler:
 
     def take_indices(self, num_prompts: int) -> list[int]:
         """``num_prompts`` training-set indices from the refill stream; with GRESO's skipping, a prompt predicted to
-        give a zero-variance group is skipped, at most 10 candidates per prompt."""
-        if self.skip is None:
+        give a zero-variance group is skipped, at most 10 candidates per prompt; with the selector, the prompts most
+        likely to be informative of a larger pool are taken."""
+        if self.selector is not None:
+            indices, passed = self.selector.choose(self.stream, num_prompts)
+            self.skipped += passed
+        elif self.skip is None:
             indices = self.stream.take(num_prompts)
         else:
             indices, attempts = [], 0
@@ -100,6 +108,10 @@ class DynamicSampler:
             self.reward_low = min(self.reward_low, finite.min().item())
             self.reward_high = max(self.reward_high, finite.max().item())
         low, high = self.reward_range if self.reward_range is not None else (self.reward_low, self.reward_high)
+        if self.selector is not None:
+            for round_ in rounds:
+                if round_.indices is not None:
+                    self.selector.observe(round_.indices, round_.metric, low, high)
         stats = group_stats(metric, self.num_generations, self.atol, reward_max=high, reward_min=low)
         kept = min(informative, num_groups)  # the batch's informative groups
         self.empty_steps = self.empty_steps + 1 if kept == 0 else 0
@@ -129,7 +141,12 @@ class DynamicSampler:
             # Surplus groups all come from the last round: the batch was full as soon as it had enough.
             "dynamic_sampling/surplus_time": last.seconds * surplus * self.num_generations / last.num_rows,
             **self._update_skip_history(rounds),
+            **({"dynamic_sampling/skipped_prompts": float(self._take_skipped())} if self.selector is not None else {}),
         }
+
+    def _take_skipped(self) -> int:
+        skipped, self.skipped = self.skipped, 0
+        return skipped
 
     def _update_skip_history(self, rounds: list[Round]) -> dict[str, float]:
         """GRESO's per-prompt zero-variance streaks and exploration probability, after a step's rounds."""
@@ -143,8 +160,10 @@ class DynamicSampler:
                 for index, informative in zip(round_.indices, keep.tolist(), strict=True):
                     self.skip.record(index, zero_variance=not informative)
         self.skip.adapt(zero / max(total, 1))
-        skipped, self.skipped = self.skipped, 0
-        return {"dynamic_sampling/skipped_prompts": float(skipped), "dynamic_sampling/skip_exploration_p": self.skip.p}
+        return {
+            "dynamic_sampling/skipped_prompts": float(self._take_skipped()),
+            "dynamic_sampling/skip_exploration_p": self.skip.p,
+        }
 
     def _warn_budget_spent(self, kept: int, num_groups: int, generated: int, too_easy: float, too_hard: float) -> None:
         if too_hard or too_easy:
@@ -175,6 +194,8 @@ class DynamicSampler:
         state["informative_rate"] = self.rate.state_dict()
         if self.skip is not None:
             state["skip"] = self.skip.state_dict()
+        if self.selector is not None:
+            state["selector"] = self.selector.state_dict()
         state["reward_range"] = [self.reward_low, self.reward_high]
         return state
 
@@ -185,4 +206,6 @@ class DynamicSampler:
             self.rate.load_state_dict(state["informative_rate"])
         if self.skip is not None and "skip" in state:
             self.skip.load_state_dict(state["skip"])
+        if self.selector is not None and "selector" in state:
+            self.selector.load_state_dict(state["selector"])
         self.reward_low, self.reward_high = state.get("reward_range", [float("inf"), float("-inf")])

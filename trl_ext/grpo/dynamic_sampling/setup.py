@@ -12,6 +12,7 @@ from datasets import IterableDataset
 
 from trl_ext.grpo.dynamic_sampling.prompts import IterablePromptStream, PromptStream
 from trl_ext.grpo.dynamic_sampling.sampler import DynamicSampler
+from trl_ext.grpo.dynamic_sampling.selector import PromptSelector
 from trl_ext.grpo.dynamic_sampling.skip import SkipPredictor
 from trl_ext.grpo.dynamic_sampling.step_gate import UntrainedStepGate
 from trl_ext.rewards.shaping import is_shaping_reward
@@ -60,15 +61,24 @@ def dynamic_sampling_for(trainer: Any) -> tuple[DynamicSampler | None, list[int]
             f"prompts from; got {type(dataset).__name__}. Wrap it (e.g. Dataset.from_list or "
             "IterableDataset.from_generator) or set dynamic_sampling=False."
         )
-    skip = None
-    if getattr(args, "dynamic_sampling_skip_predicted", False):
-        if isinstance(dataset, IterableDataset):
+    skip = selector = None
+    for name in ("dynamic_sampling_skip_predicted", "dynamic_sampling_select_prompts"):
+        if getattr(args, name, False) and isinstance(dataset, IterableDataset):
             raise ValueError(
-                "dynamic_sampling_skip_predicted=True keeps a history per training-set index, which an IterableDataset "
-                "does not have. Use a datasets.Dataset, or set dynamic_sampling_skip_predicted=False."
+                f"{name}=True keeps a history per training-set index, which an IterableDataset does not have. Use a "
+                f"datasets.Dataset, or set {name}=False."
             )
+    if getattr(args, "dynamic_sampling_skip_predicted", False):
         skip = SkipPredictor(seed=seed, target=args.dynamic_sampling_skip_target)
-    sampler = DynamicSampler(args, trainer.num_generations, stream, skip)
+    if getattr(args, "dynamic_sampling_select_prompts", False):
+        selector = PromptSelector(
+            seed=seed,
+            group_size=trainer.num_generations,
+            pool=args.dynamic_sampling_selection_pool,
+            floor=args.dynamic_sampling_selection_floor,
+            decay=args.dynamic_sampling_selection_decay,
+        )
+    sampler = DynamicSampler(args, trainer.num_generations, stream, skip, selector)
     gate = None
     if getattr(trainer, "is_deepspeed_enabled", False):
         logger.warning(
