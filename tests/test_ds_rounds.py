@@ -217,3 +217,35 @@ def test_nothing_to_filter_with_old_and_ref_logps_is_exactly_trls_step(tokenizer
         losses[name] = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert torch.equal(params["ours"], params["trl"])
     assert losses["ours"] == losses["trl"]
+
+
+def test_a_user_override_of_the_logps_pass_always_receives_trls_tensors(tiny_model, tokenizer, problems, tmp_path):
+    """The deferred old-policy pass never reaches a user's override: a subclass outside trl_ext and TRL gets TRL's
+    pass in every round, on every row (the MoE benchmark's subclass once received None here)."""
+    received = []
+
+    class Watching(DAPOTrainer):
+        def _get_per_token_logps_and_entropies(self, model, input_ids, *args, **kwargs):
+            result = super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
+            received.append((input_ids.size(0), result[0]))
+            return result
+
+    args = tiny_args(
+        "dapo",
+        tmp_path,
+        soft_overlong_punishment=False,
+        num_minibatches=2,
+        per_device_train_batch_size=8,
+        dynamic_sampling_max_generation_batches=30,
+    )
+    trainer = Watching(
+        tiny_model, [even_answer_reward], args=args, train_dataset=problems[0], processing_class=tokenizer
+    )
+    trainer.model.train()
+    generated = _record_sizes(trainer, "generate_and_score")
+    out = trainer._generate_and_score_completions(_groups(problems, "eoeo"))
+    assert len(generated) > 1  # something was dropped and refilled
+    assert [rows for rows, _ in received] == generated  # TRL's old-policy pass, in every round, on every row
+    assert all(isinstance(logps, torch.Tensor) for _, logps in received)
+    _close_on_completions(out["old_per_token_logps"], _direct_logps(trainer.model, out), out)
+    assert not trainer.deferred_old_logps.deferred

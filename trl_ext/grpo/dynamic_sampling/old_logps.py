@@ -5,8 +5,10 @@ groups are kept. ``DeferredOldLogps`` skips that pass during a round and ``fill`
 ``_get_per_token_logps_and_entropies`` on the assembled, trained rows instead.
 
 Deferred only where nothing inside a round reads those log-probs: not with vLLM's importance-sampling correction
-(computed in the round), and not where the reference pass also runs on the policy model (a PEFT adapter disabled,
-``beta != 0`` without a reference model), which the policy pass could not be told apart from.
+(computed in the round), not where the reference pass also runs on the policy model (a PEFT adapter disabled,
+``beta != 0`` without a reference model), which the policy pass could not be told apart from, and not when a class
+outside trl_ext and TRL overrides ``_get_per_token_logps_and_entropies``: a user's override always receives TRL's
+tensors, never the deferred pass's ``None``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ _FORWARD_KEYS = [
 ]
 
 
+def _overridden_by_user(cls: type) -> bool:
+    """Whether the ``_get_per_token_logps_and_entropies`` of ``cls`` comes from a class outside trl_ext and TRL."""
+    owner = next(c for c in cls.__mro__ if "_get_per_token_logps_and_entropies" in vars(c))
+    return owner.__module__.split(".")[0] not in ("trl_ext", "trl")
+
+
 class DeferredOldLogps:
     """Defers TRL's old-policy pass of dynamic-sampling rounds to the trained rows (module docstring)."""
 
@@ -41,7 +49,11 @@ class DeferredOldLogps:
         """Defer the round's old-policy pass where nothing inside the round reads it (module docstring)."""
         trainer = self.trainer
         vllm_correction = trainer.use_vllm and getattr(trainer, "vllm_importance_sampling_correction", False)
-        self.active = not vllm_correction and (trainer.beta == 0.0 or trainer.ref_model is not None)
+        self.active = (
+            not vllm_correction
+            and (trainer.beta == 0.0 or trainer.ref_model is not None)
+            and not _overridden_by_user(type(trainer))
+        )
         try:
             yield
         finally:
