@@ -74,17 +74,20 @@ TARGET_GAINS = {"demo": 0.08, "hard": 0.05, "mixed": 0.08}
 
 
 class CountingArithmetic:
-    """The demo's arithmetic reward, counting the completions it scores (= completions generated in training)."""
+    """The demo's arithmetic reward, counting the completions it scores (= completions generated in training) and
+    their tokens."""
 
     __name__ = "arithmetic_reward"
 
     def __init__(self):
         self.completions = 0
+        self.tokens = 0
 
-    def __call__(self, prompts, completions, answer, **kwargs):
+    def __call__(self, prompts, completions, answer, completion_ids, **kwargs):
         from trl_ext.rewards.arithmetic import arithmetic_reward
 
         self.completions += len(completions)
+        self.tokens += sum(len(ids) for ids in completion_ids)
         return arithmetic_reward(prompts, completions, answer)
 
 
@@ -123,6 +126,7 @@ def budget_callback(counter, options, tokenizer, held_out, steps_per_generation)
                     {
                         "step": state.global_step,
                         "completions": counter.completions,
+                        "tokens": counter.tokens,
                         "accuracy": accuracy,
                         "eval_seconds": time.perf_counter() - started,
                     }
@@ -186,6 +190,7 @@ def worker(me: int, baton, name: str, units: list[tuple[int, int]], options):
                 "logs": budget.logs,
                 "step_seconds": clock.step_seconds(),
                 "completions": counter.completions,
+                "tokens": counter.tokens,
                 "steps": trainer.state.global_step,
                 "completions_per_step": per_step,
             }
@@ -503,7 +508,122 @@ def markdown(runs, summary, options, prov, level: str = "##") -> tuple[list[str]
         ],
         run_rows,
     )
+    body += selection_section(runs, options, level)
     return head, body
+
+
+#: Student's t at 0.975 by degrees of freedom (a 95% interval of a mean of paired differences)
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def groups_per_kept(run: dict, options) -> float:
+    """Groups generated per trained informative group over the run. With dynamic sampling every trained group is
+    informative (fillers aside), so it is generated groups / (steps x prompts per step); without it, the informative
+    share of each step's groups (``1 - frac_reward_zero_std``) is what trains."""
+    rl, _ = common.demo_settings(options.prompts_per_step)
+    size = rl["num_generations"]
+    prompts = rl["per_device_train_batch_size"] // size
+    trained = run["steps"] * prompts
+    if run["name"] == "dapo_no_ds":
+        fractions = [1 - row["frac_reward_zero_std"] for row in run["logs"] if "frac_reward_zero_std" in row]
+        trained *= statistics.mean(fractions) if fractions else float("nan")
+    return run["completions"] / size / trained
+
+
+def smoothed(run: dict) -> list[tuple[dict, float]]:
+    """Each evaluation with the mean of the last ``TRAILING`` accuracies (the start included), as ``reach`` reads."""
+    accuracies = [run["start_accuracy"]] + [e["accuracy"] for e in run["evals"]]
+    return [
+        (e, statistics.mean(accuracies[max(0, i - TRAILING + 1) : i + 1])) for i, e in enumerate(run["evals"], start=1)
+    ]
+
+
+def tokens_to(run: dict, target: float) -> dict | None:
+    """The first evaluation whose smoothed accuracy reaches ``target`` (tokens, completions, train seconds)."""
+    for e, accuracy in smoothed(run):
+        if accuracy >= target:
+            return {**e, "seconds": train_seconds(run, e["step"])}
+    return None
+
+
+def selection_section(runs: list[dict], options, level: str) -> list[str]:
+    """What dynamic sampling costs against its predictors (GRESO skipping, the posterior selector) and DAPO without
+    it: groups and tokens generated per trained group, accuracy at DS's optimizer steps (paired), and the tokens and
+    seconds to reach the accuracy DS reaches at 80% of its run."""
+    if "dapo" not in options.algorithms or not {"dapo_select", "dapo_skip", "dapo_no_ds"} & set(options.algorithms):
+        return []
+    by = {(r["name"], unit(r)): r for r in runs}
+    units = sorted({unit(r) for r in runs if r["name"] == "dapo"})
+    targets = {}
+    for u in units:
+        ds = by[("dapo", u)]
+        at = 0.8 * ds["completions"]
+        before = [acc for e, acc in smoothed(ds) if e["completions"] <= at]
+        targets[u] = before[-1] if before else ds["start_accuracy"]
+    rows = []
+    for name in options.algorithms:
+        if not name.startswith("dapo"):
+            continue
+        mine = [by[(name, u)] for u in units if (name, u) in by]
+        ratio = [groups_per_kept(r, options) / groups_per_kept(by[("dapo", unit(r))], options) for r in mine]
+        per_kept_tokens = [
+            r["tokens"] / (r["completions"] / groups_per_kept(r, options)) for r in mine if "tokens" in r
+        ]
+        diffs = [
+            accuracy_at_step(r, min(r["steps"], by[("dapo", unit(r))]["steps"]))
+            - accuracy_at_step(by[("dapo", unit(r))], min(r["steps"], by[("dapo", unit(r))]["steps"]))
+            for r in mine
+        ]
+        mean = statistics.mean(diffs)
+        half = (
+            _T975.get(len(diffs) - 1, 1.96) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+            if len(diffs) > 1
+            else math.inf
+        )
+        reached, token_ratio, second_ratio = 0, [], []
+        for r in mine:
+            hit, ds_hit = tokens_to(r, targets[unit(r)]), tokens_to(by[("dapo", unit(r))], targets[unit(r)])
+            reached += hit is not None
+            if hit is not None and ds_hit is not None and "tokens" in hit:
+                token_ratio.append(hit["tokens"] / ds_hit["tokens"])
+                second_ratio.append(hit["seconds"] / max(ds_hit["seconds"], 1e-9))
+        rows.append(
+            [
+                ALGORITHMS[name][0],
+                mean_sd([groups_per_kept(r, options) for r in mine], "{:.2f}"),
+                f"{statistics.mean(ratio):.2f}",
+                mean_sd(per_kept_tokens, "{:.1f}") if per_kept_tokens else "–",
+                f"{mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}]",
+                f"{reached}/{len(mine)}",
+                f"{statistics.median(token_ratio):.2f}" if token_ratio else "–",
+                f"{statistics.median(second_ratio):.2f}" if second_ratio else "–",
+            ]
+        )
+    return [
+        "",
+        f"{level} What dynamic sampling costs, against its prompt predictors",
+        "",
+        "Per (warm start, RL seed) unit, paired with DAPO with dynamic sampling (DS) of the same unit. Groups per "
+        "trained group: generated groups / trained informative groups over the whole run. Accuracy difference: at "
+        "the optimizer steps both runs made (DS's, the fewer), interpolated, with the 95% interval of the mean of the "
+        f"paired differences (Student's t, {len(units)} units). Target: the accuracy DS reached at 80% of its "
+        f"completions (mean of the last {TRAILING} evaluations); tokens and train seconds to reach it, median ratio "
+        "against DS over the units where both reached it.",
+        "",
+        *common.table(
+            [
+                "algorithm",
+                "groups per trained group",
+                "/ DS (mean of paired ratios)",
+                "tokens per trained group",
+                "accuracy - DS at DS's steps [95% CI]",
+                "reached DS's 80% accuracy",
+                "tokens to it / DS",
+                "train seconds to it / DS",
+            ],
+            rows,
+        ),
+    ]
 
 
 def warm_start_table(summary: dict, options) -> list[str]:
