@@ -1,11 +1,12 @@
 """Run by tests/test_multiprocess.py under ``torchrun --nproc_per_node 2``: DAPO with dynamic sampling filtering
 some groups on the demo task; each rank writes what it saw to ``<out>/rank<k>.json``.
 
-    python -m torch.distributed.run --nproc_per_node 2 tests/dist_dapo_script.py <out> [on_policy|carry_skip]
+    python -m torch.distributed.run --nproc_per_node 2 tests/dist_dapo_script.py <out> [on_policy|off_policy_skip|off_policy_select]
 
 ``on_policy``: one rollout per step, 6 rows per rank (a group straddles the ranks). ``off_policy_skip``: 3 minibatches
 per rollout (18 rows per rank, again a straddling group; old-policy log-probs, deferred to the trained rows) and GRESO
-skipping on, over 20 prompts so that prompts come back.
+skipping on, over 20 prompts so that prompts come back. ``off_policy_select``: the same with the posterior prompt
+selector.
 
 Not a test file itself (pytest does not collect it).
 """
@@ -36,6 +37,13 @@ MODES = {
         max_steps=9,
         num_minibatches=3,
         dynamic_sampling_skip_predicted=True,
+    ),
+    # the same with the posterior prompt selector instead of GRESO
+    "off_policy_select": dict(
+        num_train=20,
+        max_steps=9,
+        num_minibatches=3,
+        dynamic_sampling_select_prompts=True,
     ),
 }
 
@@ -95,6 +103,9 @@ def main(out: str, mode: str = "on_policy") -> None:
                 "refill_rows": refill_rows,
                 "skip_history": trainer.dynamic_sampler.skip.state_dict()
                 if trainer.dynamic_sampler.skip is not None
+                else None,
+                "selector": trainer.dynamic_sampler.selector.state_dict()
+                if trainer.dynamic_sampler.selector is not None
                 else None,
             },
             f,

@@ -76,3 +76,13 @@ def test_off_policy_and_skipping_on_two_processes(tmp_path):
     logs = ranks[0]["dynamic_sampling_logs"]
     assert len(logs) == 3  # one generation per 3 steps: its figures are logged once
     assert ranks[0]["skip_history"] == ranks[1]["skip_history"] and ranks[0]["skip_history"]["streaks"]
+
+
+@pytest.mark.slow
+def test_prompt_selector_is_shared_across_two_processes(tmp_path):
+    """The posterior selector over two processes (off-policy, a group straddling the ranks): both ranks hold the same
+    posteriors and draws, generate the same rounds and end with the same weights."""
+    ranks = _run(tmp_path, "off_policy_select")
+    assert ranks[0]["global_step"] == 9
+    assert ranks[0]["selector"] == ranks[1]["selector"]
+    assert ranks[0]["selector"]["posteriors"] and ranks[0]["selector"]["draws"] > 0
