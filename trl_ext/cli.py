@@ -77,7 +77,7 @@ def run(command: str, flags: list[str]) -> None:
         if module_name != f"{SCRIPTS_PACKAGE}.ppo" or "PPO needs" not in str(error):
             raise
         raise SystemExit(f"trl-ext ppo: {error}") from None  # a TRL without PPO: the message, not a traceback
-    module.cli(flags)
+    module.cli(argv=flags)
 
 
 if __name__ == "__main__":
