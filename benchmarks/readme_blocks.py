@@ -247,7 +247,7 @@ def learned_reward() -> list[str]:
         warned = "the health monitor did not warn"
         if f["warning"]:
             where, _, said = f["warning"].partition("reward over-optimization: ")
-            step = where.rsplit("step ", 1)[-1].split(",")[0] if "step " in where else "?"
+            step = where.rsplit("step ", 1)[-1].split(",")[0].rstrip(": ") if "step " in where else "?"
             warned = f'the health monitor warns at step {step}: "{said.split(" (Gao et al.")[0]}"'
 
         lines.append(
