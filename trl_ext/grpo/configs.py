@@ -137,7 +137,7 @@ class GRPOFamilyConfig(GRPOConfig):
     )
     dynamic_sampling_selection_floor: float = field(
         default=0.05,
-        metadata={"help": "Chance that a candidate is taken whatever its prediction (exploration), in [0, 1]."},
+        metadata={"help": "Share of the prompts taken whatever their prediction (exploration), in [0, 1]."},
     )
     dynamic_sampling_selection_decay: float = field(
         default=0.5,

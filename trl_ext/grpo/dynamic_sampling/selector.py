@@ -12,8 +12,8 @@ forgets older visits, since the policy moves), and a group of G is informative u
     q_i = P(informative) = 1 - E[p^G] - E[(1-p)^G] = 1 - B(a+G, b)/B(a, b) - B(a, b+G)/B(a, b).
 
 A round of n prompts looks at ``pool`` x n candidates from the prompt stream and takes the n with the highest q_i
-(ties in stream order); each candidate is also taken first, whatever its q, with probability ``floor`` (explored
-candidates in stream order), so that no
+(ties in stream order); a share ``floor`` of the prompts taken are explorations instead (each candidate is taken
+first, whatever its q, with probability floor / pool; explored candidates in stream order), so that no
 prompt starves and a prompt the policy has since learned (or forgotten) is re-tested. Candidates not taken are
 passed over for this epoch of the stream. The draws are a hash of the seed, the index and a counter: identical on
 every process (which all see the same gathered rewards) and exact on resume.
@@ -68,7 +68,8 @@ class PromptSelector:
         """``n`` indices for one round, from ``pool`` x n candidates of ``stream`` (a ``PromptStream``), and how many
         candidates were passed over."""
         candidates = stream.take(max(n, math.ceil(self.pool * n)))
-        explored = [self._uniform(index) < self.floor for index in candidates]
+        # a candidate is explored with probability floor / (candidates per prompt): about floor x n of the taken
+        explored = [self._uniform(index) < self.floor * n / len(candidates) for index in candidates]
         # explored candidates first, in stream order; then the rest by their prediction
         order = sorted(
             range(len(candidates)),
