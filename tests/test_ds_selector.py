@@ -45,13 +45,19 @@ def test_posterior_updates_by_hand():
     selector = PromptSelector(seed=0, group_size=4, decay=0.5)
     # two prompts, four completions each; NaN (unscored) is not counted
     selector.observe([7, 9], torch.tensor([1.0, 1.0, 0.0, NAN, 0.0, 0.0, 0.0, 0.0]), low=0.0, high=1.0)
-    assert selector.posteriors == {7: [3.0, 2.0], 9: [1.0, 5.0]}
+    assert selector.posteriors == {7: [3.0, 2.0, 0], 9: [1.0, 5.0, 0]}
+    selector.tick()
     selector.observe([7], torch.tensor([1.0, 1.0, 1.0, 1.0]), low=0.0, high=1.0)
-    # a = a0 + decay * (a - a0) + wins = 1 + 0.5 * 2 + 4; b = 1 + 0.5 * 1 + 0
-    assert selector.posteriors[7] == [6.0, 1.5]
+    # a = a0 + decay^1 * (a - a0) + wins = 1 + 0.5 * 2 + 4; b = 1 + 0.5 * 1 + 0
+    assert selector.posteriors[7] == [6.0, 1.5, 1]
+    # evidence ages without a visit too: two batches later prompt 9 holds a quarter of its four failures
+    selector.tick()
+    selector.tick()
+    assert selector.posterior(9) == (1.0, 1.0 + 0.5**3 * 4.0)
+    assert selector.probability(9) == pytest.approx(informative_probability(1.0, 1.5, 4))
     # on a reward range of [-1, 1] a reward of 0 is half a success
     selector.observe([3], torch.tensor([0.0, 1.0, -1.0, 0.0]), low=-1.0, high=1.0)
-    assert selector.posteriors[3] == [3.0, 3.0]
+    assert selector.posteriors[3] == [3.0, 3.0, 3]
     # one reward value seen so far: nothing is learned
     selector.observe([5], torch.tensor([1.0, 1.0, 1.0, 1.0]), low=1.0, high=1.0)
     assert 5 not in selector.posteriors
@@ -59,7 +65,7 @@ def test_posterior_updates_by_hand():
 
 def test_choice_by_hand():
     selector = PromptSelector(seed=0, group_size=4, pool=2.0, floor=0.0)
-    selector.posteriors = {0: [20.0, 1.0], 2: [1.0, 20.0], 3: [3.0, 3.0]}  # 1 unseen: the prior Beta(1, 1)
+    selector.posteriors = {0: [20.0, 1.0, 0], 2: [1.0, 20.0, 0], 3: [3.0, 3.0, 0]}  # 1 unseen: the prior Beta(1, 1)
     q = [selector.probability(i) for i in range(4)]
     assert q[1] == pytest.approx(1 - 2 / 5) and q[3] == pytest.approx(1 - 2 * 30 / 252)
     assert max(q[0], q[2]) < min(q[1], q[3])
@@ -76,7 +82,7 @@ def test_choice_by_hand():
 
 def test_floor_explores_at_its_rate():
     selector = PromptSelector(seed=3, group_size=8, pool=2.0, floor=0.2)
-    selector.posteriors = {i: [200.0, 1.0] for i in range(0, 4000, 2)}  # even indices: solved, never predicted
+    selector.posteriors = {i: [200.0, 1.0, 0] for i in range(0, 4000, 2)}  # even indices: solved, never predicted
     taken = []
     stream = ListStream()
     for _ in range(1000):
@@ -93,7 +99,7 @@ def test_state_round_trip_gives_the_same_choices():
     selector.choose(ListStream(), 3)
     copy = PromptSelector(seed=0, group_size=4, floor=0.3)
     copy.load_state_dict(selector.state_dict())
-    assert copy.posteriors == selector.posteriors and copy.draws == selector.draws
+    assert copy.posteriors == selector.posteriors and (copy.draws, copy.step) == (selector.draws, selector.step)
     assert [copy.choose(ListStream(), 2) for _ in range(5)] == [selector.choose(ListStream(), 2) for _ in range(5)]
 
 
@@ -124,7 +130,7 @@ def test_selection_generates_fewer_groups_on_persistent_data(tokenizer, problems
             answers = [int(a) for a in problems[0]["answer"]]
             posteriors = trainer.dynamic_sampler.selector.posteriors
             # odd answers: every completion scores 0, so their posteriors hold failures only
-            assert all(b > 1 and a == 1 for i, (a, b) in posteriors.items() if answers[i] % 2)
+            assert all(b > 1 and a == 1 for i, (a, b, _) in posteriors.items() if answers[i] % 2)
     # half the prompts never give an informative group: about 2 groups per kept one without selection
     assert per_kept[False] > 1.4
     assert per_kept[True] < 0.85 * per_kept[False]

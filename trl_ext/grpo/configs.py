@@ -140,8 +140,11 @@ class GRPOFamilyConfig(GRPOConfig):
         metadata={"help": "Share of the prompts taken whatever their prediction (exploration), in [0, 1]."},
     )
     dynamic_sampling_selection_decay: float = field(
-        default=0.5,
-        metadata={"help": "Weight of a prompt's earlier visits at each new one, in [0, 1] (the policy moves)."},
+        default=0.95,
+        metadata={
+            "help": "Weight a prompt's evidence keeps per generation batch, in [0, 1] (the policy moves; 0.95 halves "
+            "it in 14 batches)."
+        },
     )
     dynamic_sampling_refill_margin: float | None = field(
         default=None,

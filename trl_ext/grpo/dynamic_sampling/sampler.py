@@ -112,6 +112,7 @@ class DynamicSampler:
             for round_ in rounds:
                 if round_.indices is not None:
                     self.selector.observe(round_.indices, round_.metric, low, high)
+            self.selector.tick()
         stats = group_stats(metric, self.num_generations, self.atol, reward_max=high, reward_min=low)
         kept = min(informative, num_groups)  # the batch's informative groups
         self.empty_steps = self.empty_steps + 1 if kept == 0 else 0

@@ -4,10 +4,12 @@ Dynamic sampling (DAPO, arXiv 2503.14476, Eq. 11) pays for every group it drops:
 group when a fraction p is uninformative. Dynamics-predictive sampling (DPS) and GRESO (arXiv 2506.02177) predict a
 prompt's outcome from its history instead. Here each training-set index keeps a Beta posterior of its solve rate,
 
-    p_i ~ Beta(a_i, b_i),   a_i <- a0 + lam * (a_i - a0) + sum_j s_ij,   b_i <- b0 + lam * (b_i - b0) + sum_j (1 - s_ij)
+    p_i ~ Beta(a_i, b_i),   a_i <- a0 + lam^(t - t_i) (a_i - a0) + sum_j s_ij,   (b_i likewise with 1 - s_ij)
 
-updated from every group the prompt gets (``s_ij`` in [0, 1]: completion j's metric on the reward range; ``lam``
-forgets older visits, since the policy moves), and a group of G is informative unless all G completions agree:
+updated from every group the prompt gets (``s_ij`` in [0, 1]: completion j's metric on the reward range; t counts
+generation batches and t_i is the prompt's last update). ``lam`` ages the evidence with the policy, visited or not: a
+prompt set aside as too hard or too easy drifts back to the prior and is tried again. A group of G is informative
+unless all G completions agree:
 
     q_i = P(informative) = 1 - E[p^G] - E[(1-p)^G] = 1 - B(a+G, b)/B(a, b) - B(a, b+G)/B(a, b).
 
@@ -49,15 +51,27 @@ class PromptSelector:
     group_size: int
     pool: float = 4.0
     floor: float = 0.05
-    decay: float = 0.5
+    decay: float = 0.95
     prior: tuple[float, float] = (1.0, 1.0)
-    posteriors: dict[int, list[float]] = field(default_factory=dict)  # index -> [a, b]
+    posteriors: dict[int, list[float]] = field(default_factory=dict)  # index -> [a, b, t of the last update]
     draws: int = 0
+    step: int = 0  # generation batches finished (t)
+
+    def posterior(self, index: int) -> tuple[float, float]:
+        """(a, b) of ``index`` now: its evidence aged by ``decay`` per generation batch since its last update."""
+        if index not in self.posteriors:
+            return self.prior
+        alpha, beta, updated = self.posteriors[index]
+        (a0, b0), weight = self.prior, self.decay ** (self.step - updated)
+        return a0 + weight * (alpha - a0), b0 + weight * (beta - b0)
 
     def probability(self, index: int) -> float:
         """q of ``index``: the posterior probability that its next group is informative."""
-        alpha, beta = self.posteriors.get(index, self.prior)
-        return informative_probability(alpha, beta, self.group_size)
+        return informative_probability(*self.posterior(index), self.group_size)
+
+    def tick(self) -> None:
+        """One generation batch finished: the evidence ages."""
+        self.step += 1
 
     def _uniform(self, index: int) -> float:
         self.draws += 1
@@ -89,18 +103,18 @@ class PromptSelector:
         scored = ~torch.isnan(scores)
         wins = torch.where(scored, success, 0.0).sum(1).tolist()
         losses = torch.where(scored, 1.0 - success, 0.0).sum(1).tolist()
-        a0, b0 = self.prior
         for index, win, loss in zip(indices, wins, losses, strict=True):
-            alpha, beta = self.posteriors.get(index, self.prior)
-            self.posteriors[index] = [a0 + self.decay * (alpha - a0) + win, b0 + self.decay * (beta - b0) + loss]
+            alpha, beta = self.posterior(index)
+            self.posteriors[index] = [alpha + win, beta + loss, self.step]
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "seed": self.seed,
             "draws": self.draws,
+            "step": self.step,
             "posteriors": {str(k): v for k, v in self.posteriors.items()},  # JSON keys are strings
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.seed, self.draws = state["seed"], state["draws"]
+        self.seed, self.draws, self.step = state["seed"], state["draws"], state["step"]
         self.posteriors = {int(k): list(v) for k, v in state["posteriors"].items()}
