@@ -72,8 +72,9 @@ ZEN_ROWS_FOR = {
 }
 #: The slowest cases, opt-in (``TRL_EXT_TRL_SUITE=1``) for both kinds: each trains a Qwen stand-in with Qwen's 152k
 #: vocabulary (its fake ``generate`` hard-codes Qwen ids) over multi-turn completions, 20 s to 6 min a case; or starts
-#: dataloader worker processes (1 min). Together 11.5 minutes with -n 2 on 2 shared cores (trl 1.16), more than the
-#: rest of the file.
+#: dataloader worker processes (1 min). Together, with -n 2 on 2 shared cores: 9.5-11.5 minutes on trl 1.16 (its
+#: chunked log-prob backward over 152k ids: test_train_with_multiple_environments alone 3-6 min), 3.5 on trl 1.12;
+#: the rest of the file takes about 1 minute.
 OPT_IN = {
     "test_train_with_tools": "152k-vocabulary multi-turn training",
     "test_train_with_multiple_environments": "152k-vocabulary multi-turn training, 24 steps",
