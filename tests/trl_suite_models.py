@@ -1,13 +1,15 @@
 """Offline stand-ins for the ``trl-internal-testing/*`` models and datasets that TRL's own GRPO tests load from the
-Hub (``tests/test_grpo_trainer.py``; see ``tests/test_trl_suite.py`` for the commit). No network, ever: every model
+Hub (``tests/test_grpo_trainer.py``, vendored in ``tests/trl_grpo/`` with its commit). No network, ever: every model
 is a config with random weights, every tokenizer and processor is built in code, and each is saved to a local folder
 so that TRL loads it exactly as it loads a Hub id (``from_pretrained`` on a string).
 
-Text models (Qwen3, Qwen3-MoE, Qwen2.5 and its reward model) keep the real tokenizers' ids where TRL's tests hard-code
-them (their fake ``generate`` returns Qwen token ids): a byte-level tokenizer whose first 256 ids are GPT-2's byte
-alphabet (as Qwen's are), the handful of multi-byte tokens those tests use at their Qwen ids, Qwen's special tokens at
-their ids, and TRL's own copy of the Qwen chat template (the one TRL recognises to parse tool calls). The sizes follow
-TRL's ``scripts/generate_tiny_models`` (vocab, hidden sizes, experts), in float32.
+Text models (Qwen3, Qwen3-MoE, Qwen2.5 and the Qwen2.5 / Qwen3 reward models) keep the real tokenizers' ids where
+TRL's tests hard-code them (their fake ``generate`` returns Qwen token ids): a byte-level tokenizer whose first 256 ids
+are GPT-2's byte alphabet (as Qwen's are), the handful of multi-byte tokens those tests use at their Qwen ids, Qwen's
+special tokens at their ids, and TRL's own copy of the Qwen chat template (the one TRL recognises to parse tool calls).
+The sizes follow TRL's ``scripts/generate_tiny_models`` (vocab, hidden sizes, experts), in float32. Each also has a
+small-vocabulary variant (``build(..., small_vocab=True)``: the same tokens and template in about 2,000 ids) for the
+tests that hard-code no id, where a 152k-wide output layer is most of a CPU training step.
 
 Vision-language models (Gemma 3, LLaVA-NeXT, Qwen2-VL, Qwen2.5-VL) are built from their configs with tiny vision
 towers and image sizes, with their real processor classes (image processor + tokenizer + TRL's copy of each chat
@@ -230,11 +232,19 @@ def _init_weights(model: torch.nn.Module) -> None:
                 torch.nn.init.zeros_(module.bias)
 
 
-def _qwen3_moe():
+def _qwen_ids(tokenizer) -> dict[str, int]:
+    """bos/eos/pad ids of a Qwen stand-in tokenizer (Qwen's own ids, or the small vocabulary's)."""
+    end, text = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    return dict(bos_token_id=text, eos_token_id=end, pad_token_id=text)
+
+
+def _qwen3_moe(small: bool = False):
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
+    tokenizer = qwen_tokenizer("qwen3", small=small)
+    ids = _qwen_ids(tokenizer)
     config = Qwen3MoeConfig(
-        vocab_size=151936,
+        vocab_size=len(tokenizer) if small else 151936,
         hidden_size=8,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -245,19 +255,18 @@ def _qwen3_moe():
         num_experts_per_tok=2,
         norm_topk_prob=True,
         head_dim=128,
-        bos_token_id=151643,
-        eos_token_id=151645,
-        pad_token_id=151643,
+        **ids,
     )
     model = Qwen3MoeForCausalLM(config)
     _init_weights(model)
-    return model, qwen_tokenizer("qwen3"), [151645, 151643]
+    return model, tokenizer, [ids["eos_token_id"], ids["pad_token_id"]]
 
 
-def _qwen3():
+def _qwen3(small: bool = False):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    tokenizer = qwen_tokenizer("qwen3")
+    tokenizer = qwen_tokenizer("qwen3", small=small)
+    ids = _qwen_ids(tokenizer)
     config = Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=8,
@@ -265,41 +274,19 @@ def _qwen3():
         num_key_value_heads=2,
         num_hidden_layers=2,
         intermediate_size=32,
-        bos_token_id=151643,
-        eos_token_id=151645,
-        pad_token_id=151643,
+        **ids,
     )
     model = Qwen3ForCausalLM(config)
     _init_weights(model)
-    return model, tokenizer, [151645, 151643]
+    return model, tokenizer, [ids["eos_token_id"], ids["pad_token_id"]]
 
 
-def _qwen3_small_vocab():
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    tokenizer = qwen_tokenizer("qwen3", small=True)
-    ids = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=8,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        intermediate_size=32,
-        bos_token_id=ids[1],
-        eos_token_id=ids[0],
-        pad_token_id=ids[1],
-    )
-    model = Qwen3ForCausalLM(config)
-    _init_weights(model)
-    return model, tokenizer, ids
-
-
-def _qwen2():
+def _qwen2(small: bool = False):
     """``tiny-Qwen2ForCausalLM-2.5`` (TRL's ``for_causal_lm/qwen2_for_causal_lm_2_5.py``: Qwen2.5's tokenizer)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = qwen_tokenizer("qwen2_5")
+    tokenizer = qwen_tokenizer("qwen2_5", small=small)
+    ids = _qwen_ids(tokenizer)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=8,
@@ -307,32 +294,54 @@ def _qwen2():
         num_key_value_heads=2,
         num_hidden_layers=2,
         intermediate_size=32,
-        bos_token_id=151643,
-        eos_token_id=151645,
-        pad_token_id=151643,
+        **ids,
     )
     model = Qwen2ForCausalLM(config)
     _init_weights(model)
-    return model, tokenizer, [151645, 151643]
+    return model, tokenizer, [ids["eos_token_id"], ids["pad_token_id"]]
 
 
-def _qwen2_reward_model():
+def _qwen2_reward_model(small: bool = False):
     from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
+    tokenizer = qwen_tokenizer("qwen2_5", small=small)
+    ids = _qwen_ids(tokenizer)
     config = Qwen2Config(
-        vocab_size=152064,
+        vocab_size=len(tokenizer) if small else 152064,
         num_labels=1,
         hidden_size=16,
         num_attention_heads=4,
         num_key_value_heads=2,
         num_hidden_layers=2,
         intermediate_size=32,
-        pad_token_id=151643,
-        eos_token_id=151645,
+        pad_token_id=ids["pad_token_id"],
+        eos_token_id=ids["eos_token_id"],
     )
     model = Qwen2ForSequenceClassification(config)
     _init_weights(model)
-    return model, qwen_tokenizer("qwen2_5"), None
+    return model, tokenizer, None
+
+
+def _qwen3_reward_model(small: bool = False):
+    """``tiny-Qwen3ForSequenceClassification`` (TRL's ``for_sequence_classification/qwen3...``: Qwen3's tokenizer)."""
+    from transformers import Qwen3Config, Qwen3ForSequenceClassification
+
+    tokenizer = qwen_tokenizer("qwen3", small=small)
+    ids = _qwen_ids(tokenizer)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        num_labels=1,
+        hidden_size=16,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=32,
+        pad_token_id=ids["pad_token_id"],
+        eos_token_id=ids["eos_token_id"],
+    )
+    model = Qwen3ForSequenceClassification(config)
+    _init_weights(model)
+    return model, tokenizer, None
 
 
 def _gemma3():
@@ -493,7 +502,8 @@ BUILDERS = {
     "trl-internal-testing/tiny-Qwen3ForCausalLM": _qwen3,
     "trl-internal-testing/tiny-Qwen2ForCausalLM-2.5": _qwen2,
     "trl-internal-testing/tiny-Qwen2ForSequenceClassification-2.5": _qwen2_reward_model,
-    "trl-ext/tiny-Qwen3ForCausalLM-small-vocab": _qwen3_small_vocab,
+    "trl-internal-testing/tiny-Qwen3ForSequenceClassification": _qwen3_reward_model,
+    "trl-ext/tiny-Qwen3ForCausalLM-small-vocab": lambda: _qwen3(small=True),
     "trl-internal-testing/tiny-Gemma3ForConditionalGeneration": _gemma3,
     "trl-internal-testing/tiny-LlavaNextForConditionalGeneration": _llava_next,
     "trl-internal-testing/tiny-Qwen2VLForConditionalGeneration": lambda: _qwen_vl("2"),
@@ -501,15 +511,29 @@ BUILDERS = {
 }
 
 
-def build(model_id: str, root: Path) -> str:
-    """The stand-in for ``model_id`` saved under ``root`` (built once per folder); the local path to load it from."""
+#: The text stand-ins with Qwen's tokens and template in a vocabulary of about 2,000 instead of 152k (``build(...,
+#: small_vocab=True)``): for tests that hard-code no Qwen token id, where a 152k-wide output layer dominates a CPU step.
+SMALL_VOCAB_BUILDERS = {
+    "trl-internal-testing/tiny-Qwen3MoeForCausalLM": lambda: _qwen3_moe(small=True),
+    "trl-internal-testing/tiny-Qwen3ForCausalLM": lambda: _qwen3(small=True),
+    "trl-internal-testing/tiny-Qwen2ForCausalLM-2.5": lambda: _qwen2(small=True),
+    "trl-internal-testing/tiny-Qwen2ForSequenceClassification-2.5": lambda: _qwen2_reward_model(small=True),
+    "trl-internal-testing/tiny-Qwen3ForSequenceClassification": lambda: _qwen3_reward_model(small=True),
+}
+
+
+def build(model_id: str, root: Path, small_vocab: bool = False) -> str:
+    """The stand-in for ``model_id`` saved under ``root`` (built once per folder); the local path to load it from.
+    ``small_vocab``: the small-vocabulary variant where ``SMALL_VOCAB_BUILDERS`` has one (the caller keeps the two
+    variants in different folders)."""
     from transformers import GenerationConfig
 
     path = root / model_id.split("/")[-1]
     if (path / "done").exists():
         return str(path)
     torch.manual_seed(0)
-    model, processing_class, eos = BUILDERS[model_id]()
+    builders = SMALL_VOCAB_BUILDERS if small_vocab and model_id in SMALL_VOCAB_BUILDERS else BUILDERS
+    model, processing_class, eos = builders[model_id]()
     model.save_pretrained(path)
     processing_class.save_pretrained(path)
     if eos is not None:
