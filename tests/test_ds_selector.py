@@ -99,7 +99,7 @@ def test_state_round_trip_gives_the_same_choices():
     selector.choose(ListStream(), 3)
     copy = PromptSelector(seed=0, group_size=4, floor=0.3)
     copy.load_state_dict(selector.state_dict())
-    assert copy.posteriors == selector.posteriors and (copy.draws, copy.step) == (selector.draws, selector.step)
+    assert copy.posteriors == selector.posteriors and (copy.draws, copy.batches) == (selector.draws, selector.batches)
     assert [copy.choose(ListStream(), 2) for _ in range(5)] == [selector.choose(ListStream(), 2) for _ in range(5)]
 
 

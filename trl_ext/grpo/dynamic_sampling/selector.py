@@ -55,14 +55,14 @@ class PromptSelector:
     prior: tuple[float, float] = (1.0, 1.0)
     posteriors: dict[int, list[float]] = field(default_factory=dict)  # index -> [a, b, t of the last update]
     draws: int = 0
-    step: int = 0  # generation batches finished (t)
+    batches: int = 0  # generation batches finished (t)
 
     def posterior(self, index: int) -> tuple[float, float]:
         """(a, b) of ``index`` now: its evidence aged by ``decay`` per generation batch since its last update."""
         if index not in self.posteriors:
             return self.prior
         alpha, beta, updated = self.posteriors[index]
-        (a0, b0), weight = self.prior, self.decay ** (self.step - updated)
+        (a0, b0), weight = self.prior, self.decay ** (self.batches - updated)
         return a0 + weight * (alpha - a0), b0 + weight * (beta - b0)
 
     def probability(self, index: int) -> float:
@@ -71,7 +71,7 @@ class PromptSelector:
 
     def tick(self) -> None:
         """One generation batch finished: the evidence ages."""
-        self.step += 1
+        self.batches += 1
 
     def _uniform(self, index: int) -> float:
         self.draws += 1
@@ -105,16 +105,16 @@ class PromptSelector:
         losses = torch.where(scored, 1.0 - success, 0.0).sum(1).tolist()
         for index, win, loss in zip(indices, wins, losses, strict=True):
             alpha, beta = self.posterior(index)
-            self.posteriors[index] = [alpha + win, beta + loss, self.step]
+            self.posteriors[index] = [alpha + win, beta + loss, self.batches]
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "seed": self.seed,
             "draws": self.draws,
-            "step": self.step,
+            "batches": self.batches,
             "posteriors": {str(k): v for k, v in self.posteriors.items()},  # JSON keys are strings
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.seed, self.draws, self.step = state["seed"], state["draws"], state["step"]
+        self.seed, self.draws, self.batches = state["seed"], state["draws"], state["batches"]
         self.posteriors = {int(k): list(v) for k, v in state["posteriors"].items()}
