@@ -86,6 +86,7 @@ def test_sample_efficiency_quick_counts_the_budget(tmp_path, warm_cache):
         "DAPO (no dynamic sampling)",
         "DAPO (dynamic sampling)",
         "DAPO (dynamic sampling + GRESO skipping)",
+        "DAPO (dynamic sampling + prompt selector)",
         "GSPO",
     ]
     assert summary["GRPO"][8] == "1.00"  # time ratio of GRPO to itself
@@ -94,13 +95,21 @@ def test_sample_efficiency_quick_counts_the_budget(tmp_path, warm_cache):
     # 16 completions per step: exactly 4 steps for the budget of 64, GSPO in one 4-step cycle of 64 completions
     for name in ("GRPO", "Dr. GRPO", "DAPO (no dynamic sampling)", "GSPO"):
         assert (runs[name][1], runs[name][2], runs[name][4], runs[name][5]) == ("0", "0", "4", "64")
-    for name in ("DAPO (dynamic sampling)", "DAPO (dynamic sampling + GRESO skipping)"):
+    for name in (
+        "DAPO (dynamic sampling)",
+        "DAPO (dynamic sampling + GRESO skipping)",
+        "DAPO (dynamic sampling + prompt selector)",
+    ):
         steps, completions = int(runs[name][4]), int(runs[name][5])
         assert completions >= 64 and steps <= 4 and completions % 8 == 0  # refill rounds (whole groups) count
     assert all(0.0 <= float(row[6]) <= 1.0 for row in runs.values())
     figures = json.loads((tmp_path / "sample_efficiency.figures.json").read_text())
     release = figures["releases"][0]
-    assert figures["trl"] == release["trl"] and len(release["runs"]) == 6
+    assert figures["trl"] == release["trl"] and len(release["runs"]) == 7
+    # against dynamic sampling: the DAPO arms' cost per trained group, DS's own ratio 1
+    costs = {row[0]: row for row in _table(text, "## What dynamic sampling costs, against its prompt predictors")}
+    assert costs["DAPO (dynamic sampling)"][2] == "1.00" and "DAPO (dynamic sampling + prompt selector)" in costs
+    assert "GRPO" not in costs
     assert release["warm_starts"]["0"]["key"] in text  # the report names the warm start's cache key
 
 
