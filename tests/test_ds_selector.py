@@ -8,11 +8,9 @@ import math
 
 import pytest
 import torch
-from helpers import tiny_args
 from test_ds_skip import _trainer as skip_trainer
-from test_ds_skip import even_answer_reward
 
-from trl_ext import DAPOConfig, DAPOTrainer
+from trl_ext import DAPOConfig
 from trl_ext.grpo.dynamic_sampling.selector import PromptSelector, informative_probability
 
 NAN = float("nan")
@@ -146,15 +144,3 @@ def test_selector_state_is_checkpointed_and_resumed_exactly(tokenizer, problems,
     params = [torch.cat([p.detach().flatten() for p in t.model.parameters()]) for t in (full, resumed)]
     assert torch.equal(params[0], params[1])
     assert not any(math.isnan(v) for p in full.dynamic_sampler.selector.posteriors.values() for v in p)
-
-
-def test_selection_needs_a_map_style_dataset(tokenizer, problems, tmp_path, tiny_model):
-    args = tiny_args("dapo", tmp_path, dynamic_sampling_select_prompts=True)
-    with pytest.raises(ValueError, match="dynamic_sampling_select_prompts"):
-        DAPOTrainer(
-            tiny_model,
-            [even_answer_reward],
-            args=args,
-            train_dataset=problems[0].to_iterable_dataset(),
-            processing_class=tokenizer,
-        )

@@ -111,9 +111,11 @@ def test_skip_history_is_checkpointed_and_resumed_exactly(tokenizer, problems, t
     assert skipped[0] == skipped[1]
 
 
-def test_skip_needs_a_map_style_dataset(tokenizer, problems, tmp_path, tiny_model):
-    args = tiny_args("dapo", tmp_path, dynamic_sampling_skip_predicted=True)
-    with pytest.raises(ValueError, match="dynamic_sampling_skip_predicted"):
+@pytest.mark.parametrize("predictor", ["dynamic_sampling_skip_predicted", "dynamic_sampling_select_prompts"])
+def test_predictors_need_a_map_style_dataset(predictor, tokenizer, problems, tmp_path, tiny_model):
+    """GRESO and the posterior selector keep a history per training-set index."""
+    args = tiny_args("dapo", tmp_path, **{predictor: True})
+    with pytest.raises(ValueError, match=predictor):
         DAPOTrainer(
             tiny_model,
             [even_answer_reward],
